@@ -1,0 +1,28 @@
+# Sluice developer commands. `make test` sets everything up from scratch and runs the whole suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test lint bench-store clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+bench-store: $(STAMP)
+	$(BIN)/sluice bench store
+
+clean:
+	rm -rf $(VENV) .pytest_cache build src/*.egg-info
