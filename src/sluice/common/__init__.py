@@ -1,0 +1,1 @@
+"""Value types, codecs, naming rules and config objects shared by every layer. No I/O here."""

@@ -1,0 +1,146 @@
+"""Message value types: what the store takes in (``MessageExtBrokerInner``) and gives back (``MessageExt``)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from sluice.common.properties import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    decode_properties,
+    encode_properties,
+)
+
+
+@lru_cache(maxsize=4096)
+def host_to_bytes(host: str) -> tuple[bytes, int]:
+    """``"ip:port"`` → (4 IPv4 address bytes, port). Raises ``ValueError`` for anything else."""
+    ip, sep, port = host.rpartition(":")
+    if not sep:
+        raise ValueError(f"host must be ip:port, not {host!r}")
+    try:
+        return socket.inet_aton(ip), int(port)
+    except OSError as exc:
+        raise ValueError(f"host {host!r} is not an IPv4 address") from exc
+
+
+def bytes_to_host(addr: bytes, port: int) -> str:
+    return f"{socket.inet_ntoa(addr)}:{port}"
+
+
+_MSG_ID = struct.Struct(">4siq")
+
+
+def create_message_id(store_host: str, commit_log_offset: int) -> str:
+    """The broker-side ``offsetMsgId``: store host address + port + commit-log offset, upper hex (spec §5.4)."""
+    addr, port = host_to_bytes(store_host)
+    return _MSG_ID.pack(addr, port, commit_log_offset).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[str, int]:
+    """Inverse of ``create_message_id``: (store host, commit-log offset)."""
+    if len(msg_id) != 32:
+        raise ValueError(f"message id must be 32 hex characters, not {len(msg_id)}")
+    try:
+        addr, port, offset = _MSG_ID.unpack(bytes.fromhex(msg_id))
+    except ValueError as exc:
+        raise ValueError(f"message id {msg_id!r} is not hexadecimal") from exc
+    return bytes_to_host(addr, port), offset
+
+
+@dataclass(slots=True)
+class MessageExtBrokerInner:
+    """A message on its way into the store."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    store_host: str | None = None
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        return self.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+
+    def properties_bytes(self) -> bytes:
+        return encode_properties(self.properties)
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A stored message, decoded from its record."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+    store_size: int
+    body_crc: int
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return create_message_id(self.store_host, self.commit_log_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """What users see as the message id: UNIQ_KEY when the producer set one, else the offset id."""
+        return self.uniq_key or self.offset_msg_id
+
+
+__all__ = [
+    "MessageExt",
+    "MessageExtBrokerInner",
+    "bytes_to_host",
+    "create_message_id",
+    "decode_message_id",
+    "decode_properties",
+    "host_to_bytes",
+]

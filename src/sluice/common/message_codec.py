@@ -1,0 +1,204 @@
+"""The stored / pulled message record (RocketMQ v1 layout, IPv4 hosts; spec §5.1). Sans-IO.
+
+``TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST
+STORETIMESTAMP STOREHOST RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH BODY TOPICLENGTH TOPIC
+PROPERTIESLENGTH PROPERTIES``, big-endian; 91 bytes plus body, topic and properties.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Final
+
+from sluice.common.errors import MessageFormatError
+from sluice.common.message import MessageExt, bytes_to_host, host_to_bytes
+from sluice.common.properties import decode_properties
+from sluice.common.sysflag import BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V1, STOREHOST_V6_FLAG
+
+# Everything up to and including BODYLENGTH.
+RECORD_HEADER: Final = struct.Struct(">iiiiiqqiq4siq4siiqi")
+RECORD_FIXED_SIZE: Final = RECORD_HEADER.size + 1 + 2  # 91
+TOTAL_SIZE_AND_MAGIC: Final = struct.Struct(">ii")
+
+POS_TOTAL_SIZE: Final = 0
+POS_MAGIC: Final = 4
+POS_BODY_CRC: Final = 8
+POS_QUEUE_ID: Final = 12
+POS_QUEUE_OFFSET: Final = 20
+POS_PHYSICAL_OFFSET: Final = 28
+POS_SYS_FLAG: Final = 36
+POS_STORE_TIMESTAMP: Final = 56
+POS_BODY_LENGTH: Final = 84
+POS_BODY: Final = 88
+
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_U8: Final = struct.Struct(">B")
+_I16: Final = struct.Struct(">h")
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """RocketMQ's BODYCRC: CRC32 of the stored body masked to 31 bits."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_size(body_len: int, topic_len: int, props_len: int) -> int:
+    return RECORD_FIXED_SIZE + body_len + topic_len + props_len
+
+
+def encode_record(
+    *,
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    queue_id: int = 0,
+    flag: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: str = "127.0.0.1:0",
+    store_timestamp: int = 0,
+    store_host: str = "127.0.0.1:10911",
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+) -> bytes:
+    """Encode one record. ``topic`` and ``properties`` are already UTF-8 bytes."""
+    if len(topic) > 127:
+        raise MessageFormatError("topic longer than 127 bytes does not fit a v1 record")
+    if len(properties) > 32767:
+        raise MessageFormatError("properties longer than 32767 bytes do not fit a record")
+    born_addr, born_port = host_to_bytes(born_host)
+    store_addr, store_port = host_to_bytes(store_host)
+    total = record_size(len(body), len(topic), len(properties))
+    header = RECORD_HEADER.pack(
+        total,
+        MESSAGE_MAGIC_CODE_V1,
+        body_crc(body),
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG),
+        born_timestamp,
+        born_addr,
+        born_port,
+        store_timestamp,
+        store_addr,
+        store_port,
+        reconsume_times,
+        prepared_transaction_offset,
+        len(body),
+    )
+    return b"".join((header, body, _U8.pack(len(topic)), topic, _I16.pack(len(properties)), properties))
+
+
+def check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool = True) -> int:
+    """Validate the record at ``buf[pos:]`` without decoding it.
+
+    Returns its size; 0 for a clean end (zeroed bytes); -1 for a BLANK end-of-file filler; raises
+    ``MessageFormatError`` for anything that is not a whole, intact record ending before ``limit``.
+    """
+    if pos + 8 > limit:
+        return 0 if pos == limit or not any(bytes(buf[pos:limit])) else _bad("truncated record header")
+    total, magic = TOTAL_SIZE_AND_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if total != limit - pos:
+            _bad(f"BLANK filler of {total} bytes where {limit - pos} remain")
+        return -1
+    if magic != MESSAGE_MAGIC_CODE_V1:
+        if total == 0 and magic == 0:
+            return 0
+        _bad(f"bad magic code {magic:#x}")
+    if total < RECORD_FIXED_SIZE or pos + total > limit:
+        _bad(f"record size {total} out of bounds")
+    body_len = _I32.unpack_from(buf, pos + POS_BODY_LENGTH)[0]
+    if body_len < 0 or POS_BODY + body_len + 3 > total:
+        _bad(f"body length {body_len} inconsistent with record size {total}")
+    topic_len = buf[pos + POS_BODY + body_len]
+    props_pos = pos + POS_BODY + body_len + 1 + topic_len
+    if props_pos + 2 > pos + total:
+        _bad("topic overruns the record")
+    props_len = _I16.unpack_from(buf, props_pos)[0]
+    if props_len < 0 or record_size(body_len, topic_len, props_len) != total:
+        _bad("field lengths do not add up to the record size")
+    if check_crc:
+        stored_crc = _I32.unpack_from(buf, pos + POS_BODY_CRC)[0]
+        if body_crc(buf[pos + POS_BODY : pos + POS_BODY + body_len]) != stored_crc:
+            _bad("body CRC mismatch")
+    return total
+
+
+def _bad(reason: str) -> int:
+    raise MessageFormatError(reason)
+
+
+def decode_record(buf: memoryview | bytes, pos: int = 0) -> MessageExt:
+    """Decode the v1 record at ``buf[pos:]`` into a ``MessageExt``."""
+    try:
+        (
+            total,
+            magic,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_ts,
+            born_addr,
+            born_port,
+            store_ts,
+            store_addr,
+            store_port,
+            reconsume_times,
+            prepared_tx_offset,
+            body_len,
+        ) = RECORD_HEADER.unpack_from(buf, pos)
+        if magic != MESSAGE_MAGIC_CODE_V1:
+            raise MessageFormatError(f"bad magic code {magic:#x}")
+        p = pos + POS_BODY
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        topic_len = buf[p]
+        topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode("utf-8")
+        p += 1 + topic_len
+        props_len = _I16.unpack_from(buf, p)[0]
+        props = decode_properties(bytes(buf[p + 2 : p + 2 + props_len]))
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise MessageFormatError(f"cannot decode record at {pos}: {exc}") from exc
+    if record_size(body_len, topic_len, props_len) != total:
+        raise MessageFormatError("field lengths do not add up to the record size")
+    return MessageExt(
+        topic=topic,
+        body=body,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        commit_log_offset=physical_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=bytes_to_host(born_addr, born_port),
+        store_timestamp=store_ts,
+        store_host=bytes_to_host(store_addr, store_port),
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_tx_offset,
+        properties=props,
+        store_size=total,
+        body_crc=crc,
+    )
+
+
+def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
+    """Decode a concatenation of whole records (a pull response body)."""
+    out: list[MessageExt] = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        if pos + 8 > n:
+            raise MessageFormatError("trailing bytes after the last record")
+        msg = decode_record(buf, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out

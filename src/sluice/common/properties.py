@@ -1,0 +1,44 @@
+"""The message properties string: ``name \\x01 value`` pairs separated by ``\\x02`` (spec §5.3)."""
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# Well-known property keys (MessageConst)
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+KEY_SEPARATOR = " "
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    """Encode properties as Java does (no trailing separator)."""
+    if not props:
+        return b""
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items()).encode("utf-8")
+
+
+def decode_properties(data: bytes | str) -> dict[str, str]:
+    """Decode a properties string written by Java (no trailing separator) or C++ (trailing separator).
+
+    Like Java's parser, segments without a name/value separator are skipped.
+    """
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8", errors="replace")
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for segment in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if sep and name:
+            out[name] = value
+    return out

@@ -1,0 +1,17 @@
+"""The message store: CommitLog, ConsumeQueue, IndexFile, flush, checkpoint and recovery. No networking."""
+
+from sluice.store.message_store import MessageStore
+from sluice.store.results import (
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+)
+
+__all__ = [
+    "GetMessageResult",
+    "GetMessageStatus",
+    "MessageStore",
+    "PutMessageResult",
+    "PutMessageStatus",
+]

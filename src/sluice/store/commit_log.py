@@ -1,0 +1,280 @@
+"""CommitLog: every message, in arrival order, in segment files of RocketMQ's stored-record layout.
+
+Appends run under one lock, which assigns physical and queue offsets; a batch is one copy into the
+mapped segment. A record never straddles two segments: when the rest of a segment cannot hold the
+records plus 8 bytes, a BLANK filler ``[remaining][0xCBD43194]`` closes it (spec §7.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Final, NamedTuple
+
+from sluice.common.config import MessageStoreConfig
+from sluice.common.errors import MessageFormatError
+from sluice.common.hashing import tag_hash_code
+from sluice.common.message import MessageExtBrokerInner, host_to_bytes
+from sluice.common.message_codec import (
+    POS_PHYSICAL_OFFSET,
+    POS_STORE_TIMESTAMP,
+    RECORD_FIXED_SIZE,
+    RECORD_HEADER,
+    check_record,
+    decode_record,
+)
+from sluice.common.properties import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+)
+from sluice.common.sysflag import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    MESSAGE_MAGIC_CODE_V1,
+    STOREHOST_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from sluice.store.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+END_FILE_MIN_BLANK_LENGTH: Final = 8
+_BLANK: Final = struct.Struct(">ii")
+_TAIL_TOPIC: Final = struct.Struct(">B")
+_TAIL_PROPS: Final = struct.Struct(">h")
+_I64: Final = struct.Struct(">q")
+_V6_MASK: Final = ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+
+
+class DispatchRequest(NamedTuple):
+    """What the ConsumeQueue and IndexFile need of one stored record."""
+
+    topic: str
+    queue_id: int
+    phys_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: str | None  # the raw KEYS property
+    uniq_key: str | None
+    sys_flag: int
+
+
+class AppendResult(NamedTuple):
+    wrote_offset: int
+    wrote_bytes: int
+    queue_offset: int
+    store_timestamp: int
+    phys_offsets: list[int]
+    dispatch: list[DispatchRequest]
+
+
+class SegmentOverflow(Exception):
+    """The records cannot fit in one segment, however empty."""
+
+
+def tags_code_of(tags: str | None) -> int:
+    return tag_hash_code(tags) if tags else 0
+
+
+def no_queue_offset(sys_flag: int) -> bool:
+    """Prepared and rolled-back transaction messages take no logical offset and are not dispatched."""
+    t = sys_flag & TRANSACTION_TYPE_MASK
+    return t == TRANSACTION_PREPARED_TYPE or t == TRANSACTION_ROLLBACK_TYPE
+
+
+class CommitLog:
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self.config = config
+        self.queue = MappedFileQueue(config.store_path_commit_log, config.mapped_file_size_commit_log)
+        self.file_size = config.mapped_file_size_commit_log
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.put_lock = threading.Lock()
+        self.default_store_host = host_to_bytes(config.store_host)
+        self.begin_time_in_lock = 0.0  # when the current append started (0: none running)
+
+    # -- offsets ------------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def flushed_where(self) -> int:
+        return self.queue.flushed_where
+
+    # -- appending ----------------------------------------------------------------------------------
+    def append(self, msgs: list[MessageExtBrokerInner],
+               dispatcher: Callable[[list[DispatchRequest]], None]) -> AppendResult:
+        """Append ``msgs`` as consecutive records in one segment and dispatch them, under the put lock.
+
+        Dispatching inside the lock keeps every ConsumeQueue written in queue-offset order.
+        """
+        prepared = []
+        default_store = self.default_store_host
+        for m in msgs:
+            topic_b = m.topic.encode("utf-8")
+            props = m.properties
+            props_b = m.properties_bytes()
+            body = m.body
+            total = RECORD_FIXED_SIZE + len(body) + len(topic_b) + len(props_b)
+            tail = b"".join((_TAIL_TOPIC.pack(len(topic_b)), topic_b, _TAIL_PROPS.pack(len(props_b)), props_b))
+            born_addr, born_port = host_to_bytes(m.born_host)
+            store_addr, store_port = host_to_bytes(m.store_host) if m.store_host else default_store
+            tags = props.get(PROPERTY_TAGS)
+            prepared.append((m, total, zlib.crc32(body) & 0x7FFFFFFF, tail, born_addr, born_port, store_addr,
+                             store_port, tag_hash_code(tags) if tags else 0))
+        batch_bytes = sum(p[1] for p in prepared)
+        if batch_bytes + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise SegmentOverflow(f"{batch_bytes} bytes of records exceed a commit log segment of {self.file_size}")
+
+        table = self.topic_queue_table
+        with self.put_lock:
+            store_ts = int(time.time() * 1000)
+            self.begin_time_in_lock = time.monotonic()
+            try:
+                mf = self.queue.last_or_create(0)
+                if batch_bytes + END_FILE_MIN_BLANK_LENGTH > mf.remaining():
+                    remaining = mf.remaining()
+                    mf.append(_BLANK.pack(remaining, BLANK_MAGIC_CODE))
+                    mf.wrote_position = self.file_size
+                    mf = self.queue.last_or_create(0)
+                phys = mf.file_from_offset + mf.wrote_position
+                first_phys = phys
+                parts: list[bytes] = []
+                phys_offsets: list[int] = []
+                dispatch: list[DispatchRequest] = []
+                first_queue_offset = -1
+                for (m, total, crc, tail, born_addr, born_port, store_addr, store_port, tags_code) in prepared:
+                    key = (m.topic, m.queue_id)
+                    sys_flag = m.sys_flag & _V6_MASK
+                    if no_queue_offset(sys_flag):
+                        qoff = 0
+                    else:
+                        qoff = table.get(key, 0)
+                        table[key] = qoff + 1
+                    if first_queue_offset < 0:
+                        first_queue_offset = qoff
+                    body = m.body
+                    parts.append(RECORD_HEADER.pack(
+                        total, MESSAGE_MAGIC_CODE_V1, crc, m.queue_id, m.flag, qoff, phys, sys_flag,
+                        m.born_timestamp, born_addr, born_port, store_ts, store_addr, store_port,
+                        m.reconsume_times, m.prepared_transaction_offset, len(body)))
+                    parts.append(body)
+                    parts.append(tail)
+                    props = m.properties
+                    dispatch.append(DispatchRequest(
+                        m.topic, m.queue_id, phys, total, tags_code, store_ts, qoff, props.get(PROPERTY_KEYS),
+                        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag))
+                    phys_offsets.append(phys)
+                    phys += total
+                mf.append(b"".join(parts))
+                dispatcher(dispatch)
+            finally:
+                self.begin_time_in_lock = 0.0
+        return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, dispatch)
+
+    # -- reading ------------------------------------------------------------------------------------
+    def get_data(self, phys_offset: int, size: int) -> memoryview | None:
+        """A zero-copy view of ``size`` bytes at ``phys_offset``; None when that segment is gone."""
+        mf = self.queue.find_by_offset(phys_offset)
+        if mf is None:
+            return None
+        pos = phys_offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.buf[pos : pos + size]
+
+    def store_timestamp_at(self, phys_offset: int, size: int) -> int | None:
+        mf = self.queue.find_by_offset(phys_offset)
+        if mf is None:
+            return None
+        pos = phys_offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return _I64.unpack_from(mf.buf, pos + POS_STORE_TIMESTAMP)[0]
+
+    def record_size_at(self, phys_offset: int) -> int | None:
+        mf = self.queue.find_by_offset(phys_offset)
+        if mf is None:
+            return None
+        pos = phys_offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return None
+        total, magic = _BLANK.unpack_from(mf.buf, pos)
+        if magic != MESSAGE_MAGIC_CODE_V1 or pos + total > mf.wrote_position:
+            return None
+        return total
+
+    # -- recovery -----------------------------------------------------------------------------------
+    def scan(self, start_offset: int, check_crc: bool) -> Iterator[tuple[int, memoryview]]:
+        """Yield (offset, record view) of each intact record from ``start_offset``.
+
+        Stops at the clean end or at the first invalid record; afterwards ``scan_end`` holds where the
+        valid data ends and ``scan_error`` why it stopped (None at a clean end).
+        """
+        self.scan_end = start_offset
+        self.scan_error: str | None = None
+        files = self.queue.files
+        idx = next((i for i, f in enumerate(files) if f.file_from_offset + self.file_size > start_offset), None)
+        if idx is None:
+            return
+        pos = start_offset - files[idx].file_from_offset
+        while idx < len(files):
+            mf = files[idx]
+            buf = mf.buf
+            while True:
+                try:
+                    size = check_record(buf, pos, self.file_size, check_crc)
+                except MessageFormatError as exc:
+                    self.scan_end = mf.file_from_offset + pos
+                    self.scan_error = f"{exc} at offset {self.scan_end}"
+                    return
+                if size == 0:
+                    self.scan_end = mf.file_from_offset + pos
+                    if idx + 1 < len(files):
+                        self.scan_error = f"zeroed record at offset {self.scan_end} before the last segment"
+                    return
+                if size < 0:  # BLANK: the segment is closed, records go on in the next one
+                    self.scan_end = mf.file_from_offset + self.file_size
+                    break
+                phys = mf.file_from_offset + pos
+                if _I64.unpack_from(buf, pos + POS_PHYSICAL_OFFSET)[0] != phys:
+                    self.scan_end = phys
+                    self.scan_error = f"record at {phys} claims another physical offset"
+                    return
+                yield phys, buf[pos : pos + size]
+                pos += size
+                self.scan_end = mf.file_from_offset + pos
+            idx += 1
+            pos = 0
+
+    def set_end(self, offset: int) -> None:
+        """Make ``offset`` the end of the log: zero everything after it, delete later segments."""
+        self.queue.truncate_dirty(offset)
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def dispatch_request_of(phys: int, record: memoryview) -> DispatchRequest:
+    """Rebuild the dispatch request of a stored record (recovery)."""
+    m = decode_record(record)
+    return DispatchRequest(m.topic, m.queue_id, phys, m.store_size, tags_code_of(m.tags), m.store_timestamp,
+                           m.queue_offset, m.properties.get(PROPERTY_KEYS), m.uniq_key, m.sys_flag)
+
+
+def split_keys(keys: str | None) -> list[str]:
+    return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []

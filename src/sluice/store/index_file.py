@@ -1,0 +1,206 @@
+"""IndexFile: an on-disk hash index from message keys to commit-log offsets (spec §7.3).
+
+Layout: a 40-byte header (begin / end timestamp, begin / end physical offset, used slot count, index
+count), ``hash_slot_num`` int32 slots holding the newest entry number of their chain, then
+``index_num`` 20-byte entries (key hash, commit-log offset, seconds since the file's begin timestamp,
+previous entry number in the slot's chain).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import struct
+import threading
+from typing import Final
+
+from sluice.common.hashing import index_key_hash
+from sluice.store.mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
+
+INDEX_HEADER: Final = struct.Struct(">qqqqii")
+INDEX_HEADER_SIZE: Final = INDEX_HEADER.size  # 40
+HASH_SLOT_SIZE: Final = 4
+INDEX_ENTRY: Final = struct.Struct(">iqii")
+INDEX_ENTRY_SIZE: Final = INDEX_ENTRY.size  # 20
+_SLOT: Final = struct.Struct(">i")
+_INDEX_NAME = re.compile(r"^\d{17}$")
+_INT_MAX = 0x7FFFFFFF
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+class IndexFile:
+    """One index file; ``put_key`` appends an entry and links it into its slot's chain."""
+
+    def __init__(self, path: str, hash_slot_num: int, index_num: int) -> None:
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.mf = MappedFile(path, index_file_size(hash_slot_num, index_num))
+        self.path = path
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+         self.hash_slot_count, self.index_count) = INDEX_HEADER.unpack_from(self.mf.buf, 0)
+        if self.index_count <= 0:
+            self.index_count = 1  # entry number 0 means "empty"
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self.mf.wrote_position = self.mf.flushed_position = self.mf.file_size
+        self.dirty = False
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Index ``key``; False when the file is full."""
+        return self.put_hashed(index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_hashed(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        if self.index_count >= self.index_num:
+            return False
+        buf = self.mf.buf
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        slot_value = _SLOT.unpack_from(buf, slot_pos)[0]
+        if slot_value <= 0 or slot_value > self.index_count:
+            slot_value = 0
+            self.hash_slot_count += 1
+        if self.index_count == 1:
+            self.begin_timestamp = store_timestamp
+            self.begin_phy_offset = phy_offset
+        time_diff = (store_timestamp - self.begin_timestamp) // 1000
+        time_diff = 0 if time_diff < 0 else min(time_diff, _INT_MAX)
+        n = self.index_count
+        INDEX_ENTRY.pack_into(buf, self._entries_base + n * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff,
+                              slot_value)
+        _SLOT.pack_into(buf, slot_pos, n)
+        self.index_count = n + 1
+        if phy_offset > self.end_phy_offset:
+            self.end_phy_offset = phy_offset
+        if store_timestamp > self.end_timestamp:
+            self.end_timestamp = store_timestamp
+        INDEX_HEADER.pack_into(buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                               self.end_phy_offset, self.hash_slot_count, self.index_count)
+        self.dirty = True
+        return True
+
+    def overlaps(self, begin: int, end: int) -> bool:
+        return self.index_count > 1 and self.begin_timestamp <= end and self.end_timestamp >= begin
+
+    def select(self, key: str, begin: int, end: int, max_num: int, out: list[int]) -> None:
+        """Append to ``out`` the commit-log offsets of entries for ``key`` stored in [begin, end] ms."""
+        key_hash = index_key_hash(key)
+        buf = self.mf.buf
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        n = _SLOT.unpack_from(buf, slot_pos)[0]
+        if n <= 0 or n >= self.index_count:
+            return
+        seen = 0
+        while len(out) < max_num and 0 < n < self.index_count and seen < self.index_num:
+            seen += 1
+            h, phy, time_diff, prev = INDEX_ENTRY.unpack_from(buf, self._entries_base + n * INDEX_ENTRY_SIZE)
+            time_read = self.begin_timestamp + time_diff * 1000
+            if time_read < begin - 999:  # chains run newest first; entry times are truncated to seconds
+                break
+            if h == key_hash and time_read <= end:
+                out.append(phy)
+            if prev == n:
+                break
+            n = prev
+
+    def flush(self) -> None:
+        if self.dirty:
+            self.dirty = False
+            self.mf.wrote_position = self.mf.file_size
+            self.mf.flushed_position = 0
+            self.mf.flush()
+
+    def close(self) -> None:
+        self.mf.close()
+
+    def destroy(self) -> None:
+        self.mf.destroy()
+
+
+class IndexService:
+    """The index files of a store; keys are ``topic#key`` for every KEYS value and the UNIQ_KEY."""
+
+    def __init__(self, directory: str, hash_slot_num: int, index_num: int) -> None:
+        self.directory = directory
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        if not os.path.isdir(self.directory):
+            return
+        expected = index_file_size(self.hash_slot_num, self.index_num)
+        for name in sorted(os.listdir(self.directory)):
+            if not _INDEX_NAME.match(name):
+                continue
+            path = os.path.join(self.directory, name)
+            if os.path.getsize(path) != expected:
+                log.warning("ignoring index file %s: its size does not match the configured geometry", path)
+                continue
+            self.files.append(IndexFile(path, self.hash_slot_num, self.index_num))
+
+    def _new_file(self) -> IndexFile:
+        os.makedirs(self.directory, exist_ok=True)
+        now = dt.datetime.now()
+        while True:
+            name = now.strftime("%Y%m%d%H%M%S") + f"{now.microsecond // 1000:03d}"
+            path = os.path.join(self.directory, name)
+            if not os.path.exists(path) and (not self.files or name > os.path.basename(self.files[-1].path)):
+                break
+            now += dt.timedelta(milliseconds=1)
+        f = IndexFile(path, self.hash_slot_num, self.index_num)
+        with self._lock:
+            self.files = [*self.files, f]
+        return f
+
+    def build_index(self, topic: str, keys: list[str], uniq_key: str | None, phy_offset: int,
+                    store_timestamp: int) -> None:
+        prefix = topic + "#"
+        if uniq_key:
+            self._put(prefix + uniq_key, phy_offset, store_timestamp)
+        for k in keys:
+            self._put(prefix + k, phy_offset, store_timestamp)
+
+    def _put(self, key: str, phy_offset: int, store_timestamp: int) -> None:
+        f = self.files[-1] if self.files else self._new_file()
+        if not f.put_key(key, phy_offset, store_timestamp):
+            f.flush()
+            self._new_file().put_key(key, phy_offset, store_timestamp)
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Commit-log offsets of messages indexed under ``topic#key`` stored in [begin, end], newest first."""
+        out: list[int] = []
+        full_key = f"{topic}#{key}"
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if f.overlaps(begin - 1000, end):
+                f.select(full_key, begin, end, max_num, out)
+        return out
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """Delete files (never the newest) whose every entry points below the commit log's min offset."""
+        with self._lock:
+            files = self.files
+            gone = [f for f in files[:-1] if f.end_phy_offset < min_phy_offset]
+            self.files = [f for f in files if f not in gone]
+        for f in gone:
+            f.destroy()
+        return len(gone)
+
+    def flush(self) -> None:
+        for f in self.files:
+            f.flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()

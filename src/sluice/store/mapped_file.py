@@ -1,0 +1,142 @@
+"""A fixed-size, memory-mapped file named by the 20-digit offset of its first byte (RocketMQ MappedFile)."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = mmap.PAGESIZE
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory entry (a created, renamed or deleted file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """One segment. Writers append at ``wrote_position``; flushes make ``[0, flushed_position)`` durable.
+
+    The file is created at its full size (sparse), so unwritten space reads as zeros: a reader or the
+    recovery scan sees a clean end there.
+    """
+
+    __slots__ = ("path", "file_size", "file_from_offset", "wrote_position", "flushed_position", "_fd", "_mm",
+                 "buf", "_closed")
+
+    def __init__(self, path: str, file_size: int) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(os.path.basename(path))
+        created = not os.path.exists(path)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(self._fd).st_size
+            if size < file_size:
+                os.ftruncate(self._fd, file_size)
+            elif size > file_size:
+                raise ValueError(f"{path} is {size} bytes, larger than the configured {file_size}")
+            if created:
+                os.fsync(self._fd)
+                fsync_dir(os.path.dirname(path))
+            self._mm = mmap.mmap(self._fd, file_size)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self.buf = memoryview(self._mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self._closed = False
+
+    # -- writing ------------------------------------------------------------------------------------
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Copy ``data`` at the write position; returns the position it was written at."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        self.buf[pos:end] = data
+        self.wrote_position = end
+        return pos
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        self.buf[pos : pos + len(data)] = data
+
+    def dirty_pages(self) -> int:
+        return (self.wrote_position // PAGE_SIZE) - (self.flushed_position // PAGE_SIZE)
+
+    def flush(self, least_pages: int = 0) -> int:
+        """fdatasync if at least ``least_pages`` pages are dirty (or the file is full); returns flushed position.
+
+        fdatasync on Linux writes back the pages dirtied through the shared mapping (msync(MS_SYNC) is the
+        same call in the kernel), and unlike ``mmap.flush`` it releases the GIL while the disk works.
+        """
+        target = self.wrote_position
+        if target <= self.flushed_position:
+            return self.flushed_position
+        if least_pages > 0 and target < self.file_size and self.dirty_pages() < least_pages:
+            return self.flushed_position
+        if not self._closed:
+            os.fdatasync(self._fd)
+        self.flushed_position = target
+        return target
+
+    # -- reading ------------------------------------------------------------------------------------
+    def view(self, pos: int, size: int) -> memoryview:
+        """A zero-copy view of ``size`` bytes at ``pos``."""
+        return self.buf[pos : pos + size]
+
+    def last_modified(self) -> float:
+        return os.stat(self.path).st_mtime
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def truncate_tail(self, pos: int) -> None:
+        """Zero every byte from ``pos`` to the end of the file, quickly (shrink then regrow: sparse zeros)."""
+        self._release_map()
+        os.ftruncate(self._fd, pos)
+        os.ftruncate(self._fd, self.file_size)
+        os.fsync(self._fd)
+        self._mm = mmap.mmap(self._fd, self.file_size)
+        self.buf = memoryview(self._mm)
+        self.wrote_position = min(self.wrote_position, pos)
+        self.flushed_position = min(self.flushed_position, pos)
+
+    def _release_map(self) -> None:
+        try:
+            self.buf.release()
+        except BufferError:
+            pass
+        try:
+            self._mm.close()
+        except BufferError:
+            # Readers still hold views of it; the mapping goes away when the last view does.
+            log.debug("mapping of %s still has readers; leaving it to the garbage collector", self.path)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._release_map()
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+

@@ -1,0 +1,555 @@
+"""MessageStore: the facade the broker uses (RocketMQ DefaultMessageStore).
+
+Open it (``MessageStore(config).start()`` or ``with MessageStore(config) as store``), put messages,
+get them back by queue offset, by commit-log offset, by key or by time, and shut it down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from sluice.common.config import FlushDiskType, MessageStoreConfig
+from sluice.common.errors import InvalidNameError, MessageFormatError, StoreConfigError, StoreLockedError
+from sluice.common.message import MessageExt, MessageExtBrokerInner
+from sluice.common.message_codec import decode_record
+from sluice.common.naming import validate_topic
+from sluice.store.checkpoint import StoreCheckpoint
+from sluice.store.commit_log import (
+    AppendResult,
+    CommitLog,
+    DispatchRequest,
+    SegmentOverflow,
+    no_queue_offset,
+    split_keys,
+)
+from sluice.store.consume_queue import BLANK_ENTRY_SIZE, CQ_ENTRY_DTYPE, ConsumeQueue
+from sluice.store.consumer_offset_manager import ConsumerOffsetManager
+from sluice.store.flush import FlushConsumeQueueService, FlushRealTimeService, FlushWaiter, GroupCommitService
+from sluice.store.index_file import IndexService
+from sluice.store.mapped_file import fsync_dir
+from sluice.store.recovery import recover
+from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from sluice.store.retention import CleanCommitLogService, disk_usage_ratio
+
+log = logging.getLogger(__name__)
+
+MessageArrivalListener = Callable[[str, int, int], None]
+
+
+@dataclass(slots=True)
+class QueryMessageResult:
+    """Messages found by key, newest first, as decoded messages and as their stored bytes."""
+
+    messages: list[MessageExt] = field(default_factory=list)
+    buffers: list[memoryview] = field(default_factory=list)
+
+
+@lru_cache(maxsize=4096)
+def _topic_problem(topic: str) -> str | None:
+    try:
+        validate_topic(topic)
+    except InvalidNameError as exc:
+        return str(exc)
+    return None
+
+
+class MessageStore:
+    """CommitLog + ConsumeQueues + IndexFiles + checkpoint, with flush, recovery and retention services."""
+
+    def __init__(self, config: MessageStoreConfig | None = None, **overrides: object) -> None:
+        cfg = config or MessageStoreConfig()
+        self.config = cfg.replace(**overrides) if overrides else cfg
+        c = self.config
+        self.root = c.store_path_root_dir
+        self.commit_log = CommitLog(c)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.index_service = IndexService(c.store_path_index, c.max_hash_slot_num, c.max_index_num)
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.consumer_offsets = ConsumerOffsetManager(c.store_path_config)
+        self.dispatched_offset = 0
+        self.arrival_listeners: list[MessageArrivalListener] = []
+        self.disk_full = False
+        self.disk_full_remark = ""
+        self.running = False
+        self.abnormal_start = False
+        self._lock_fd: int | None = None
+        self._cq_lock = threading.Lock()
+        self._services: list = []
+        self._group_commit: GroupCommitService | None = None
+        self._logics_flush_lock = threading.Lock()
+
+    # == lifecycle ===================================================================================
+    def start(self) -> MessageStore:
+        c = self.config
+        os.makedirs(self.root, exist_ok=True)
+        self._acquire_lock()
+        try:
+            self.consumer_offsets.load()
+            self.commit_log.queue.load()
+            self._load_consume_queues()
+            self.index_service.load()
+            cp_path = self.checkpoint.path
+            self.checkpoint = StoreCheckpoint.load(cp_path)
+            if os.path.exists(cp_path) and not self.checkpoint.valid and self.commit_log.queue.files:
+                log.warning("checkpoint %s is damaged: recovering from the first commit log segment", cp_path)
+            abort_path = os.path.join(self.root, "abort")
+            self.abnormal_start = os.path.exists(abort_path) or (
+                bool(self.commit_log.queue.files) and self.checkpoint.clean_shutdown_offset < 0)
+            recover(self, self.abnormal_start)
+            self.checkpoint.clean_shutdown_offset = -1
+            self._set_safe_offsets()
+            self.checkpoint.flush()
+            with open(abort_path, "wb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(self.root)
+        except BaseException:
+            self._close_files()
+            self._release_lock()
+            raise
+        self.check_disk_space()
+        if c.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self._group_commit = GroupCommitService(self)
+            self._services.append(self._group_commit)
+        else:
+            self._services.append(FlushRealTimeService(self))
+        self._services.append(FlushConsumeQueueService(self))
+        self.clean_service = CleanCommitLogService(self)
+        self._services.append(self.clean_service)
+        for s in self._services:
+            s.start()
+        self.running = True
+        return self
+
+    def __enter__(self) -> MessageStore:
+        return self if self.running else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Flush everything, write a clean checkpoint and remove the abort file."""
+        if not self.running:
+            return
+        self.running = False
+        with self.commit_log.put_lock:  # wait for an append in progress
+            pass
+        for s in reversed(self._services):
+            s.stop()
+        self._services.clear()
+        self.commit_log.queue.flush()
+        self.flush_logics_and_checkpoint(0)
+        self.consumer_offsets.persist(force=True)
+        self.checkpoint.clean_shutdown_offset = self.commit_log.max_offset
+        self.checkpoint.flush()
+        try:
+            os.unlink(os.path.join(self.root, "abort"))
+            fsync_dir(self.root)
+        except FileNotFoundError:
+            pass
+        self._close_files()
+        self._release_lock()
+
+    def _acquire_lock(self) -> None:
+        fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise StoreLockedError(f"store {self.root} is in use by another process") from exc
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _close_files(self) -> None:
+        self.commit_log.close()
+        for cq in self.consume_queues.values():
+            cq.close()
+        self.index_service.close()
+
+    def _load_consume_queues(self) -> None:
+        root = self.config.store_path_consume_queue
+        if not os.path.isdir(root):
+            return
+        for topic in sorted(os.listdir(root)):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.isdigit():
+                    continue
+                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue)
+                cq.load()
+                self.consume_queues[(topic, int(qid))] = cq
+
+    # == writing =====================================================================================
+    def _check(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | None:
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
+        if self.disk_full:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
+        c = self.config
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, "no message to put")
+        for m in msgs:
+            problem = _topic_problem(m.topic)
+            if problem:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, problem)
+            if len(m.body) > c.max_message_size:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                        f"message body of {len(m.body)} bytes exceeds max_message_size "
+                                        f"{c.max_message_size}")
+            if m.queue_id < 0:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {m.queue_id} is negative")
+            if m.properties and len(m.properties_bytes()) > c.max_properties_size:
+                return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                        f"properties exceed {c.max_properties_size} bytes")
+        return None
+
+    def _append(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | AppendResult:
+        rejected = self._check(msgs)
+        if rejected is not None:
+            return rejected
+        try:
+            return self.commit_log.append(msgs, self._dispatch)
+        except SegmentOverflow as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
+        except (MessageFormatError, UnicodeEncodeError) as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
+        except OSError as exc:
+            log.exception("commit log append failed")
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"cannot write: {exc}")
+
+    def _needs_flush_wait(self, msgs: list[MessageExtBrokerInner]) -> bool:
+        return self._group_commit is not None and any(m.wait_store_msg_ok for m in msgs)
+
+    @staticmethod
+    def _ok(r: AppendResult, n: int) -> PutMessageResult:
+        return PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
+                                r.store_timestamp, r.phys_offsets)
+
+    def _after_put(self, r: AppendResult) -> None:
+        if self.arrival_listeners:
+            for d in r.dispatch:
+                for listener in self.arrival_listeners:
+                    listener(d.topic, d.queue_id, d.queue_offset + 1)
+
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        """Store ``msgs`` as consecutive records; in SYNC_FLUSH returns once their bytes are fsynced."""
+        r = self._append(msgs)
+        if isinstance(r, PutMessageResult):
+            return r
+        result = self._ok(r, len(msgs))
+        if self._needs_flush_wait(msgs):
+            assert self._group_commit is not None
+            waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes)
+            self._group_commit.submit(waiter)
+            if not waiter.wait(self.config.sync_flush_timeout / 1000):
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
+        self._after_put(r)
+        return result
+
+    async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        return await self.put_messages_async([msg])
+
+    async def put_messages_async(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        """``put_messages`` for asyncio: the flush wait does not block the event loop."""
+        r = self._append(msgs)
+        if isinstance(r, PutMessageResult):
+            return r
+        result = self._ok(r, len(msgs))
+        if self._needs_flush_wait(msgs):
+            assert self._group_commit is not None
+            waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, asyncio.get_running_loop())
+            self._group_commit.submit(waiter)
+            if not await waiter.wait_async(self.config.sync_flush_timeout / 1000):
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
+        self._after_put(r)
+        return result
+
+    # == dispatch (ConsumeQueue and index) ============================================================
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        cq = self.consume_queues.get(key)
+        if cq is None and create:
+            with self._cq_lock:
+                cq = self.consume_queues.get(key)
+                if cq is None:
+                    cq = ConsumeQueue(topic, queue_id, self.config.store_path_consume_queue,
+                                      self.config.mapped_file_size_consume_queue)
+                    self.consume_queues = {**self.consume_queues, key: cq}
+        return cq
+
+    def _dispatch(self, reqs: list[DispatchRequest]) -> None:
+        first = reqs[0]
+        if len(reqs) > 1 and all(r.topic == first.topic and r.queue_id == first.queue_id
+                                 and not no_queue_offset(r.sys_flag) for r in reqs):
+            cq = self.find_consume_queue(first.topic, first.queue_id)
+            assert cq is not None
+            entries = np.empty(len(reqs), CQ_ENTRY_DTYPE)
+            entries["offset"] = [r.phys_offset for r in reqs]
+            entries["size"] = [r.size for r in reqs]
+            entries["tag"] = [r.tags_code for r in reqs]
+            cq.put_entries(first.queue_offset, entries)
+            if self.config.message_index_enable:
+                for r in reqs:
+                    self._build_index(r)
+        else:
+            for r in reqs:
+                self.dispatch_one(r)
+        last = reqs[-1]
+        self.dispatched_offset = last.phys_offset + last.size
+
+    def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
+        if not no_queue_offset(r.sys_flag):
+            cq = self.find_consume_queue(r.topic, r.queue_id)
+            assert cq is not None
+            cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
+        if index and self.config.message_index_enable:
+            self._build_index(r)
+
+    def _build_index(self, r: DispatchRequest) -> None:
+        if (r.sys_flag & 0xC) == 0xC:  # rolled-back transaction messages are not indexed
+            return
+        if r.uniq_key or r.keys:
+            self.index_service.build_index(r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset,
+                                           r.store_timestamp)
+
+    def _set_safe_offsets(self) -> None:
+        cp = self.checkpoint
+        cp.physic_safe_offset = self.commit_log.flushed_where
+        cp.logics_safe_offset = cp.index_safe_offset = self.dispatched_offset
+
+    def flush_logics_and_checkpoint(self, least_pages: int) -> None:
+        """Flush consume queues and index files, then advance the checkpoint's safe offsets."""
+        with self._logics_flush_lock:
+            dispatched = self.dispatched_offset  # everything below is in the CQ / index files now
+            for cq in list(self.consume_queues.values()):
+                cq.flush(least_pages)
+            self.index_service.flush()
+            cp = self.checkpoint
+            now = int(time.time() * 1000)
+            if least_pages == 0 or dispatched > cp.logics_safe_offset:
+                cp.logics_safe_offset = cp.index_safe_offset = dispatched
+                cp.logics_msg_timestamp = cp.index_msg_timestamp = now
+            cp.physic_safe_offset = self.commit_log.flushed_where
+            cp.flush()
+
+    # == reading =====================================================================================
+    def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
+                     tag_codes: Collection[int] | None = None) -> GetMessageResult:
+        """Up to ``max_count`` stored records of a queue from ``offset``, filtered by tags codes.
+
+        ``tag_codes`` None (or empty) means every message; otherwise only messages whose ConsumeQueue
+        tags code is in it. Records come as views of the mapped commit log, never copies.
+        """
+        c = self.config
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset, cq.max_offset
+        if max_off == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off,
+                                    min_off, max_off)
+        max_count = max(1, min(max_count, c.max_transfer_count_on_message_in_memory))
+        entries = cq.get_entries(offset, max(c.max_filter_message_count // 20, max_count))
+        if len(entries) == 0:
+            next_file = (offset // cq.entries_per_file + 1) * cq.entries_per_file
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_off, max_off)
+        sizes = entries["size"]
+        phys = entries["offset"]
+        mask = (sizes != BLANK_ENTRY_SIZE) & (phys >= self.commit_log.min_offset)
+        removed = not mask.any()
+        if tag_codes:
+            mask &= np.isin(entries["tag"], np.fromiter(tag_codes, np.int64))
+        picked = np.flatnonzero(mask)[:max_count]
+        scanned = len(entries)
+        if picked.size:
+            cum = np.cumsum(sizes[picked].astype(np.int64))
+            fit = max(1, int(np.searchsorted(cum, c.max_transfer_bytes_on_message_in_memory, side="right")))
+            if fit < picked.size:
+                picked = picked[:fit]
+            if picked.size == max_count or fit < len(cum):
+                scanned = int(picked[-1]) + 1
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset + scanned, min_off, max_off)
+        total = 0
+        get_data = self.commit_log.get_data
+        for i in picked.tolist():
+            view = get_data(int(phys[i]), int(sizes[i]))
+            if view is None:
+                continue
+            result.buffers.append(view)
+            result.queue_offsets.append(offset + i)
+            total += len(view)
+        del entries, sizes, phys
+        result.buffer_total_size = total
+        if result.buffers:
+            result.status = GetMessageStatus.FOUND
+        elif removed:
+            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        return result
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.max_offset if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.min_offset if cq else 0
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        entry = cq.get_entry(queue_offset) if cq else None
+        return entry[0] if entry else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` ms (max offset if none)."""
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp, self.commit_log.store_timestamp_at)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        entry = cq.get_entry(queue_offset) if cq else None
+        if entry is None or entry[1] == BLANK_ENTRY_SIZE:
+            return -1
+        ts = self.commit_log.store_timestamp_at(entry[0], entry[1])
+        return -1 if ts is None else ts
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the oldest message still in the queue; -1 when there is none."""
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return -1
+        for off in range(cq.min_offset, cq.max_offset):
+            ts = self.get_message_store_timestamp(topic, queue_id, off)
+            if ts >= 0:
+                return ts
+        return -1
+
+    def get_min_phy_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    def get_max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    def select_one_message_by_offset(self, phys_offset: int, size: int | None = None) -> memoryview | None:
+        """The stored record at ``phys_offset`` (a view), or None when there is no intact record there."""
+        if size is None:
+            size = self.commit_log.record_size_at(phys_offset)
+            if size is None:
+                return None
+        if phys_offset < self.commit_log.min_offset or phys_offset + size > self.commit_log.max_offset:
+            return None
+        return self.commit_log.get_data(phys_offset, size)
+
+    def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
+        view = self.select_one_message_by_offset(phys_offset, size)
+        if view is None:
+            return None
+        try:
+            return decode_record(view)
+        except MessageFormatError:
+            return None
+
+    def query_message(self, topic: str, key: str, max_num: int | None = None, begin: int = 0,
+                      end: int | None = None) -> QueryMessageResult:
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY is ``key``, stored in [begin, end] ms, newest first."""
+        limit = min(max_num or self.config.max_msgs_num_batch, self.config.max_msgs_num_batch)
+        end = int(time.time() * 1000) + 1000 if end is None else end
+        out = QueryMessageResult()
+        seen: set[int] = set()
+        # Ask for more than the limit: stale or colliding index entries are dropped below.
+        for phys in self.index_service.query(topic, key, limit * 4, begin, end):
+            if phys in seen:
+                continue
+            seen.add(phys)
+            view = self.select_one_message_by_offset(phys)
+            if view is None:
+                continue
+            try:
+                msg = decode_record(view)
+            except MessageFormatError:
+                continue
+            if msg.topic != topic or (msg.uniq_key != key and key not in msg.keys):
+                continue
+            out.messages.append(msg)
+            out.buffers.append(view)
+            if len(out.messages) >= limit:
+                break
+        return out
+
+    # == topics, retention, disk ======================================================================
+    def delete_topics(self, topics: Collection[str]) -> int:
+        """Delete the consume queues of ``topics`` (their records age out of the commit log)."""
+        gone = 0
+        with self.commit_log.put_lock, self._cq_lock:
+            remaining = dict(self.consume_queues)
+            for key in [k for k in remaining if k[0] in topics]:
+                remaining.pop(key).destroy()
+                self.commit_log.topic_queue_table.pop(key, None)
+                gone += 1
+            self.consume_queues = remaining
+        for t in topics:
+            try:
+                os.rmdir(os.path.join(self.config.store_path_consume_queue, t))
+            except OSError:
+                pass
+            self.consumer_offsets.remove_topic(t)
+        return gone
+
+    def clean_logics(self, commit_log_min_offset: int) -> None:
+        for cq in list(self.consume_queues.values()):
+            cq.delete_expired(commit_log_min_offset)
+        self.index_service.delete_expired(commit_log_min_offset)
+
+    def clean_expired_files(self, now: float | None = None, manual: bool = True) -> int:
+        """Run one retention round now (``manual``: as if at the delete hour). Returns segments deleted."""
+        return self.clean_service.clean(time.time() if now is None else now, manual=manual)
+
+    def check_disk_space(self) -> float:
+        """Update the disk-full flag from the commit log disk's usage; returns the usage ratio."""
+        path = self.config.store_path_commit_log
+        ratio = disk_usage_ratio(path if os.path.isdir(path) else self.root)
+        limit = self.config.disk_space_warning_level_ratio
+        full = ratio > limit
+        if full != self.disk_full:
+            if full:
+                log.error("disk usage %.1f%% is above %.0f%%: refusing writes", ratio * 100, limit * 100)
+            else:
+                log.info("disk usage %.1f%% is below the limit again: accepting writes", ratio * 100)
+        self.disk_full = full
+        self.disk_full_remark = (f"the broker's disk is full: usage {ratio * 100:.1f}% is above "
+                                 f"disk_space_warning_level_ratio {limit * 100:.0f}%") if full else ""
+        return ratio
+
+    @property
+    def topic_queues(self) -> list[tuple[str, int]]:
+        return sorted(self.consume_queues)
+
+
+__all__ = ["MessageStore", "QueryMessageResult", "StoreConfigError"]

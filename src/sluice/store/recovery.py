@@ -1,0 +1,60 @@
+"""Start-up recovery: find where the valid commit log ends and make the ConsumeQueues and index agree.
+
+From the checkpoint's safe point (the lowest offset below which commit log, consume queues and index
+were all flushed) every record's magic, sizes, physical offset and body CRC are checked; the log is
+truncated at the first invalid record; consume-queue and index entries are rebuilt for the records
+after the safe point; consume-queue entries pointing past the log's end are dropped. After a clean
+shutdown the safe point is the log's end, so start-up is immediate.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sluice.store.commit_log import dispatch_request_of
+
+if TYPE_CHECKING:
+    from sluice.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+def recover(store: MessageStore, abnormal: bool) -> None:
+    cp = store.checkpoint
+    commit_log = store.commit_log
+    cfg = store.config
+    queue = commit_log.queue
+    if not queue.files:
+        start = 0
+    else:
+        start = cp.recover_from if cp.valid else queue.min_offset
+        last_end = queue.files[-1].file_from_offset + commit_log.file_size
+        if start < queue.min_offset or start > last_end:
+            start = queue.min_offset
+    if abnormal:
+        log.warning("the store was not shut down cleanly: checking the commit log from offset %d", start)
+    index_from = cp.index_safe_offset if cp.valid else 0
+    records = 0
+    for phys, record in commit_log.scan(start, cfg.check_crc_on_recover):
+        req = dispatch_request_of(phys, record)
+        store.dispatch_one(req, index=phys >= index_from)
+        records += 1
+        del record
+    end = commit_log.scan_end
+    if commit_log.scan_error:
+        log.warning("commit log: %s; truncating there (%d bytes dropped from the tail)", commit_log.scan_error,
+                    max(0, queue.max_offset - end))
+    commit_log.set_end(end)
+    if records:
+        log.info("recovery dispatched %d records from offset %d; commit log ends at %d", records, start, end)
+    for cq in list(store.consume_queues.values()):
+        dropped = cq.truncate_past(end)
+        if dropped:
+            log.warning("consume queue %s/%d: dropped %d entries past the commit log end", cq.topic, cq.queue_id,
+                        dropped)
+        cq.correct_min_offset(queue.min_offset)
+    commit_log.topic_queue_table = {
+        (cq.topic, cq.queue_id): cq.max_offset for cq in store.consume_queues.values()
+    }
+    store.dispatched_offset = end

@@ -1,0 +1,70 @@
+"""Retention and disk safety (RocketMQ CleanCommitLogService / CleanConsumeQueueService).
+
+Expired commit-log segments (older than ``file_reserved_time`` hours) are deleted at the ``delete_when``
+hour, or at any hour once disk usage passes ``disk_max_used_space_ratio``; past
+``disk_space_clean_forcibly_ratio`` the oldest segments go even if not expired. Consume-queue and index
+files whose messages are all gone follow, moving the queues' min offsets. Past
+``disk_space_warning_level_ratio`` the store refuses writes until space comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+from sluice.store.service_thread import ServiceThread
+
+if TYPE_CHECKING:
+    from sluice.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+def disk_usage_ratio(path: str) -> float:
+    usage = shutil.disk_usage(path)
+    return usage.used / usage.total if usage.total else 0.0
+
+
+class CleanCommitLogService(ServiceThread):
+    name = "clean-commit-log"
+
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__(store.config.clean_resource_interval / 1000)
+        self.store = store
+
+    def run_once(self) -> None:
+        self.clean(time.time())
+
+    def is_time_to_delete(self, now: float) -> bool:
+        hour = time.localtime(now).tm_hour
+        hours = {int(h) for h in self.store.config.delete_when.split(";") if h.strip().isdigit()}
+        return hour in hours
+
+    def clean(self, now: float, manual: bool = False) -> int:
+        """One round: returns how many commit-log segments were deleted."""
+        cfg = self.store.config
+        ratio = self.store.check_disk_space()
+        space_full = ratio > cfg.disk_max_used_space_ratio / 100
+        forcibly = ratio > cfg.disk_space_clean_forcibly_ratio
+        if not (manual or space_full or self.is_time_to_delete(now)):
+            return 0
+        reserved_s = cfg.file_reserved_time * 3600
+        queue = self.store.commit_log.queue
+        deleted = 0
+        for mf in list(queue.files[:-1]):
+            if deleted >= cfg.delete_files_batch_max:
+                break
+            expired = mf.last_modified() + reserved_s <= now
+            if not (expired or forcibly):
+                break
+            log.info("deleting commit log segment %s (%s)", mf.path, "expired" if expired else "disk full")
+            queue.delete_first_files(1)
+            deleted += 1
+            if forcibly and not expired:
+                forcibly = disk_usage_ratio(queue.directory) > cfg.disk_space_clean_forcibly_ratio
+        if deleted:
+            self.store.clean_logics(queue.min_offset)
+            self.store.check_disk_space()
+        return deleted
