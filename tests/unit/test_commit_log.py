@@ -1,0 +1,77 @@
+"""CommitLog segments roll over without ever splitting a record; offsets and bytes are exact."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+from sluice.common.message_codec import check_record, decode_record
+from sluice.common.sysflag import BLANK_MAGIC_CODE
+from sluice.store import MessageStore, PutMessageStatus
+
+from .helpers import msg, read_queue
+
+
+def test_records_never_straddle_segments(store: MessageStore):
+    rng = random.Random(7)
+    bodies = [rng.randbytes(rng.randint(0, 6000)) for _ in range(400)]
+    results = [store.put_message(msg(body=b, queue_id=i % 3)) for i, b in enumerate(bodies)]
+    assert all(r.ok for r in results)
+    files = store.commit_log.queue.files
+    assert len(files) > 5
+    size = store.config.mapped_file_size_commit_log
+    seen = 0
+    for mf in files:
+        assert os.path.basename(mf.path) == f"{mf.file_from_offset:020d}"
+        pos = 0
+        while True:
+            n = check_record(mf.buf, pos, size)
+            if n == 0:
+                assert mf is files[-1]
+                break
+            if n < 0:
+                total, magic = struct.unpack_from(">ii", mf.buf, pos)
+                assert magic == BLANK_MAGIC_CODE and pos + total == size
+                break
+            assert pos + n <= size
+            m = decode_record(mf.buf, pos)
+            assert m.commit_log_offset == mf.file_from_offset + pos
+            seen += 1
+            pos += n
+    assert seen == len(bodies)
+    got = sorted((m for q in range(3) for m in read_queue(store, "T", q)), key=lambda m: m.commit_log_offset)
+    assert [m.body for m in got] == bodies
+
+
+def test_put_result_reports_offsets_and_size(store: MessageStore):
+    r1 = store.put_message(msg(body=b"a" * 10))
+    r2 = store.put_message(msg(body=b"b" * 20))
+    assert r1.wrote_offset == 0 and r1.wrote_bytes == 91 + 10 + 1 + 0
+    assert r2.wrote_offset == r1.wrote_bytes and r2.queue_offset == 1
+    assert r2.store_timestamp >= r1.store_timestamp > 0
+    m = store.look_message_by_offset(r2.wrote_offset)
+    assert m is not None and m.body == b"b" * 20 and m.queue_offset == 1 and m.born_host == "10.0.0.1:5000"
+    assert m.store_host == store.config.store_host
+
+
+def test_batch_is_one_append_with_consecutive_queue_offsets(store: MessageStore):
+    store.put_message(msg(queue_id=2))
+    r = store.put_messages([msg(body=f"m{i}".encode(), queue_id=2, tags="t") for i in range(32)])
+    assert r.ok and r.msg_num == 32 and r.queue_offset == 1
+    assert r.phys_offsets[0] == r.wrote_offset and len(r.phys_offsets) == 32
+    got = read_queue(store, "T", 2)
+    assert [m.queue_offset for m in got] == list(range(33))
+    assert [m.body for m in got[1:]] == [f"m{i}".encode() for i in range(32)]
+
+
+def test_batch_larger_than_a_segment_is_refused(store: MessageStore):
+    r = store.put_messages([msg(body=b"x" * 40_000), msg(body=b"y" * 40_000)])
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "segment" in r.remark
+    assert store.get_max_phy_offset() == 0
+
+
+def test_select_by_offset_rejects_non_record_offsets(store: MessageStore):
+    r = store.put_message(msg(body=b"abc"))
+    assert store.look_message_by_offset(r.wrote_offset + 3) is None
+    assert store.look_message_by_offset(10**9) is None

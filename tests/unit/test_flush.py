@@ -1,0 +1,98 @@
+"""Flushing: SYNC acks only after fsync, concurrent puts share fsyncs, a slow disk yields FLUSH_DISK_TIMEOUT."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from sluice.common.config import MessageStoreConfig
+from sluice.store import MessageStore, PutMessageStatus
+from sluice.store import mapped_file as mapped_file_module
+
+from .helpers import msg
+
+
+class CountingSync:
+    """Wraps os.fdatasync to count calls and optionally slow them down."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+        self.real = os.fdatasync
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        self.real(fd)
+
+
+def test_sync_put_returns_after_its_bytes_are_flushed(store_config: MessageStoreConfig):
+    with MessageStore(store_config.replace(flush_disk_type="SYNC")) as store:
+        for _ in range(20):
+            r = store.put_message(msg(body=b"x" * 100))
+            assert r.ok
+            assert store.commit_log.flushed_where >= r.wrote_offset + r.wrote_bytes
+
+
+def test_concurrent_sync_puts_share_fsyncs(store_config: MessageStoreConfig, monkeypatch: pytest.MonkeyPatch):
+    counter = CountingSync(delay=0.002)
+    monkeypatch.setattr(mapped_file_module.os, "fdatasync", counter)
+    with MessageStore(store_config.replace(flush_disk_type="SYNC", mapped_file_size_commit_log=1 << 20)) as store:
+        results: list = []
+
+        def writer(n: int) -> None:
+            for i in range(25):
+                results.append(store.put_message(msg(body=f"{n}-{i}".encode(), queue_id=n % 4)))
+
+        before = counter.calls
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(results) == 400 and all(r.ok for r in results)
+        assert counter.calls - before < 400 / 2  # group commit: far fewer fsyncs than puts
+        assert store.commit_log.flushed_where == store.commit_log.max_offset
+
+
+def test_async_api_waits_for_group_commit(store_config: MessageStoreConfig):
+    async def main(store: MessageStore) -> list:
+        return await asyncio.gather(*(store.put_message_async(msg(body=str(i).encode())) for i in range(64)))
+
+    with MessageStore(store_config.replace(flush_disk_type="SYNC")) as store:
+        results = asyncio.run(main(store))
+        assert all(r.ok for r in results)
+        assert sorted(r.queue_offset for r in results) == list(range(64))
+        assert store.commit_log.flushed_where >= max(r.wrote_offset + r.wrote_bytes for r in results)
+
+
+def test_slow_disk_yields_flush_disk_timeout(store_config: MessageStoreConfig, monkeypatch: pytest.MonkeyPatch):
+    with MessageStore(store_config.replace(flush_disk_type="SYNC", sync_flush_timeout=100)) as store:
+        monkeypatch.setattr(mapped_file_module.os, "fdatasync", CountingSync(delay=0.5))
+        r = store.put_message(msg())
+        assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "100 ms" in r.remark
+        monkeypatch.undo()
+
+
+def test_async_flush_acks_at_once_and_flushes_within_the_interval(store_config: MessageStoreConfig):
+    with MessageStore(store_config.replace(flush_interval_commit_log=50, flush_commit_log_least_pages=0)) as store:
+        r = store.put_message(msg(body=b"x" * 1000))
+        assert r.ok
+        deadline = time.monotonic() + 2
+        while store.commit_log.flushed_where < r.wrote_offset + r.wrote_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.commit_log.flushed_where >= r.wrote_offset + r.wrote_bytes
+
+
+def test_wait_false_does_not_wait_for_the_flush(store_config: MessageStoreConfig, monkeypatch: pytest.MonkeyPatch):
+    with MessageStore(store_config.replace(flush_disk_type="SYNC", sync_flush_timeout=100)) as store:
+        monkeypatch.setattr(mapped_file_module.os, "fdatasync", CountingSync(delay=0.3))
+        m = msg()
+        m.properties["WAIT"] = "false"
+        assert store.put_message(m).status is PutMessageStatus.PUT_OK
+        monkeypatch.undo()

@@ -1,0 +1,55 @@
+"""IndexFile: query by key and time range, across slot collisions and several index files."""
+
+from __future__ import annotations
+
+import time
+
+from sluice.store import MessageStore
+from sluice.store.index_file import INDEX_HEADER, IndexFile, index_file_size
+
+from .helpers import msg
+
+
+def test_query_by_key_finds_every_match_newest_first(store: MessageStore):
+    # 64 slots, 400 entries per file, two keys per message: collisions and three index files.
+    for i in range(500):
+        store.put_message(msg(body=str(i).encode(), keys=f"order-{i % 50} extra-{i}", uniq=f"U{i:06d}"))
+    assert len(store.index_service.files) >= 3
+    found = store.query_message("T", "order-7", max_num=64)
+    assert [m.body for m in found.messages] == [str(i).encode() for i in range(457, -1, -50)]
+    assert store.query_message("T", "extra-123").messages[0].body == b"123"
+    assert store.query_message("T", "U000321").messages[0].body == b"321"
+    assert store.query_message("T", "absent").messages == []
+    assert store.query_message("other", "order-7").messages == []
+
+
+def test_query_limit_caps_results(store: MessageStore):
+    for i in range(40):
+        store.put_message(msg(body=str(i).encode(), keys="same"))
+    assert len(store.query_message("T", "same", max_num=5).messages) == 5
+    assert len(store.query_message("T", "same", max_num=1000).messages) == 40
+
+
+def test_query_honours_time_range(store: MessageStore):
+    first = [store.put_message(msg(body=b"old", keys="k")) for _ in range(3)]
+    time.sleep(2.1)  # index entries keep seconds since the file began
+    later = [store.put_message(msg(body=b"new", keys="k")) for _ in range(2)]
+    t_split = later[0].store_timestamp
+    assert [m.body for m in store.query_message("T", "k", begin=t_split).messages] == [b"new", b"new"]
+    old = store.query_message("T", "k", begin=0, end=first[-1].store_timestamp)
+    assert [m.body for m in old.messages] == [b"old"] * 3
+
+
+def test_index_file_header_layout(tmp_path):
+    f = IndexFile(str(tmp_path / "20260101000000000"), 8, 16)
+    assert f.mf.file_size == index_file_size(8, 16) == 40 + 8 * 4 + 16 * 20
+    for i in range(15):
+        assert f.put_key(f"T#k{i}", 1000 + i, 5_000 + i * 1000)
+    assert not f.put_key("T#full", 2000, 99_999)  # entry number 0 is never used: 15 fit in 16
+    begin_ts, end_ts, begin_phy, end_phy, slots_used, count = INDEX_HEADER.unpack_from(f.mf.buf, 0)
+    assert (begin_ts, end_ts, begin_phy, end_phy, count) == (5000, 19_000, 1000, 1014, 16)
+    assert 1 <= slots_used <= 8
+    out: list[int] = []
+    f.select("T#k3", 0, 10**12, 10, out)
+    assert out == [1003]
+    f.close()

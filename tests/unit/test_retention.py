@@ -1,0 +1,57 @@
+"""Retention deletes expired segments, and consume-queue / index min offsets follow; disk safety."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from sluice.common.config import MessageStoreConfig
+from sluice.store import GetMessageStatus, MessageStore, PutMessageStatus
+
+from .helpers import msg, read_queue
+
+
+def test_expired_segments_are_deleted_and_min_offsets_follow(store_config: MessageStoreConfig):
+    cfg = store_config.replace(max_index_num=64)
+    with MessageStore(cfg) as store:
+        for i in range(900):
+            store.put_message(msg(body=bytes(300) + str(i).encode(), queue_id=i % 2, keys=f"k{i}"))
+        files = store.commit_log.queue.files
+        assert len(files) >= 5
+        old = time.time() - 73 * 3600
+        for mf in files[:3]:
+            os.utime(mf.path, (old, old))
+        os.utime(files[-1].path, (old, old))  # the segment being written is never deleted
+        boundary = files[3].file_from_offset
+        index_files_before = len(store.index_service.files)
+
+        assert store.clean_expired_files(manual=False) == 0 or time.localtime().tm_hour == 4
+        assert store.clean_expired_files() == 3
+        assert store.get_min_phy_offset() == boundary
+        assert not any(os.path.exists(mf.path) for mf in files[:3])
+        assert len(store.index_service.files) < index_files_before
+        for q in range(2):
+            cq_min = store.get_min_offset_in_queue("T", q)
+            assert cq_min > 0
+            r = store.get_messages("g", "T", q, 0, 32)
+            assert r.status is GetMessageStatus.OFFSET_TOO_SMALL and r.next_begin_offset == cq_min
+            remaining = read_queue(store, "T", q, cq_min)
+            assert remaining[0].commit_log_offset >= boundary
+            assert remaining[-1].body.endswith(str(898 + q).encode())
+            assert store.get_earliest_message_time("T", q) == remaining[0].store_timestamp
+        assert store.query_message("T", "k1").messages == []
+        assert store.query_message("T", "k899").messages[0].body.endswith(b"899")
+    with MessageStore(cfg) as store:  # the new minimums hold after a restart
+        assert store.get_min_phy_offset() == boundary
+        assert read_queue(store, "T", 0, store.get_min_offset_in_queue("T", 0))[0].commit_log_offset >= boundary
+
+
+def test_full_disk_refuses_writes_with_a_clear_status(store_config: MessageStoreConfig):
+    with MessageStore(store_config.replace(disk_space_warning_level_ratio=0.0)) as store:
+        r = store.put_message(msg())
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "disk is full" in r.remark
+        assert store.get_max_phy_offset() == 0
+        store.config.disk_space_warning_level_ratio = 1.0
+        store.check_disk_space()
+        assert store.put_message(msg()).ok
