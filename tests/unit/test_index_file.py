@@ -46,6 +46,7 @@ def test_index_file_header_layout(tmp_path):
     for i in range(15):
         assert f.put_key(f"T#k{i}", 1000 + i, 5_000 + i * 1000)
     assert not f.put_key("T#full", 2000, 99_999)  # entry number 0 is never used: 15 fit in 16
+    f.flush()  # the header is written at flush
     begin_ts, end_ts, begin_phy, end_phy, slots_used, count = INDEX_HEADER.unpack_from(f.mf.buf, 0)
     assert (begin_ts, end_ts, begin_phy, end_phy, count) == (5000, 19_000, 1000, 1014, 16)
     assert 1 <= slots_used <= 8

@@ -25,7 +25,7 @@ def encode_properties(props: dict[str, str]) -> bytes:
     """Encode properties as Java does (no trailing separator)."""
     if not props:
         return b""
-    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items()).encode("utf-8")
+    return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items())).encode("utf-8")
 
 
 def decode_properties(data: bytes | str) -> dict[str, str]:

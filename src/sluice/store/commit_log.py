@@ -82,6 +82,10 @@ class SegmentOverflow(Exception):
     """The records cannot fit in one segment, however empty."""
 
 
+class PropertiesTooLarge(Exception):
+    """A message's encoded properties exceed ``max_properties_size``."""
+
+
 def tags_code_of(tags: str | None) -> int:
     return tag_hash_code(tags) if tags else 0
 
@@ -124,10 +128,13 @@ class CommitLog:
         """
         prepared = []
         default_store = self.default_store_host
+        max_props = self.config.max_properties_size
         for m in msgs:
             topic_b = m.topic.encode("utf-8")
             props = m.properties
             props_b = m.properties_bytes()
+            if len(props_b) > max_props:
+                raise PropertiesTooLarge(f"properties of {len(props_b)} bytes exceed {max_props} bytes")
             body = m.body
             total = RECORD_FIXED_SIZE + len(body) + len(topic_b) + len(props_b)
             tail = b"".join((_TAIL_TOPIC.pack(len(topic_b)), topic_b, _TAIL_PROPS.pack(len(props_b)), props_b))

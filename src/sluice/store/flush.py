@@ -41,11 +41,19 @@ class FlushWaiter:
         return self.event.wait(timeout) and self.ok
 
     async def wait_async(self, timeout: float) -> bool:
-        assert self.future is not None
+        """Await the flush; False on timeout or failure. A timer, not ``wait_for``: far cheaper per put."""
+        fut = self.future
+        assert fut is not None and self.loop is not None
+        timer = self.loop.call_later(timeout, _expire, fut)
         try:
-            return await asyncio.wait_for(asyncio.shield(self.future), timeout)
-        except TimeoutError:
-            return False
+            return await fut
+        finally:
+            timer.cancel()
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
 
 
 def _resolve_futures(items: list[tuple[asyncio.Future[bool], bool]]) -> None:

@@ -16,7 +16,7 @@ import struct
 import threading
 from typing import Final
 
-from sluice.common.hashing import index_key_hash
+from sluice.common.hashing import index_key_hash, index_key_hashes
 from sluice.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -82,10 +82,14 @@ class IndexFile:
             self.end_phy_offset = phy_offset
         if store_timestamp > self.end_timestamp:
             self.end_timestamp = store_timestamp
-        INDEX_HEADER.pack_into(buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                               self.end_phy_offset, self.hash_slot_count, self.index_count)
         self.dirty = True
         return True
+
+    def write_header(self) -> None:
+        """Write the header (done at flush: a stale header after a crash only hides the newest entries,
+        which recovery indexes again from the checkpoint)."""
+        INDEX_HEADER.pack_into(self.mf.buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                               self.end_phy_offset, self.hash_slot_count, self.index_count)
 
     def overlaps(self, begin: int, end: int) -> bool:
         return self.index_count > 1 and self.begin_timestamp <= end and self.end_timestamp >= begin
@@ -114,11 +118,14 @@ class IndexFile:
     def flush(self) -> None:
         if self.dirty:
             self.dirty = False
+            self.write_header()
             self.mf.wrote_position = self.mf.file_size
             self.mf.flushed_position = 0
             self.mf.flush()
 
     def close(self) -> None:
+        if self.dirty and not self.mf._closed:
+            self.write_header()
         self.mf.close()
 
     def destroy(self) -> None:
@@ -169,6 +176,31 @@ class IndexService:
             self._put(prefix + uniq_key, phy_offset, store_timestamp)
         for k in keys:
             self._put(prefix + k, phy_offset, store_timestamp)
+
+    def build_index_batch(self, items: list[tuple[str, list[str], str | None, int, int]]) -> None:
+        """Index many messages: (topic, keys, uniq key, commit-log offset, store timestamp) each.
+
+        Key hashes are computed for the whole batch at once (``index_key_hashes``).
+        """
+        keys: list[str] = []
+        where: list[tuple[int, int]] = []
+        for topic, msg_keys, uniq_key, phy, ts in items:
+            prefix = topic + "#"
+            if uniq_key:
+                keys.append(prefix + uniq_key)
+                where.append((phy, ts))
+            for k in msg_keys:
+                keys.append(prefix + k)
+                where.append((phy, ts))
+        if not keys:
+            return
+        hashes = index_key_hashes(keys).tolist() if len(keys) > 4 else [index_key_hash(k) for k in keys]
+        f = self.files[-1] if self.files else self._new_file()
+        for h, (phy, ts) in zip(hashes, where, strict=True):
+            if not f.put_hashed(h, phy, ts):
+                f.flush()
+                f = self._new_file()
+                f.put_hashed(h, phy, ts)
 
     def _put(self, key: str, phy_offset: int, store_timestamp: int) -> None:
         f = self.files[-1] if self.files else self._new_file()

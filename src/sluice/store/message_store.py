@@ -28,6 +28,7 @@ from sluice.store.commit_log import (
     AppendResult,
     CommitLog,
     DispatchRequest,
+    PropertiesTooLarge,
     SegmentOverflow,
     no_queue_offset,
     split_keys,
@@ -213,9 +214,6 @@ class MessageStore:
                                         f"{c.max_message_size}")
             if m.queue_id < 0:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {m.queue_id} is negative")
-            if m.properties and len(m.properties_bytes()) > c.max_properties_size:
-                return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                                        f"properties exceed {c.max_properties_size} bytes")
         return None
 
     def _append(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | AppendResult:
@@ -226,6 +224,8 @@ class MessageStore:
             return self.commit_log.append(msgs, self._dispatch)
         except SegmentOverflow as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
+        except PropertiesTooLarge as exc:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, str(exc))
         except (MessageFormatError, UnicodeEncodeError) as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
         except OSError as exc:
@@ -309,8 +309,9 @@ class MessageStore:
             entries["tag"] = [r.tags_code for r in reqs]
             cq.put_entries(first.queue_offset, entries)
             if self.config.message_index_enable:
-                for r in reqs:
-                    self._build_index(r)
+                self.index_service.build_index_batch([
+                    (r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset, r.store_timestamp)
+                    for r in reqs if (r.uniq_key or r.keys) and (r.sys_flag & 0xC) != 0xC])
         else:
             for r in reqs:
                 self.dispatch_one(r)
@@ -375,40 +376,55 @@ class MessageStore:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off,
                                     min_off, max_off)
         max_count = max(1, min(max_count, c.max_transfer_count_on_message_in_memory))
-        entries = cq.get_entries(offset, max(c.max_filter_message_count // 20, max_count))
+        entries = cq.get_entries(offset, max(c.max_filter_message_count // 20, max_count) if tag_codes else max_count)
         if len(entries) == 0:
             next_file = (offset // cq.entries_per_file + 1) * cq.entries_per_file
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_off, max_off)
-        sizes = entries["size"]
-        phys = entries["offset"]
-        mask = (sizes != BLANK_ENTRY_SIZE) & (phys >= self.commit_log.min_offset)
-        removed = not mask.any()
         if tag_codes:
-            mask &= np.isin(entries["tag"], np.fromiter(tag_codes, np.int64))
-        picked = np.flatnonzero(mask)[:max_count]
+            picked = np.flatnonzero(np.isin(entries["tag"], np.fromiter(tag_codes, np.int64)))
+            rel = picked.tolist()
+            phys = entries["offset"][picked].tolist()
+            sizes = entries["size"][picked].tolist()
+        else:
+            rel = range(len(entries))
+            phys = entries["offset"].tolist()
+            sizes = entries["size"].tolist()
         scanned = len(entries)
-        if picked.size:
-            cum = np.cumsum(sizes[picked].astype(np.int64))
-            fit = max(1, int(np.searchsorted(cum, c.max_transfer_bytes_on_message_in_memory, side="right")))
-            if fit < picked.size:
-                picked = picked[:fit]
-            if picked.size == max_count or fit < len(cum):
-                scanned = int(picked[-1]) + 1
-        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset + scanned, min_off, max_off)
+        del entries
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, 0, min_off, max_off)
+        buffers, queue_offsets = result.buffers, result.queue_offsets
+        max_bytes = c.max_transfer_bytes_on_message_in_memory
+        min_phy = self.commit_log.min_offset
         total = 0
-        get_data = self.commit_log.get_data
-        for i in picked.tolist():
-            view = get_data(int(phys[i]), int(sizes[i]))
-            if view is None:
+        removed = 0
+        seg = None
+        seg_start = seg_end = 0
+        for i, off, size in zip(rel, phys, sizes, strict=True):
+            if size == BLANK_ENTRY_SIZE or off < min_phy:
+                removed += 1
                 continue
-            result.buffers.append(view)
-            result.queue_offsets.append(offset + i)
-            total += len(view)
-        del entries, sizes, phys
+            if buffers and (len(buffers) >= max_count or total + size > max_bytes):
+                scanned = queue_offsets[-1] - offset + 1
+                break
+            if not seg_start <= off < seg_end:
+                seg = self.commit_log.queue.find_by_offset(off)
+                if seg is None:
+                    removed += 1
+                    continue
+                seg_start = seg.file_from_offset
+                seg_end = seg_start + seg.file_size
+            pos = off - seg_start
+            if pos + size > seg.wrote_position:  # type: ignore[union-attr]
+                removed += 1
+                continue
+            buffers.append(seg.buf[pos : pos + size])  # type: ignore[union-attr]
+            queue_offsets.append(offset + i)
+            total += size
+        result.next_begin_offset = offset + scanned
         result.buffer_total_size = total
-        if result.buffers:
+        if buffers:
             result.status = GetMessageStatus.FOUND
-        elif removed:
+        elif removed and removed == len(sizes):
             result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
         return result
 

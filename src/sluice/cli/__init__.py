@@ -1,0 +1,1 @@
+"""The ``sluice`` command line."""
