@@ -1,22 +1,35 @@
 """Java's String.hashCode, which RocketMQ uses for tag codes and index key hashes."""
 
+import sys
 from functools import lru_cache
+from operator import mul
 
 import numpy as np
 
 _MASK32 = 0xFFFFFFFF
 
 
+# 31**k mod 2**32, highest power first: h = sum(c_i * 31**(n-1-i)) mod 2**32 equals Java's loop, and
+# summing products of small ints with map() keeps the work in C.
+_POW31_MOD: list[int] = []
+
+
+def _pow31_mod(n: int) -> list[int]:
+    while len(_POW31_MOD) < n:
+        _POW31_MOD.insert(0, (_POW31_MOD[0] * 31) & _MASK32 if _POW31_MOD else 1)
+    return _POW31_MOD[len(_POW31_MOD) - n :]
+
+
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode()`` of ``s``: h = 31*h + c over UTF-16 code units, as a signed int32."""
-    h = 0
-    if s.isascii():
-        for c in s.encode("ascii"):
-            h = (31 * h + c) & _MASK32
-    else:
-        data = s.encode("utf-16-be")
-        for i in range(0, len(data), 2):
-            h = (31 * h + ((data[i] << 8) | data[i + 1])) & _MASK32
+    units: bytes | memoryview = s.encode("ascii") if s.isascii() else memoryview(s.encode(_UTF16_NATIVE)).cast("H")
+    n = len(units)
+    if n > len(_POW31_MOD):
+        _pow31_mod(n)
+    h = sum(map(mul, units, _POW31_MOD[len(_POW31_MOD) - n :])) & _MASK32
     return h - 0x100000000 if h & 0x80000000 else h
 
 

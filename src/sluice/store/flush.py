@@ -76,7 +76,8 @@ class GroupCommitService(ServiceThread):
     def submit(self, waiter: FlushWaiter) -> None:
         with self._lock:
             self._requests.append(waiter)
-        self.wakeup()
+        if not self._wake.is_set():
+            self._wake.set()
 
     def run_once(self) -> None:
         with self._lock:
