@@ -82,6 +82,10 @@ class SegmentOverflow(Exception):
     """The records cannot fit in one segment, however empty."""
 
 
+class CommitLogClosed(Exception):
+    """The store shut down while this append waited for the put lock."""
+
+
 class PropertiesTooLarge(Exception):
     """A message's encoded properties exceed ``max_properties_size``."""
 
@@ -105,6 +109,7 @@ class CommitLog:
         self.put_lock = threading.Lock()
         self.default_store_host = host_to_bytes(config.store_host)
         self.begin_time_in_lock = 0.0  # when the current append started (0: none running)
+        self.closed = False
 
     # -- offsets ------------------------------------------------------------------------------------
     @property
@@ -149,6 +154,8 @@ class CommitLog:
 
         table = self.topic_queue_table
         with self.put_lock:
+            if self.closed:
+                raise CommitLogClosed("the message store is shut down")
             store_ts = int(time.time() * 1000)
             self.begin_time_in_lock = time.monotonic()
             try:

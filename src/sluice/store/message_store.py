@@ -27,6 +27,7 @@ from sluice.store.checkpoint import StoreCheckpoint
 from sluice.store.commit_log import (
     AppendResult,
     CommitLog,
+    CommitLogClosed,
     DispatchRequest,
     PropertiesTooLarge,
     SegmentOverflow,
@@ -142,8 +143,8 @@ class MessageStore:
         if not self.running:
             return
         self.running = False
-        with self.commit_log.put_lock:  # wait for an append in progress
-            pass
+        with self.commit_log.put_lock:  # let an append in progress finish; later ones are refused
+            self.commit_log.closed = True
         for s in reversed(self._services):
             s.stop()
         self._services.clear()
@@ -224,6 +225,8 @@ class MessageStore:
             return self.commit_log.append(msgs, self._dispatch)
         except SegmentOverflow as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
+        except CommitLogClosed as exc:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(exc))
         except PropertiesTooLarge as exc:
             return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, str(exc))
         except (MessageFormatError, UnicodeEncodeError) as exc:

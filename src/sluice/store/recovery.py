@@ -46,6 +46,12 @@ def recover(store: MessageStore, abnormal: bool) -> None:
         log.warning("commit log: %s; truncating there (%d bytes dropped from the tail)", commit_log.scan_error,
                     max(0, queue.max_offset - end))
     commit_log.set_end(end)
+    # What was read back is durable from here on (one fsync of the segment being written).
+    last = queue.last()
+    if last is not None:
+        last.flushed_position = 0
+        last.flush()
+    queue.flushed_where = end
     if records:
         log.info("recovery dispatched %d records from offset %d; commit log ends at %d", records, start, end)
     for cq in list(store.consume_queues.values()):
