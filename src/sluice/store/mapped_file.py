@@ -38,17 +38,27 @@ class MappedFile:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(os.path.basename(path))
-        created = not os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not os.path.exists(path):
+            # Size it under a temporary name, then rename: a crash never leaves a short segment behind.
+            tmp = path + ".creating"
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, file_size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+            fsync_dir(os.path.dirname(path))
+        self._fd = os.open(path, os.O_RDWR, 0o644)
         try:
             size = os.fstat(self._fd).st_size
             if size < file_size:
+                # Only a crash inside ``truncate_tail`` leaves this: the missing tail is zeros anyway.
+                log.warning("%s is %d bytes, short of %d: extending it with zeros", path, size, file_size)
                 os.ftruncate(self._fd, file_size)
+                os.fsync(self._fd)
             elif size > file_size:
                 raise ValueError(f"{path} is {size} bytes, larger than the configured {file_size}")
-            if created:
-                os.fsync(self._fd)
-                fsync_dir(os.path.dirname(path))
             self._mm = mmap.mmap(self._fd, file_size)
         except BaseException:
             os.close(self._fd)

@@ -32,12 +32,15 @@ class MappedFileQueue:
         """Open the segments on disk; every one counts as full until recovery says where writing ends."""
         if not os.path.isdir(self.directory):
             return
+        for n in os.listdir(self.directory):
+            if n.endswith(".creating"):  # a crash while creating a segment: it never held data
+                os.unlink(os.path.join(self.directory, n))
         names = sorted(n for n in os.listdir(self.directory) if _SEGMENT_NAME.match(n))
         files: list[MappedFile] = []
         for name in names:
             path = os.path.join(self.directory, name)
             size = os.path.getsize(path)
-            if size != self.file_size:
+            if size > self.file_size or (size < self.file_size and name != names[-1]):
                 for f in files:
                     f.close()
                 raise StoreError(f"{path} is {size} bytes but segments here are {self.file_size} bytes; "
@@ -117,18 +120,15 @@ class MappedFileQueue:
     # -- shrinking ----------------------------------------------------------------------------------
     def truncate_dirty(self, offset: int) -> None:
         """Drop everything from ``offset`` on: zero the tail of its segment and delete later segments."""
-        keep: list[MappedFile] = []
-        for mf in self.files:
-            end = mf.file_from_offset + self.file_size
-            if end <= offset:
-                keep.append(mf)
-            elif mf.file_from_offset <= offset:
-                mf.truncate_tail(offset - mf.file_from_offset)
-                mf.wrote_position = mf.flushed_position = offset - mf.file_from_offset
-                keep.append(mf)
-            else:
-                log.warning("deleting %s: it lies past the valid end %d", mf.path, offset)
-                mf.destroy()
+        keep = [mf for mf in self.files if mf.file_from_offset <= offset]
+        # Later segments go first, so a crash part-way leaves at most a short *last* segment.
+        for mf in reversed(self.files[len(keep):]):
+            log.warning("deleting %s: it lies past the valid end %d", mf.path, offset)
+            mf.destroy()
+        if keep and keep[-1].file_from_offset + self.file_size > offset:
+            mf = keep[-1]
+            mf.truncate_tail(offset - mf.file_from_offset)
+            mf.wrote_position = mf.flushed_position = offset - mf.file_from_offset
         with self._lock:
             self.files = keep
         if os.path.isdir(self.directory):

@@ -109,8 +109,8 @@ class MessageStore:
                 bool(self.commit_log.queue.files) and self.checkpoint.clean_shutdown_offset < 0)
             recover(self, self.abnormal_start)
             self.checkpoint.clean_shutdown_offset = -1
-            self._set_safe_offsets()
-            self.checkpoint.flush()
+            # What recovery rebuilt must be on disk before the checkpoint says it is.
+            self.flush_logics_and_checkpoint(0)
             with open(abort_path, "wb") as f:
                 os.fsync(f.fileno())
             fsync_dir(self.root)
@@ -335,11 +335,6 @@ class MessageStore:
         if r.uniq_key or r.keys:
             self.index_service.build_index(r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset,
                                            r.store_timestamp)
-
-    def _set_safe_offsets(self) -> None:
-        cp = self.checkpoint
-        cp.physic_safe_offset = self.commit_log.flushed_where
-        cp.logics_safe_offset = cp.index_safe_offset = self.dispatched_offset
 
     def flush_logics_and_checkpoint(self, least_pages: int) -> None:
         """Flush consume queues and index files, then advance the checkpoint's safe offsets."""
