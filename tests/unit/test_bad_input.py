@@ -49,3 +49,11 @@ def test_put_after_shutdown_is_refused(store_config: MessageStoreConfig):
 def test_store_directory_is_locked_against_a_second_open(store: MessageStore, store_config: MessageStoreConfig):
     with pytest.raises(StoreLockedError, match="in use"):
         MessageStore(store_config).start()
+
+
+def test_nul_in_properties_is_illegal(store: MessageStore):
+    m = msg()
+    m.properties["k"] = "a\0b"
+    r = store.put_message(m)
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "NUL" in r.remark
+    assert store.get_max_phy_offset() == 0

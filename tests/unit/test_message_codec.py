@@ -19,7 +19,7 @@ from sluice.common.message_codec import (
 from sluice.common.properties import decode_properties, encode_properties
 
 topics = st.from_regex(r"\A[%|a-zA-Z0-9_-]{1,127}\Z")
-prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=40)
+prop_text = st.text(st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), max_size=40)
 properties = st.dictionaries(prop_text.filter(bool), prop_text, max_size=8)
 hosts = st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
                   st.integers(0, 65535)).map(lambda t: f"{t[0]}.{t[1]}.{t[2]}.{t[3]}:{t[4]}")

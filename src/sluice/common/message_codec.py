@@ -7,8 +7,10 @@ PROPERTIESLENGTH PROPERTIES``, big-endian; 91 bytes plus body, topic and propert
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
+from functools import lru_cache
 from typing import Final
 
 from sluice.common.errors import MessageFormatError
@@ -32,6 +34,7 @@ POS_STORE_TIMESTAMP: Final = 56
 POS_BODY_LENGTH: Final = 84
 POS_BODY: Final = 88
 
+_TOPIC_BYTES: Final = re.compile(rb"^[%|a-zA-Z0-9_-]+$")
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _U8: Final = struct.Struct(">B")
@@ -123,11 +126,21 @@ def check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool 
     props_len = _I16.unpack_from(buf, props_pos)[0]
     if props_len < 0 or record_size(body_len, topic_len, props_len) != total:
         _bad("field lengths do not add up to the record size")
+    # The body CRC does not cover topic and properties: check what a torn write (zeros) would break.
+    if not _valid_topic_bytes(bytes(buf[pos + POS_BODY + body_len + 1 : props_pos])):
+        _bad("topic bytes are not a valid topic name")
+    if props_len and 0 in buf[props_pos + 2 : props_pos + 2 + props_len]:
+        _bad("NUL byte in properties")
     if check_crc:
         stored_crc = _I32.unpack_from(buf, pos + POS_BODY_CRC)[0]
         if body_crc(buf[pos + POS_BODY : pos + POS_BODY + body_len]) != stored_crc:
             _bad("body CRC mismatch")
     return total
+
+
+@lru_cache(maxsize=4096)
+def _valid_topic_bytes(topic: bytes) -> bool:
+    return bool(topic) and _TOPIC_BYTES.match(topic) is not None
 
 
 def _bad(reason: str) -> int:

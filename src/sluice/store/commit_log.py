@@ -140,6 +140,8 @@ class CommitLog:
             props_b = m.properties_bytes()
             if len(props_b) > max_props:
                 raise PropertiesTooLarge(f"properties of {len(props_b)} bytes exceed {max_props} bytes")
+            if b"\0" in props_b:
+                raise MessageFormatError("message properties may not contain NUL characters")
             body = m.body
             total = RECORD_FIXED_SIZE + len(body) + len(topic_b) + len(props_b)
             tail = b"".join((_TAIL_TOPIC.pack(len(topic_b)), topic_b, _TAIL_PROPS.pack(len(props_b)), props_b))

@@ -65,7 +65,9 @@ class IndexFile:
         buf = self.mf.buf
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         slot_value = _SLOT.unpack_from(buf, slot_pos)[0]
-        if slot_value <= 0 or slot_value > self.index_count:
+        if slot_value >= self.index_count:
+            slot_value = self._repair_chain(slot_value)
+        if slot_value <= 0:
             slot_value = 0
             self.hash_slot_count += 1
         if self.index_count == 1:
@@ -82,12 +84,25 @@ class IndexFile:
             self.end_phy_offset = phy_offset
         if store_timestamp > self.end_timestamp:
             self.end_timestamp = store_timestamp
+        INDEX_HEADER.pack_into(buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                               self.end_phy_offset, self.hash_slot_count, self.index_count)
         self.dirty = True
         return True
 
+    def _repair_chain(self, n: int) -> int:
+        """A slot pointing at or past the entry count (a header older than the slots, after a crash):
+        follow the chain down to the first entry the header still counts, so older entries stay found."""
+        for _ in range(self.index_num):
+            if n < self.index_count or n <= 0 or n >= self.index_num:
+                break
+            prev = INDEX_ENTRY.unpack_from(self.mf.buf, self._entries_base + n * INDEX_ENTRY_SIZE)[3]
+            if prev == n:
+                return 0
+            n = prev
+        return n if 0 < n < self.index_count else 0
+
     def write_header(self) -> None:
-        """Write the header (done at flush: a stale header after a crash only hides the newest entries,
-        which recovery indexes again from the checkpoint)."""
+        """Write the header (also done by every put, so that it never lags the slots)."""
         INDEX_HEADER.pack_into(self.mf.buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                                self.end_phy_offset, self.hash_slot_count, self.index_count)
 
@@ -100,7 +115,9 @@ class IndexFile:
         buf = self.mf.buf
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         n = _SLOT.unpack_from(buf, slot_pos)[0]
-        if n <= 0 or n >= self.index_count:
+        if n >= self.index_count:
+            n = self._repair_chain(n)
+        if n <= 0:
             return
         seen = 0
         while len(out) < max_num and 0 < n < self.index_count and seen < self.index_num:
