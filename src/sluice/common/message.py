@@ -54,21 +54,11 @@ def decode_message_id(msg_id: str) -> tuple[str, int]:
     return bytes_to_host(addr, port), offset
 
 
-@dataclass(slots=True)
-class MessageExtBrokerInner:
-    """A message on its way into the store."""
+class _PropertyAccessors:
+    """Well-known properties of a message, read from its ``properties`` dict."""
 
-    topic: str
-    body: bytes
-    queue_id: int = 0
-    flag: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: str = "127.0.0.1:0"
-    store_host: str | None = None
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
+    __slots__ = ()
+    properties: dict[str, str]
 
     @property
     def tags(self) -> str | None:
@@ -83,6 +73,24 @@ class MessageExtBrokerInner:
     def uniq_key(self) -> str | None:
         return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
+
+@dataclass(slots=True)
+class MessageExtBrokerInner(_PropertyAccessors):
+    """A message on its way into the store."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    store_host: str | None = None
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
     @property
     def wait_store_msg_ok(self) -> bool:
         return self.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
@@ -92,7 +100,7 @@ class MessageExtBrokerInner:
 
 
 @dataclass(slots=True)
-class MessageExt:
+class MessageExt(_PropertyAccessors):
     """A stored message, decoded from its record."""
 
     topic: str
@@ -112,18 +120,6 @@ class MessageExt:
     store_size: int
     body_crc: int
 
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        raw = self.properties.get(PROPERTY_KEYS)
-        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def offset_msg_id(self) -> str:

@@ -42,6 +42,7 @@ from sluice.common.sysflag import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from sluice.store.mapped_file import MappedFile
 from sluice.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -203,32 +204,28 @@ class CommitLog:
         return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, dispatch)
 
     # -- reading ------------------------------------------------------------------------------------
+    def _locate(self, phys_offset: int, size: int) -> tuple[MappedFile, int] | None:
+        """The segment and position of ``size`` written bytes at ``phys_offset``; None when not there."""
+        mf = self.queue.find_by_offset(phys_offset)
+        if mf is None:
+            return None
+        pos = phys_offset - mf.file_from_offset
+        return (mf, pos) if pos + size <= mf.wrote_position else None
+
     def get_data(self, phys_offset: int, size: int) -> memoryview | None:
         """A zero-copy view of ``size`` bytes at ``phys_offset``; None when that segment is gone."""
-        mf = self.queue.find_by_offset(phys_offset)
-        if mf is None:
-            return None
-        pos = phys_offset - mf.file_from_offset
-        if pos + size > mf.wrote_position:
-            return None
-        return mf.buf[pos : pos + size]
+        found = self._locate(phys_offset, size)
+        return found[0].buf[found[1] : found[1] + size] if found else None
 
     def store_timestamp_at(self, phys_offset: int, size: int) -> int | None:
-        mf = self.queue.find_by_offset(phys_offset)
-        if mf is None:
-            return None
-        pos = phys_offset - mf.file_from_offset
-        if pos + size > mf.wrote_position:
-            return None
-        return _I64.unpack_from(mf.buf, pos + POS_STORE_TIMESTAMP)[0]
+        found = self._locate(phys_offset, size)
+        return _I64.unpack_from(found[0].buf, found[1] + POS_STORE_TIMESTAMP)[0] if found else None
 
     def record_size_at(self, phys_offset: int) -> int | None:
-        mf = self.queue.find_by_offset(phys_offset)
-        if mf is None:
+        found = self._locate(phys_offset, 8)
+        if found is None:
             return None
-        pos = phys_offset - mf.file_from_offset
-        if pos + 8 > mf.wrote_position:
-            return None
+        mf, pos = found
         total, magic = _BLANK.unpack_from(mf.buf, pos)
         if magic != MESSAGE_MAGIC_CODE_V1 or pos + total > mf.wrote_position:
             return None

@@ -235,19 +235,26 @@ class MessageStore:
             log.exception("commit log append failed")
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"cannot write: {exc}")
 
-    def _needs_flush_wait(self, msgs: list[MessageExtBrokerInner]) -> bool:
-        return self._group_commit is not None and any(m.wait_store_msg_ok for m in msgs)
+    def _flush_waiter(self, msgs: list[MessageExtBrokerInner], r: AppendResult,
+                      loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
+        """In SYNC_FLUSH mode (unless every message says WAIT=false), queue a group-commit waiter."""
+        if self._group_commit is None or not any(m.wait_store_msg_ok for m in msgs):
+            return None
+        waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, loop)
+        self._group_commit.submit(waiter)
+        return waiter
 
-    @staticmethod
-    def _ok(r: AppendResult, n: int) -> PutMessageResult:
-        return PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
-                                r.store_timestamp, r.phys_offsets)
-
-    def _after_put(self, r: AppendResult) -> None:
+    def _finish_put(self, r: AppendResult, n: int, flushed: bool) -> PutMessageResult:
+        result = PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
+                                  r.store_timestamp, r.phys_offsets)
+        if not flushed:
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+            result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
         if self.arrival_listeners:
             for d in r.dispatch:
                 for listener in self.arrival_listeners:
                     listener(d.topic, d.queue_id, d.queue_offset + 1)
+        return result
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         return self.put_messages([msg])
@@ -257,16 +264,9 @@ class MessageStore:
         r = self._append(msgs)
         if isinstance(r, PutMessageResult):
             return r
-        result = self._ok(r, len(msgs))
-        if self._needs_flush_wait(msgs):
-            assert self._group_commit is not None
-            waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes)
-            self._group_commit.submit(waiter)
-            if not waiter.wait(self.config.sync_flush_timeout / 1000):
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-                result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
-        self._after_put(r)
-        return result
+        waiter = self._flush_waiter(msgs, r, None)
+        ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
+        return self._finish_put(r, len(msgs), ok)
 
     async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         return await self.put_messages_async([msg])
@@ -276,16 +276,9 @@ class MessageStore:
         r = self._append(msgs)
         if isinstance(r, PutMessageResult):
             return r
-        result = self._ok(r, len(msgs))
-        if self._needs_flush_wait(msgs):
-            assert self._group_commit is not None
-            waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, asyncio.get_running_loop())
-            self._group_commit.submit(waiter)
-            if not await waiter.wait_async(self.config.sync_flush_timeout / 1000):
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-                result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
-        self._after_put(r)
-        return result
+        waiter = self._flush_waiter(msgs, r, asyncio.get_running_loop())
+        ok = waiter is None or await waiter.wait_async(self.config.sync_flush_timeout / 1000)
+        return self._finish_put(r, len(msgs), ok)
 
     # == dispatch (ConsumeQueue and index) ============================================================
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
