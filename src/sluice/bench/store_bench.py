@@ -76,18 +76,22 @@ def _result(case: str, n: int, elapsed: float, size: int, **extra: object) -> di
             "mb_per_s": round(n * size / elapsed / 1e6, 1), **extra}
 
 
+def _timed_puts(case: str, put: Callable[[object], object], units: list, per_unit: int, total: int) -> float:
+    """Call ``put`` on each unit (a message or a batch), showing progress; returns the seconds taken."""
+    p = Progress(case, total)
+    t0 = time.perf_counter()
+    for i, unit in enumerate(units):
+        if not put(unit).ok:  # type: ignore[attr-defined]
+            raise RuntimeError(f"{case}: put failed")
+        if i & 0x3FF == 0:
+            p.update(i * per_unit)
+    return time.perf_counter() - t0
+
+
 def bench_append_single(root: str, o: BenchOptions) -> dict[str, object]:
     msgs = _messages(o.count, o.size, o.index)
     store = _store(root, flush_disk_type="ASYNC")
-    p = Progress("append_single_async", o.count)
-    t0 = time.perf_counter()
-    put = store.put_message
-    for i, m in enumerate(msgs):
-        if not put(m).ok:
-            raise RuntimeError("put failed")
-        if i & 0x3FFF == 0:
-            p.update(i)
-    elapsed = time.perf_counter() - t0
+    elapsed = _timed_puts("append_single_async", store.put_message, msgs, 1, o.count)  # type: ignore[arg-type]
     store.shutdown()
     return _result("append_single_async", o.count, elapsed, o.size, flush="ASYNC")
 
@@ -99,15 +103,7 @@ def bench_append_batch(root: str, o: BenchOptions) -> dict[str, object]:
         m.queue_id = (i // o.batch) % 4
     batches = [msgs[i : i + o.batch] for i in range(0, len(msgs), o.batch)]
     store = _store(root, flush_disk_type="ASYNC")
-    p = Progress("append_batch_async", o.count)
-    t0 = time.perf_counter()
-    put = store.put_messages
-    for i, b in enumerate(batches):
-        if not put(b).ok:
-            raise RuntimeError("put failed")
-        if i & 0x3FF == 0:
-            p.update(i * o.batch)
-    elapsed = time.perf_counter() - t0
+    elapsed = _timed_puts("append_batch_async", store.put_messages, batches, o.batch, o.count)  # type: ignore[arg-type]
     store.shutdown()
     return _result("append_batch_async", o.count, elapsed, o.size, flush="ASYNC", batch=o.batch)
 

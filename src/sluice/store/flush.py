@@ -111,6 +111,20 @@ class GroupCommitService(ServiceThread):
         self.run_once()
 
 
+class ThoroughInterval:
+    """Flushes wait for ``least_pages`` dirty pages, except once every ``interval_ms``: then all goes."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+
+    def least_pages(self, least_pages: int, interval_ms: int) -> int:
+        now = time.monotonic()
+        if (now - self._last) * 1000 >= interval_ms:
+            self._last = now
+            return 0
+        return least_pages
+
+
 class FlushRealTimeService(ServiceThread):
     """ASYNC_FLUSH: flush the commit log every ``flush_interval_commit_log`` ms when enough is dirty."""
 
@@ -119,14 +133,11 @@ class FlushRealTimeService(ServiceThread):
     def __init__(self, store: MessageStore) -> None:
         super().__init__(store.config.flush_interval_commit_log / 1000)
         self.store = store
-        self._last_thorough = time.monotonic()
+        self._thorough = ThoroughInterval()
 
     def run_once(self) -> None:
         cfg = self.store.config
-        least = cfg.flush_commit_log_least_pages
-        now = time.monotonic()
-        if (now - self._last_thorough) * 1000 >= cfg.flush_commit_log_thorough_interval:
-            least, self._last_thorough = 0, now
+        least = self._thorough.least_pages(cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval)
         before = self.store.commit_log.flushed_where
         if self.store.commit_log.queue.flush(least) > before:
             self.store.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
@@ -143,15 +154,14 @@ class FlushConsumeQueueService(ServiceThread):
     def __init__(self, store: MessageStore) -> None:
         super().__init__(store.config.flush_interval_consume_queue / 1000)
         self.store = store
-        self._last_thorough = time.monotonic()
+        self._thorough = ThoroughInterval()
         self._last_offsets_persist = time.monotonic()
 
     def run_once(self) -> None:
         cfg = self.store.config
-        least = cfg.flush_consume_queue_least_pages
+        least = self._thorough.least_pages(cfg.flush_consume_queue_least_pages,
+                                           cfg.flush_consume_queue_thorough_interval)
         now = time.monotonic()
-        if (now - self._last_thorough) * 1000 >= cfg.flush_consume_queue_thorough_interval:
-            least, self._last_thorough = 0, now
         self.store.flush_logics_and_checkpoint(least)
         if (now - self._last_offsets_persist) * 1000 >= cfg.flush_consumer_offset_interval:
             self._last_offsets_persist = now
