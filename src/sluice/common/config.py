@@ -105,3 +105,101 @@ class MessageStoreConfig:
 
     def replace(self, **changes: object) -> MessageStoreConfig:
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(slots=True)
+class RemotingConfig:
+    """Bounds of one remoting endpoint (RocketMQ NettyServerConfig / NettyClientConfig)."""
+
+    max_frame_size: int = 16 * 1024 * 1024
+    # Writes above ``write_buffer_high`` pause the peer's reading (back-pressure); a peer that lets more than
+    # ``write_buffer_max`` pile up is not reading at all and is disconnected.
+    write_buffer_high: int = 4 * 1024 * 1024
+    write_buffer_low: int = 1024 * 1024
+    write_buffer_max: int = 64 * 1024 * 1024
+    # Requests of one connection being processed at once; above this its reading pauses.
+    max_inflight_requests: int = 65_536
+    # A connection silent this long is closed (Java servers: 120 s).
+    channel_max_idle_time_seconds: int = 120
+    connect_timeout_millis: int = 3_000
+    default_timeout_millis: int = 3_000
+
+
+@dataclass(slots=True)
+class NamesrvConfig:
+    """Settings of a name server."""
+
+    host: str = "127.0.0.1"
+    port: int = 9876
+    kv_config_path: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".sluice",
+                                                                     "namesrv", "kvConfig.json"))
+    # A broker not heard from for this long is dropped from every route (RocketMQ: 120 s).
+    broker_channel_expired_time: int = 120_000
+    scan_not_active_broker_interval: int = 10_000
+    remoting: RemotingConfig = field(default_factory=RemotingConfig)
+
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+def parse_delay_levels(spec: str) -> list[int]:
+    """``"1s 5s 1m 2h"`` → delays in ms, level 1 first (RocketMQ ``messageDelayLevel``; ``ms`` also allowed)."""
+    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    out = []
+    for item in spec.split():
+        for suffix in ("ms", "s", "m", "h", "d"):
+            if item.endswith(suffix) and item[: -len(suffix)].isdigit():
+                out.append(int(item[: -len(suffix)]) * units[suffix])
+                break
+        else:
+            raise ValueError(f"delay level {item!r} must be a number followed by ms, s, m, h or d")
+    if not out:
+        raise ValueError("message_delay_level lists no delay")
+    return out
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Settings of a broker (RocketMQ BrokerConfig), with its store and remoting settings inside."""
+
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    # Address clients are told to use (route, STOREHOST); ``listen_host`` is what the socket binds.
+    broker_ip: str = "127.0.0.1"
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10911
+    namesrv_addr: str = ""  # "host:port;host:port"
+    broker_permission: int = 6
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    register_name_server_period: int = 30_000
+    register_broker_timeout_mills: int = 6_000
+    # Pulls: long polling holds a PULL_NOT_FOUND up to the client's suspend timeout.
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1_000
+    max_held_pulls: int = 100_000
+    # Clients silent this long are dropped from their groups (RocketMQ: 120 s).
+    channel_expired_timeout: int = 120_000
+    client_scan_interval: int = 10_000
+    rebalance_lock_max_live_time: int = 60_000
+    notify_consumer_ids_changed_enable: bool = True
+    # Retries: sent-back messages are redelivered after these delays; after max_reconsume_times → DLQ.
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    max_reconsume_times: int = 16
+    retry_queue_nums: int = 1
+    schedule_poll_interval: int = 100
+    store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
+    remoting: RemotingConfig = field(default_factory=RemotingConfig)
+
+    def __post_init__(self) -> None:
+        parse_delay_levels(self.message_delay_level)
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def delay_levels(self) -> list[int]:
+        return parse_delay_levels(self.message_delay_level)

@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, SerializeType
+from sluice.remoting.errors import BadRequestError
 
 # Sluice's MQVersion as sent in every command: V4_9_8 (409), what Java 4.9.8 clients send.
 SLUICE_VERSION = 409
@@ -52,16 +53,25 @@ class RemotingCommand:
                                serialize_type=self.serialize_type)
 
     def ext_int(self, name: str, default: int | None = None) -> int:
-        """An extFields value as an int; raises ``KeyError`` / ``ValueError`` naming the field."""
+        """An extFields value as an int; raises ``BadRequestError`` naming the field."""
         raw = self.ext_fields.get(name)
         if raw is None or raw == "":
             if default is None:
-                raise KeyError(f"the request has no {name!r} field")
+                raise BadRequestError(f"the request has no {name!r} field")
             return default
         try:
             return int(raw)
         except ValueError as exc:
-            raise ValueError(f"field {name!r} must be an integer, not {raw!r}") from exc
+            raise BadRequestError(f"field {name!r} must be an integer, not {raw!r}") from exc
+
+    def ext_str(self, name: str, default: str | None = None) -> str:
+        """An extFields value; raises ``BadRequestError`` when it is missing and has no default."""
+        raw = self.ext_fields.get(name)
+        if raw is None or (raw == "" and default is not None):
+            if default is None:
+                raise BadRequestError(f"the request has no {name!r} field")
+            return default
+        return raw
 
     def ext_bool(self, name: str, default: bool = False) -> bool:
         raw = self.ext_fields.get(name)

@@ -9,3 +9,22 @@ class ProtocolError(SluiceError):
 
 class FrameTooLargeError(ProtocolError):
     """A frame longer than the configured limit (16 MiB by default)."""
+
+
+class RemotingError(SluiceError):
+    """A request could not be completed over the network."""
+
+
+class RemotingConnectError(RemotingError):
+    """No connection to the peer, or the connection closed while a request was in flight."""
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    """The peer did not answer in time."""
+
+
+class BadRequestError(SluiceError, ValueError):
+    """A request whose header or body cannot be used (missing field, malformed value or JSON body).
+
+    Handlers raise it; the connection answers SYSTEM_ERROR with its message as the remark.
+    """

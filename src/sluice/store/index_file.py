@@ -186,6 +186,15 @@ class IndexService:
             self.files = [*self.files, f]
         return f
 
+    def last_update_timestamp(self) -> int:
+        """Store time of the newest indexed message (0 before any)."""
+        files = self.files
+        return files[-1].end_timestamp if files else 0
+
+    def last_update_phy_offset(self) -> int:
+        files = self.files
+        return files[-1].end_phy_offset if files else 0
+
     def build_index(self, topic: str, keys: list[str], uniq_key: str | None, phy_offset: int,
                     store_timestamp: int) -> None:
         prefix = topic + "#"

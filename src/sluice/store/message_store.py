@@ -132,6 +132,11 @@ class MessageStore:
         self.running = True
         return self
 
+    @property
+    def sync_flush(self) -> bool:
+        """True when puts are acknowledged only after their bytes are fsynced (SYNC_FLUSH)."""
+        return self._group_commit is not None
+
     def __enter__(self) -> MessageStore:
         return self if self.running else self.start()
 

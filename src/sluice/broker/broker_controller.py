@@ -1,0 +1,217 @@
+"""BrokerController: wires the store, the managers, the processors and the remoting server of one broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from sluice.broker.broker_outer_api import BrokerOuterAPI
+from sluice.broker.broker_stats import BrokerStats
+from sluice.broker.client_channel_info import ClientChannelInfo
+from sluice.broker.consumer_manager import ConsumerManager
+from sluice.broker.processors.admin_broker_processor import AdminBrokerProcessor
+from sluice.broker.processors.client_manage_processor import ClientManageProcessor
+from sluice.broker.processors.consumer_manage_processor import ConsumerManageProcessor
+from sluice.broker.processors.pull_message_processor import PullMessageProcessor
+from sluice.broker.processors.query_message_processor import QueryMessageProcessor
+from sluice.broker.processors.send_message_processor import SendMessageProcessor
+from sluice.broker.producer_manager import ProducerManager
+from sluice.broker.pull_request_hold_service import PullRequestHoldService
+from sluice.broker.rebalance_lock_manager import RebalanceLockManager
+from sluice.broker.schedule_message_service import ScheduleMessageService
+from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+from sluice.broker.topic_config_manager import TopicConfigManager
+from sluice.common.config import BrokerConfig
+from sluice.common.message import host_to_bytes
+from sluice.common.naming import SCHEDULE_TOPIC
+from sluice.common.structs import TopicConfig
+from sluice.remoting.client import RemotingClient
+from sluice.remoting.codes import RequestCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.remoting.dispatcher import RequestDispatcher
+from sluice.remoting.server import RemotingServer, bind_socket
+from sluice.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+# RocketMQ's accessMessageInMemoryMaxRatio: a message further than this share of RAM behind the log's end is
+# considered swapped out (decides where a brand-new group starts, see query_consumer_offset).
+ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 0.40
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+class BrokerController:
+    """One broker: ``await start()``, serve, ``await stop()``."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_addr = ""
+        self.store: MessageStore = None  # type: ignore[assignment]  # created in start(): STOREHOST needs the port
+        self.topic_config_manager = TopicConfigManager(config)
+        self.subscription_group_manager = SubscriptionGroupManager(config)
+        self.consumer_manager = ConsumerManager(config.channel_expired_timeout, self._notify_consumer_ids_changed)
+        self.producer_manager = ProducerManager(config.channel_expired_timeout)
+        self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
+        self.hold_service = PullRequestHoldService(config.max_held_pulls)
+        self.stats = BrokerStats()
+        self.dispatcher = RequestDispatcher()
+        self.server = RemotingServer(self.dispatcher, config.remoting, f"broker {config.broker_name}",
+                                     on_close=self._on_connection_closed)
+        self.client = RemotingClient(config.remoting)
+        self.outer_api = BrokerOuterAPI(self.client, config.register_broker_timeout_mills)
+        self.schedule_service: ScheduleMessageService = None  # type: ignore[assignment]
+        self.boot_timestamp = int(time.time() * 1000)
+        self.running = False
+        self._tasks: list[asyncio.Task] = []
+        self._register_now = asyncio.Event()
+        self._memory = _total_memory()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    # == lifecycle ===================================================================================
+    async def start(self) -> BrokerController:
+        c = self.config
+        sock = bind_socket(c.listen_host, c.listen_port)
+        try:
+            port = sock.getsockname()[1]
+            self.broker_addr = f"{c.broker_ip}:{port}"
+            host_to_bytes(self.broker_addr)  # STOREHOST must be an IPv4 address
+            store_config = c.store.replace(store_host=self.broker_addr)
+            self.config.store = store_config
+            self.store = MessageStore(store_config)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self.store.start)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            self.topic_config_manager.load()
+            self.subscription_group_manager.load()
+            self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
+                                                           c.store.flush_consumer_offset_interval)
+            self.schedule_service.load()
+            self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
+            self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
+            for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerManageProcessor(self),
+                              ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self)):
+                self.dispatcher.register_processor(processor)
+            await self.server.start(sock=sock)
+        except BaseException:
+            sock.close()
+            await loop.run_in_executor(None, self.store.shutdown)
+            raise
+        self.schedule_service.start()
+        self.running = True
+        self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._scan_clients_loop())]
+        log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,
+                 c.store.store_path_root_dir, c.store.flush_disk_type.value)
+        return self
+
+    async def stop(self) -> None:
+        """Graceful: unregister, stop taking requests, answer held pulls, flush and close the store."""
+        if not self.running:
+            return
+        self.running = False
+        c = self.config
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if c.namesrv_addrs:
+            await self.outer_api.unregister_broker_all(c.namesrv_addrs, c.broker_cluster_name, self.broker_addr,
+                                                       c.broker_name, c.broker_id)
+        self.hold_service.wake_all()
+        await asyncio.sleep(0)
+        await self.server.stop()
+        await self.schedule_service.stop()
+        await self.client.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+        log.info("broker %s stopped", c.broker_name)
+
+    async def __aenter__(self) -> BrokerController:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # == name server registration =====================================================================
+    def topic_config_wrapper(self) -> dict[str, Any]:
+        m = self.topic_config_manager
+        return {"dataVersion": m.data_version.to_json(),
+                "topicConfigTable": {n: tc.to_json() for n, tc in sorted(m.table.items())}}
+
+    def trigger_register(self) -> None:
+        """Register with the name servers now (a topic was created or changed)."""
+        self._register_now.set()
+
+    async def register_broker_all(self) -> int:
+        c = self.config
+        if not c.namesrv_addrs:
+            return 0
+        return await self.outer_api.register_broker_all(c.namesrv_addrs, c.broker_cluster_name, self.broker_addr,
+                                                        c.broker_name, c.broker_id, self.broker_addr,
+                                                        self.topic_config_wrapper())
+
+    async def _register_loop(self) -> None:
+        period = self.config.register_name_server_period / 1000
+        while True:
+            self._register_now.clear()
+            try:
+                await self.register_broker_all()
+            except Exception:
+                log.exception("registration with the name servers failed")
+            try:
+                await asyncio.wait_for(self._register_now.wait(), period)
+            except TimeoutError:
+                pass
+
+    # == clients =====================================================================================
+    async def _scan_clients_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.client_scan_interval / 1000)
+            self.consumer_manager.scan_not_active()
+            self.producer_manager.scan_not_active()
+
+    def _on_connection_closed(self, conn: Connection) -> None:
+        self.consumer_manager.on_connection_closed(conn)
+        self.producer_manager.on_connection_closed(conn)
+
+    def _notify_consumer_ids_changed(self, group: str, members: list[ClientChannelInfo]) -> None:
+        if not self.config.notify_consumer_ids_changed_enable:
+            return
+        g = self.subscription_group_manager.table.get(group)
+        if g is not None and not g.notify_consumer_ids_changed_enable:
+            return
+        for ch in members:
+            ch.conn.write(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                                  {"consumerGroup": group}, oneway=True))
+
+    # == helpers for processors ======================================================================
+    def ensure_system_topic(self, topic: str, queue_nums: int, perm: int = 6) -> TopicConfig:
+        """Retry, dead-letter and schedule topics: created when first needed, then routable."""
+        existing = self.topic_config_manager.get(topic)
+        if existing is not None:
+            return existing
+        tc = self.topic_config_manager.create_system_topic(topic, queue_nums, perm)
+        self.trigger_register()
+        return tc
+
+    def message_id(self, commit_log_offset: int) -> str:
+        addr, port = host_to_bytes(self.broker_addr)
+        return f"{addr.hex().upper()}{port:08X}{commit_log_offset:016X}"
+
+    def swapped_out(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether the message at ``queue_offset`` is too far behind the log's end to be in memory."""
+        phys = self.store.get_commit_log_offset_in_queue(topic, queue_id, queue_offset)
+        return self.store.get_max_phy_offset() - phys > self._memory * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO

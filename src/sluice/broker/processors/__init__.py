@@ -1,0 +1,1 @@
+"""Request processors of the broker, one per concern; handler methods are named after request codes."""

@@ -1,0 +1,198 @@
+"""Topic admin, queue offsets, queue locks and stats (RocketMQ AdminBrokerProcessor; spec §3.4, §3.7, §3.9)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from sluice.broker.processors.client_manage_processor import parse_json_body
+from sluice.broker.topic_config_manager import SYSTEM_TOPICS
+from sluice.common.errors import InvalidNameError
+from sluice.common.naming import validate_topic
+from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.remoting.errors import BadRequestError
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+
+def json_body(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _mq_set(data: dict, key: str) -> list[MessageQueue]:
+    try:
+        return [MessageQueue.from_json(m) for m in data.get(key) or []]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequestError(f"{key} is malformed: {exc}") from exc
+
+
+class AdminBrokerProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # == topics ======================================================================================
+    def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic = req.ext_str("topic")
+        try:
+            validate_topic(topic)
+        except InvalidNameError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if topic in SYSTEM_TOPICS or topic in (b.config.broker_cluster_name, b.config.broker_name):
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        read, write = req.ext_int("readQueueNums", 16), req.ext_int("writeQueueNums", 16)
+        if not (0 < read <= 1024 and 0 < write <= 1024):
+            return req.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")
+        tft = req.ext_fields.get("topicFilterType") or "SINGLE_TAG"
+        try:
+            filter_type = TopicFilterType(tft)
+        except ValueError:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType {tft!r} is not SINGLE_TAG or MULTI_TAG")
+        tc = TopicConfig(topic, read, write, req.ext_int("perm", PERM_READ | PERM_WRITE), filter_type,
+                         req.ext_int("topicSysFlag", 0), req.ext_bool("order"))
+        b.topic_config_manager.update(tc)
+        b.trigger_register()
+        return req.response(ResponseCode.SUCCESS)
+
+    def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic = req.ext_str("topic")
+        if topic in SYSTEM_TOPICS:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        b.topic_config_manager.delete(topic)
+        b.store.delete_topics([topic])
+        b.trigger_register()
+        return req.response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=json_body(self.broker.topic_config_wrapper()))
+
+    def get_topic_name_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topics = sorted(self.broker.topic_config_manager.table)
+        return req.response(ResponseCode.SUCCESS, body=json_body({"brokerAddr": self.broker.broker_addr,
+                                                                  "topicList": topics}))
+
+    def get_topic_stats_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Per queue: min / max offset and last store time (``sluice topic status``)."""
+        b = self.broker
+        topic = req.ext_str("topic")
+        tc = b.topic_config_manager.get(topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        table = []
+        for qid in range(tc.write_queue_nums):
+            max_off = b.store.get_max_offset_in_queue(topic, qid)
+            last = b.store.get_message_store_timestamp(topic, qid, max_off - 1) if max_off > 0 else 0
+            table.append({"brokerName": b.config.broker_name, "queueId": qid, "topic": topic,
+                          "minOffset": b.store.get_min_offset_in_queue(topic, qid), "maxOffset": max_off,
+                          "lastUpdateTimestamp": max(last, 0)})
+        return req.response(ResponseCode.SUCCESS, body=json_body({"offsetTable": table}))
+
+    # == offsets =====================================================================================
+    def get_max_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        off = self.broker.store.get_max_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
+
+    def get_min_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        off = self.broker.store.get_min_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
+
+    def search_offset_by_timestamp(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        off = self.broker.store.get_offset_in_queue_by_time(req.ext_str("topic"), req.ext_int("queueId"),
+                                                            req.ext_int("timestamp"))
+        return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
+
+    def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ts = self.broker.store.get_earliest_message_time(req.ext_str("topic"), req.ext_int("queueId"))
+        return req.response(ResponseCode.SUCCESS, None, {"timestamp": str(ts)})
+
+    # == orderly consumption locks ===================================================================
+    def lock_batch_mq(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        data = parse_json_body(req, "lock")
+        group, client_id = str(data.get("consumerGroup") or ""), str(data.get("clientId") or "")
+        if not group or not client_id:
+            raise BadRequestError("lock body needs consumerGroup and clientId")
+        locked = self.broker.lock_manager.try_lock_batch(group, _mq_set(data, "mqSet"), client_id)
+        return req.response(ResponseCode.SUCCESS, body=json_body({"lockOKMQSet": [m.to_json() for m in locked]}))
+
+    def unlock_batch_mq(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        data = parse_json_body(req, "unlock")
+        self.broker.lock_manager.unlock_batch(str(data.get("consumerGroup") or ""), _mq_set(data, "mqSet"),
+                                              str(data.get("clientId") or ""))
+        return req.response(ResponseCode.SUCCESS)
+
+    # == groups and stats ============================================================================
+    def get_all_subscriptiongroup_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        m = self.broker.subscription_group_manager
+        return req.response(ResponseCode.SUCCESS, body=json_body({
+            "dataVersion": m.data_version.to_json(),
+            "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(m.table.items())}}))
+
+    def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        topic = req.ext_str("topic")
+        groups = set(b.consumer_manager.groups_of_topic(topic)) | b.store.consumer_offsets.groups_of_topic(topic)
+        return req.response(ResponseCode.SUCCESS, body=json_body({"groupList": sorted(groups)}))
+
+    def get_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Per queue of the group's topics: broker offset, consumer offset and last store time.
+
+        Java keys ``offsetTable`` by MessageQueue objects (not valid JSON); Sluice sends a list of entries.
+        """
+        b = self.broker
+        group = req.ext_str("consumerGroup")
+        only = req.ext_fields.get("topic") or ""
+        offsets = b.store.consumer_offsets
+        topics = {k.split("@", 1)[0] for k in offsets.offset_table if k.split("@", 1)[1] == group}
+        g = b.consumer_manager.get(group)
+        if g is not None:
+            topics |= set(g.subscriptions)
+        if only:
+            topics &= {only}
+        table = []
+        for topic in sorted(topics):
+            tc = b.topic_config_manager.get(topic)
+            if tc is None:
+                continue
+            for qid in range(tc.read_queue_nums):
+                broker_off = b.store.get_max_offset_in_queue(topic, qid)
+                consumer_off = offsets.query_offset(group, topic, qid)
+                last = b.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
+                table.append({"brokerName": b.config.broker_name, "queueId": qid, "topic": topic,
+                              "brokerOffset": broker_off, "consumerOffset": consumer_off,
+                              "lastTimestamp": max(last, 0)})
+        if not table:
+            return req.response(ResponseCode.CONSUMER_NOT_ONLINE if g is None else ResponseCode.SUCCESS,
+                                f"the consumer group [{group}] has no offsets and is not online" if g is None else None,
+                                body=b"" if g is None else json_body({"consumeTps": 0.0, "offsetTable": []}))
+        return req.response(ResponseCode.SUCCESS, body=json_body({"consumeTps": 0.0, "offsetTable": table}))
+
+    def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        group = req.ext_str("consumerGroup")
+        g = b.consumer_manager.get(group)
+        if g is None:
+            return req.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        return req.response(ResponseCode.SUCCESS, body=json_body({
+            "connectionSet": [{"clientAddr": ch.conn.remote_addr, "clientId": ch.client_id,
+                               "language": ch.language, "version": ch.version} for ch in g.channels.values()],
+            "consumeFromWhere": g.consume_from_where.name, "consumeType": g.consume_type.name,
+            "messageModel": g.message_model.name,
+            "subscriptionTable": {t: s.to_json() for t, s in g.subscriptions.items()}}))
+
+    def get_broker_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        store = b.store
+        table = {"brokerVersionDesc": "sluice", "msgPutTotalTodayNow": str(b.stats.put_msgs),
+                 "msgGetTotalTodayNow": str(b.stats.get_msgs), "commitLogMinOffset": str(store.get_min_phy_offset()),
+                 "commitLogMaxOffset": str(store.get_max_phy_offset()),
+                 "dispatchBehindBytes": str(store.get_max_phy_offset() - store.dispatched_offset),
+                 "bootTimestamp": str(b.boot_timestamp), "runtime": f"{int(time.time() * 1000) - b.boot_timestamp} ms",
+                 "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(b.hold_service.count)}
+        return req.response(ResponseCode.SUCCESS, body=json_body({"table": table}))

@@ -1,0 +1,71 @@
+"""HEART_BEAT, UNREGISTER_CLIENT and CHECK_CLIENT_CONFIG (spec §3.5)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from sluice.broker.client_channel_info import ClientChannelInfo
+from sluice.common.naming import retry_topic
+from sluice.common.structs import HeartbeatData
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.remoting.errors import BadRequestError
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+
+def parse_json_body(req: RemotingCommand, what: str) -> dict:
+    try:
+        data = json.loads(bytes(req.body) or b"null")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequestError(f"{what} body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadRequestError(f"{what} body is not a JSON object")
+    return data
+
+
+class ClientManageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def heart_beat(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        try:
+            hb = HeartbeatData.from_json(parse_json_body(req, "heartbeat"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadRequestError(f"heartbeat body is malformed: {exc}") from exc
+        for cd in hb.consumers:
+            group = b.subscription_group_manager.find(cd.group_name)
+            if group is not None and group.retry_queue_nums > 0:
+                b.ensure_system_topic(retry_topic(cd.group_name), group.retry_queue_nums, PERM_READ | PERM_WRITE)
+            b.consumer_manager.register_consumer(
+                cd.group_name, ClientChannelInfo(hb.client_id, conn, req.language, req.version),
+                cd.consume_type, cd.message_model, cd.consume_from_where, cd.subscriptions)
+        for group_name in hb.producer_groups:
+            b.producer_manager.register_producer(group_name,
+                                                 ClientChannelInfo(hb.client_id, conn, req.language, req.version))
+        return req.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        client_id = req.ext_str("clientID")
+        producer_group = req.ext_fields.get("producerGroup") or ""
+        consumer_group = req.ext_fields.get("consumerGroup") or ""
+        if producer_group:
+            b.producer_manager.unregister_producer(producer_group, client_id)
+        if consumer_group:
+            b.consumer_manager.unregister_consumer(consumer_group, client_id)
+        return req.response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        data = parse_json_body(req, "client config")
+        sub = data.get("subscriptionData") or {}
+        etype = str(sub.get("expressionType") or "TAG").upper()
+        if etype != "TAG":
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                f"expression type {etype} is not supported; use TAG")
+        return req.response(ResponseCode.SUCCESS)

@@ -1,0 +1,42 @@
+"""GET_CONSUMER_LIST_BY_GROUP, QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET (spec §3.4, §3.5)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+
+class ConsumerManageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def get_consumer_list_by_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group = req.ext_str("consumerGroup")
+        ids = self.broker.consumer_manager.consumer_ids(group)
+        if not ids:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return req.response(ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
+
+    def update_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        self.broker.store.consumer_offsets.commit_offset(req.ext_str("consumerGroup"), req.ext_str("topic"),
+                                                         req.ext_int("queueId"), req.ext_int("commitOffset"))
+        return req.response(ResponseCode.SUCCESS)
+
+    def query_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """The committed offset; for a group that never committed, 0 while the queue still starts at 0."""
+        store = self.broker.store
+        group, topic, qid = req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId")
+        offset = store.consumer_offsets.query_offset(group, topic, qid)
+        if offset >= 0:
+            return req.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        if store.get_min_offset_in_queue(topic, qid) <= 0 and not self.broker.swapped_out(topic, qid, 0):
+            return req.response(ResponseCode.SUCCESS, None, {"offset": "0"})
+        return req.response(ResponseCode.QUERY_NOT_FOUND,
+                            "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")

@@ -1,0 +1,150 @@
+"""PULL_MESSAGE with long polling and the commit-offset piggyback (spec §3.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from sluice.broker.pull_request_hold_service import TooManyHeldPulls
+from sluice.common.hashing import tag_hash_code
+from sluice.common.structs import perm_readable
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.store.results import GetMessageStatus
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+FLAG_LITE_PULL = 0x10
+
+
+class SubscriptionParseError(ValueError):
+    pass
+
+
+@lru_cache(maxsize=4096)
+def tag_codes_of(expression: str) -> frozenset[int] | None:
+    """The tags codes a TAG expression selects; None means every message (``*`` or empty)."""
+    expr = expression.strip()
+    if not expr or expr == "*":
+        return None
+    tags = [t.strip() for t in expr.split("||")]
+    if any(not t for t in tags):
+        raise SubscriptionParseError(f"tag expression {expression!r} has an empty tag")
+    return frozenset(tag_hash_code(t) for t in tags)
+
+
+@dataclass(slots=True)
+class PullMessageRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    subscription: str | None
+    sub_version: int
+    expression_type: str
+
+    @classmethod
+    def parse(cls, req: RemotingCommand) -> PullMessageRequestHeader:
+        return cls(req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId"),
+                   req.ext_int("queueOffset"), req.ext_int("maxMsgNums", 32), req.ext_int("sysFlag", 0),
+                   req.ext_int("commitOffset", -1), req.ext_int("suspendTimeoutMillis", 15_000),
+                   req.ext_fields.get("subscription"), req.ext_int("subVersion", 0),
+                   req.ext_fields.get("expressionType") or "TAG")
+
+
+# Store status → (response code, whether the request may be held)
+_STATUS_CODE = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+}
+
+
+class PullMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def pull_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        return self._process(conn, req, PullMessageRequestHeader.parse(req), allow_suspend=True)
+
+    def _process(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
+                 allow_suspend: bool) -> RemotingCommand | Awaitable[RemotingCommand]:
+        b = self.broker
+        if not perm_readable(b.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] pulling message is forbidden")
+        group = b.subscription_group_manager.find(h.consumer_group)
+        if group is None:
+            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{h.consumer_group}] does not exist")
+        if not group.consume_enable:
+            return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
+        tc = b.topic_config_manager.get(h.topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        if not perm_readable(tc.perm):
+            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                                f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            if h.expression_type.upper() != "TAG":
+                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                    f"expression type {h.expression_type} is not supported; use TAG")
+            try:
+                codes = tag_codes_of(h.subscription or "*")
+            except SubscriptionParseError as exc:
+                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        else:
+            sub = b.consumer_manager.find_subscription(h.consumer_group, h.topic)
+            if sub is None:
+                return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    f"the consumer's subscription not exist, group: {h.consumer_group}")
+            if sub.sub_version < h.sub_version:
+                return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            codes = tag_codes_of(sub.sub_string)
+
+        r = b.store.get_messages(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes)
+        status = r.status
+        if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
+            code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+        else:
+            code = _STATUS_CODE[status]
+        if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and b.config.broker_id == 0:
+            b.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
+            timeout = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
+            return self._hold(conn, req, h, timeout)
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
+               "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
+        resp = req.response(code, None if code == ResponseCode.SUCCESS else status.name, ext)
+        if r.buffers:
+            resp.body_parts = r.buffers
+            b.stats.record_get(len(r.buffers))
+        return resp
+
+    async def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
+                    timeout_ms: int) -> RemotingCommand:
+        try:
+            await self.broker.hold_service.wait(h.topic, h.queue_id, h.queue_offset, max(timeout_ms, 0) / 1000)
+        except TooManyHeldPulls as exc:
+            return req.response(ResponseCode.SYSTEM_BUSY, f"too many pulls held: {exc}")
+        result = self._process(conn, req, h, allow_suspend=False)
+        assert isinstance(result, RemotingCommand)
+        return result

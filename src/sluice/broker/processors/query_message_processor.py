@@ -1,0 +1,41 @@
+"""QUERY_MESSAGE (by key, via the index) and VIEW_MESSAGE_BY_ID (by commit-log offset) (spec §3.10)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+
+class QueryMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def query_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        store = self.broker.store
+        max_num = req.ext_int("maxNum", 32)
+        if req.ext_bool("_UNIQUE_KEY_QUERY"):
+            max_num = 32
+        result = store.query_message(req.ext_str("topic"), req.ext_str("key"), max_num,
+                                     req.ext_int("beginTimestamp", 0), req.ext_int("endTimestamp", 0) or None)
+        if not result.buffers:
+            return req.response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+        ext = {"indexLastUpdateTimestamp": str(store.index_service.last_update_timestamp()),
+               "indexLastUpdatePhyoffset": str(store.index_service.last_update_phy_offset())}
+        resp = req.response(ResponseCode.SUCCESS, None, ext)
+        resp.body_parts = result.buffers
+        return resp
+
+    def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        offset = req.ext_int("offset")
+        view = self.broker.store.select_one_message_by_offset(offset)
+        if view is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        resp = req.response(ResponseCode.SUCCESS)
+        resp.body_parts = [view]
+        return resp

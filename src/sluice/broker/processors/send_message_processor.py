@@ -1,0 +1,250 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK (spec §3.2, §3.6)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sluice.broker.topic_config_manager import NOT_ALLOWED_SEND_TOPICS
+from sluice.common.batch_codec import decode_batch
+from sluice.common.errors import InvalidNameError, MessageFormatError
+from sluice.common.message import MessageExtBrokerInner
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic, validate_topic
+from sluice.common.properties import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    decode_properties,
+)
+from sluice.common.structs import perm_writeable
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.store.results import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+# SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE one-letter keys → SEND_MESSAGE names (spec §3.2).
+V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+           "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+           "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
+
+PUT_STATUS_CODES = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+    PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+ResponseBuilder = Callable[[PutMessageResult, int], RemotingCommand]
+STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                          ResponseCode.SLAVE_NOT_AVAILABLE})
+
+
+def _truthy(v: str | None) -> bool:
+    """Booleans as Java ("true") and the C++ client ("1") write them."""
+    return v is not None and v.lower() in ("true", "1")
+
+
+@dataclass(slots=True)
+class SendMessageRequestHeader:
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    batch: bool
+    max_reconsume_times: int | None
+
+    @classmethod
+    def parse(cls, req: RemotingCommand, v2: bool, batch: bool) -> SendMessageRequestHeader:
+        if v2:
+            req = RemotingCommand(req.code, {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()})
+        mrt = req.ext_fields.get("maxReconsumeTimes")
+        return cls(req.ext_str("producerGroup", "DEFAULT_PRODUCER"), req.ext_str("topic"),
+                   req.ext_str("defaultTopic", ""), req.ext_int("defaultTopicQueueNums", 4), req.ext_int("queueId"),
+                   req.ext_int("sysFlag", 0), req.ext_int("bornTimestamp", 0), req.ext_int("flag", 0),
+                   req.ext_fields.get("properties") or "", req.ext_int("reconsumeTimes", 0),
+                   batch or _truthy(req.ext_fields.get("batch")),
+                   int(mrt) if mrt and mrt.lstrip("-").isdigit() else None)
+
+
+def ipv4_addr(addr: str) -> str:
+    """``addr`` if it is an IPv4 ``ip:port`` (records hold IPv4 hosts only), else the loopback with port 0."""
+    host, _, port = addr.rpartition(":")
+    parts = host.split(".")
+    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts) and port.isdigit():
+        return addr
+    return "127.0.0.1:0"
+
+
+class SendMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # == handlers ====================================================================================
+    def send_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        return self._send(conn, req, SendMessageRequestHeader.parse(req, v2=False, batch=False))
+
+    def send_message_v2(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        return self._send(conn, req, SendMessageRequestHeader.parse(req, v2=True, batch=False))
+
+    def send_batch_message(self, conn: Connection,
+                           req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        return self._send(conn, req, SendMessageRequestHeader.parse(req, v2=True, batch=True))
+
+    def consumer_send_msg_back(self, conn: Connection,
+                               req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Store a copy of a message a consumer failed on into ``%RETRY%<group>``, delayed; DLQ when exhausted."""
+        b = self.broker
+        group = req.ext_str("group")
+        offset = req.ext_int("offset")
+        delay_level = req.ext_int("delayLevel", 0)
+        sub = b.subscription_group_manager.find(group)
+        if sub is None:
+            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        if not perm_writeable(b.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] sending message is forbidden")
+        if sub.retry_queue_nums <= 0:
+            return req.response(ResponseCode.SUCCESS)
+        msg = b.store.look_message_by_offset(offset)
+        if msg is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        props = dict(msg.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+        mrt_raw = req.ext_fields.get("maxReconsumeTimes")
+        max_times = int(mrt_raw) if mrt_raw and mrt_raw.lstrip("-").isdigit() else sub.retry_max_times
+        levels = len(b.config.delay_levels)
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            topic = dlq_topic(group)
+            b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+            queue_id = 0
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        else:
+            topic = retry_topic(group)
+            b.ensure_system_topic(topic, sub.retry_queue_nums, PERM_READ | PERM_WRITE)
+            queue_id = random.randrange(sub.retry_queue_nums)
+            level = 3 + msg.reconsume_times if delay_level == 0 else delay_level
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, levels))
+        origin = req.ext_fields.get("originMsgId") or msg.msg_id
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin)
+        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        inner = MessageExtBrokerInner(topic, msg.body, queue_id, msg.flag, props, msg.sys_flag, msg.born_timestamp,
+                                      msg.born_host, b.broker_addr, msg.reconsume_times + 1)
+        return self._put(req, [b.schedule_service.redirect(inner)],
+                         lambda r, code: req.response(code, r.remark or None))
+
+    # == the send path ===============================================================================
+    def _send(self, conn: Connection, req: RemotingCommand,
+              h: SendMessageRequestHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
+        b = self.broker
+        if not perm_writeable(b.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] sending message is forbidden")
+        try:
+            validate_topic(h.topic)
+        except InvalidNameError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+            return req.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+        tc = b.topic_config_manager.get(h.topic)
+        if tc is None:
+            if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = b.ensure_system_topic(h.topic, 1, PERM_READ | PERM_WRITE)
+            elif h.default_topic:
+                tc = b.topic_config_manager.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums)
+                if tc is not None:
+                    b.trigger_register()
+            if tc is None:
+                return req.response(ResponseCode.TOPIC_NOT_EXIST,
+                                    f"topic[{h.topic}] not exist, apply first please!")
+        if not perm_writeable(tc.perm):
+            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
+        queue_id = h.queue_id
+        if queue_id >= max(tc.read_queue_nums, tc.write_queue_nums):
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"request queueId[{queue_id}] is illegal, topic:[{h.topic}] "
+                                f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] consumer:[{conn.remote_addr}]")
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, tc.write_queue_nums))
+        max_size = b.config.store.max_message_size
+        if len(req.body) > max_size and not h.batch:
+            return req.response(ResponseCode.MESSAGE_ILLEGAL,
+                                f"the message body size {len(req.body)} is larger than max_message_size {max_size}")
+        born_host = ipv4_addr(conn.remote_addr)
+        header_props = decode_properties(h.properties) if h.properties else {}
+        if h.batch:
+            if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be sent to a retry topic")
+            try:
+                entries = decode_batch(req.body)
+            except MessageFormatError as exc:
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
+            msgs = []
+            for e in entries:
+                props = {**header_props, **e.properties} if header_props else e.properties
+                if PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
+                    return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch message cannot carry a delay level")
+                msgs.append(MessageExtBrokerInner(h.topic, e.body, queue_id, e.flag, props, h.sys_flag,
+                                                  h.born_timestamp, born_host, b.broker_addr, h.reconsume_times))
+        else:
+            topic = h.topic
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+                sub = b.subscription_group_manager.find(group)
+                max_times = h.max_reconsume_times if h.max_reconsume_times is not None else (
+                    sub.retry_max_times if sub else b.config.max_reconsume_times)
+                mrt = header_props.get(PROPERTY_MAX_RECONSUME_TIMES)
+                if mrt and mrt.isdigit():
+                    max_times = int(mrt)
+                if h.reconsume_times >= max_times:
+                    topic = dlq_topic(group)
+                    b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+                    queue_id = 0
+                    header_props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            inner = MessageExtBrokerInner(topic, req.body if isinstance(req.body, bytes) else bytes(req.body),
+                                          queue_id, h.flag, header_props, h.sys_flag, h.born_timestamp, born_host,
+                                          b.broker_addr, h.reconsume_times)
+            msgs = [b.schedule_service.redirect(inner)]
+
+        def respond(r: PutMessageResult, code: int) -> RemotingCommand:
+            if code not in STORED_CODES:
+                return req.response(code, r.remark or None)
+            ids = ",".join(b.message_id(off) for off in r.phys_offsets)
+            return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
+                                             "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
+                                             "TRACE_ON": "true"})
+
+        return self._put(req, msgs, respond)
+
+    def _put(self, req: RemotingCommand, msgs: list[MessageExtBrokerInner],
+             respond: ResponseBuilder) -> RemotingCommand | Awaitable[RemotingCommand]:
+        store = self.broker.store
+        if store.sync_flush and any(m.wait_store_msg_ok for m in msgs):
+            return self._put_async(msgs, respond)
+        r = store.put_messages(msgs)
+        self.broker.stats.record_put(r)
+        return respond(r, PUT_STATUS_CODES[r.status])
+
+    async def _put_async(self, msgs: list[MessageExtBrokerInner], respond: ResponseBuilder) -> RemotingCommand:
+        r = await self.broker.store.put_messages_async(msgs)
+        self.broker.stats.record_put(r)
+        return respond(r, PUT_STATUS_CODES[r.status])
+
+
+__all__ = ["SendMessageProcessor", "SendMessageRequestHeader"]

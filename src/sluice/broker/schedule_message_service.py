@@ -1,0 +1,167 @@
+"""Delayed delivery (RocketMQ ScheduleMessageService): messages with a DELAY level wait in SCHEDULE_TOPIC_XXXX.
+
+A delayed message is stored in queue ``level - 1`` of SCHEDULE_TOPIC_XXXX with its real topic and queue in
+REAL_TOPIC / REAL_QID. Each level's queue is first-in first-due (one delay per queue), so the service only
+looks at the head of each queue: when its store time plus the level's delay has passed it stores the message
+again under its real topic and moves on. Per-level progress is kept in ``config/delayOffset.json``; a message
+is delivered at least once (a crash between the re-store and the offset persist delivers it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+from sluice.common.errors import StoreConfigError
+from sluice.common.message import MessageExtBrokerInner
+from sluice.common.naming import SCHEDULE_TOPIC
+from sluice.common.properties import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_WAIT_STORE_MSG_OK,
+)
+from sluice.common.sysflag import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
+from sluice.store.config_file import load_json, write_json_atomic
+from sluice.store.consume_queue import BLANK_ENTRY_SIZE
+
+if TYPE_CHECKING:
+    from sluice.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class ScheduleMessageService:
+    def __init__(self, store: MessageStore, delay_levels: list[int], poll_interval_ms: int,
+                 persist_interval_ms: int) -> None:
+        self.store = store
+        self.delays = delay_levels
+        self.poll_interval = poll_interval_ms / 1000
+        self.persist_interval = persist_interval_ms / 1000
+        self.path = os.path.join(store.config.store_path_config, "delayOffset.json")
+        self.offsets: dict[int, int] = {}  # level -> next queue offset to deliver
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._dirty = False
+        self.delivered = 0
+
+    @property
+    def max_level(self) -> int:
+        return len(self.delays)
+
+    def load(self) -> None:
+        data = load_json(self.path)
+        if data is None:
+            return
+        try:
+            self.offsets = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise StoreConfigError(f"store config file {self.path} has a malformed offsetTable: {exc}") from exc
+
+    def persist(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            write_json_atomic(self.path, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+
+    def redirect(self, msg: MessageExtBrokerInner) -> MessageExtBrokerInner:
+        """A message with a delay level goes to SCHEDULE_TOPIC_XXXX (in place); others pass unchanged."""
+        raw = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        if not raw or raw == "0" or msg.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE:
+            return msg
+        try:
+            level = int(raw)
+        except ValueError:
+            return msg
+        if level <= 0:
+            return msg
+        level = min(level, self.max_level)
+        msg.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
+        msg.properties[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.topic = SCHEDULE_TOPIC
+        msg.queue_id = level - 1
+        self._wake.set()
+        return msg
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        self.persist()
+
+    async def _run(self) -> None:
+        last_persist = time.monotonic()
+        while True:
+            try:
+                next_due = await self.deliver_due()
+            except Exception:
+                log.exception("delayed delivery failed; retrying")
+                next_due = time.time() + 1
+            if time.monotonic() - last_persist >= self.persist_interval:
+                self.persist()
+                last_persist = time.monotonic()
+            # Nothing pending: sleep until a delayed message is stored (``redirect`` wakes us).
+            wait = self.persist_interval if next_due is None else min(
+                max(next_due - time.time(), self.poll_interval / 10), self.persist_interval)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except TimeoutError:
+                pass
+
+    async def deliver_due(self) -> float | None:
+        """Deliver every message whose time has come; returns when the next one is due (epoch s) or None."""
+        store = self.store
+        next_due: float | None = None
+        for level in range(1, self.max_level + 1):
+            cq = store.find_consume_queue(SCHEDULE_TOPIC, level - 1, create=False)
+            if cq is None:
+                continue
+            offset = max(self.offsets.get(level, 0), cq.min_offset)
+            while offset < cq.max_offset:
+                entry = cq.get_entry(offset)
+                if entry is None:
+                    break
+                phys, size, _ = entry
+                if size == BLANK_ENTRY_SIZE:
+                    offset += 1
+                    continue
+                msg = store.look_message_by_offset(phys, size)
+                if msg is None:  # aged out of the commit log
+                    offset += 1
+                    continue
+                due = (msg.store_timestamp + self.delays[level - 1]) / 1000
+                if due > time.time():
+                    next_due = due if next_due is None else min(next_due, due)
+                    break
+                props = dict(msg.properties)
+                real_topic = props.pop(PROPERTY_REAL_TOPIC, None)
+                real_qid = props.pop(PROPERTY_REAL_QUEUE_ID, "0")
+                props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+                props[PROPERTY_WAIT_STORE_MSG_OK] = "true"
+                if real_topic:
+                    inner = MessageExtBrokerInner(real_topic, msg.body, int(real_qid) if real_qid.isdigit() else 0,
+                                                  msg.flag, props, msg.sys_flag, msg.born_timestamp, msg.born_host,
+                                                  msg.store_host, msg.reconsume_times,
+                                                  msg.prepared_transaction_offset)
+                    r = await store.put_messages_async([inner])
+                    if not r.ok:
+                        log.warning("cannot deliver delayed message to %s: %s %s", real_topic, r.status.name,
+                                    r.remark)
+                        next_due = time.time() + 1
+                        break
+                    self.delivered += 1
+                offset += 1
+                self.offsets[level] = offset
+                self._dirty = True
+        return next_due

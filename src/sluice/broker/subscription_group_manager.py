@@ -1,0 +1,93 @@
+"""Consumer group configs (``config/subscriptionGroup.json``), auto-created on first use by default."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.common.config import BrokerConfig
+from sluice.common.errors import StoreConfigError
+from sluice.common.structs import DataVersion
+from sluice.store.config_file import load_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"brokerId": self.broker_id, "consumeBroadcastEnable": self.consume_broadcast_enable,
+                "consumeEnable": self.consume_enable, "consumeFromMinEnable": self.consume_from_min_enable,
+                "groupName": self.group_name, "notifyConsumerIdsChangedEnable":
+                    self.notify_consumer_ids_changed_enable, "retryMaxTimes": self.retry_max_times,
+                "retryQueueNums": self.retry_queue_nums,
+                "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SubscriptionGroupConfig:
+        return cls(str(d["groupName"]), bool(d.get("consumeEnable", True)), bool(d.get("consumeFromMinEnable", True)),
+                   bool(d.get("consumeBroadcastEnable", True)), int(d.get("retryQueueNums", 1)),
+                   int(d.get("retryMaxTimes", 16)), int(d.get("brokerId", 0)),
+                   int(d.get("whichBrokerWhenConsumeSlowly", 1)), bool(d.get("notifyConsumerIdsChangedEnable", True)))
+
+
+class SubscriptionGroupManager:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.path = os.path.join(config.store.store_path_config, "subscriptionGroup.json")
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion()
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        data = load_json(self.path)
+        if data is None:
+            return
+        try:
+            self.table = {n: SubscriptionGroupConfig.from_json(g)
+                          for n, g in (data.get("subscriptionGroupTable") or {}).items()}
+            self.data_version = DataVersion.from_json(data.get("dataVersion"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreConfigError(f"store config file {self.path} has a malformed group table: {exc}") from exc
+
+    def persist(self) -> None:
+        with self._lock:
+            data = {"dataVersion": self.data_version.to_json(),
+                    "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.table.items())}}
+        write_json_atomic(self.path, data)
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config; auto-created (and persisted) when allowed."""
+        g = self.table.get(group)
+        if g is None and self.config.auto_create_subscription_group:
+            g = SubscriptionGroupConfig(group, retry_queue_nums=self.config.retry_queue_nums,
+                                        retry_max_times=self.config.max_reconsume_times)
+            self.update(g)
+        return g
+
+    def update(self, g: SubscriptionGroupConfig) -> None:
+        with self._lock:
+            self.table = {**self.table, g.group_name: g}
+            self.data_version.counter += 1
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        with self._lock:
+            if group not in self.table:
+                return False
+            self.table = {k: v for k, v in self.table.items() if k != group}
+        self.persist()
+        return True

@@ -1,0 +1,119 @@
+"""The broker's topics (``config/topics.json``): creation, auto-creation from TBW102, deletion."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from sluice.common.config import BrokerConfig
+from sluice.common.errors import StoreConfigError
+from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC
+from sluice.common.structs import DataVersion, TopicConfig, perm_inherit
+from sluice.common.sysflag import PERM_INHERIT, PERM_READ, PERM_WRITE
+from sluice.store.config_file import load_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+# Producers may not send to these (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
+                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TopicConfigManager:
+    """Topic configs of one broker, persisted atomically on every change."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.path = os.path.join(config.store.store_path_config, "topics.json")
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        data = load_json(self.path)
+        if data is not None:
+            try:
+                self.table = {name: TopicConfig.from_json(tc)
+                              for name, tc in (data.get("topicConfigTable") or {}).items()}
+                self.data_version = DataVersion.from_json(data.get("dataVersion"))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StoreConfigError(f"store config file {self.path} has a malformed topic table: {exc}") from exc
+        c = self.config
+        system = [TopicConfig(SELF_TEST_TOPIC, 1, 1), TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
+                  TopicConfig(c.broker_cluster_name, 16, 16, PERM_READ | PERM_WRITE),
+                  TopicConfig(c.broker_name, 1, 1, PERM_READ | PERM_WRITE)]
+        if c.auto_create_topic_enable:
+            system.append(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, c.default_topic_queue_nums,
+                                      c.default_topic_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE))
+        else:
+            self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
+        for tc in system:
+            self.table.setdefault(tc.topic_name, tc)
+        self.data_version.next_version(now_ms())
+        self.persist()
+
+    def persist(self) -> None:
+        with self._lock:
+            data = {"dataVersion": self.data_version.to_json(),
+                    "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())}}
+        write_json_atomic(self.path, data)
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def update(self, tc: TopicConfig) -> TopicConfig | None:
+        """Create or replace a topic; returns the previous config."""
+        with self._lock:
+            old = self.table.get(tc.topic_name)
+            self.table = {**self.table, tc.topic_name: tc}
+            self.data_version.next_version(now_ms())
+        self.persist()
+        log.info("topic %s %s: %d read / %d write queues, perm %d", tc.topic_name, "updated" if old else "created",
+                 tc.read_queue_nums, tc.write_queue_nums, tc.perm)
+        return old
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            if topic not in self.table:
+                return False
+            table = dict(self.table)
+            del table[topic]
+            self.table = table
+            self.data_version.next_version(now_ms())
+        self.persist()
+        log.info("topic %s deleted", topic)
+        return True
+
+    def create_in_send(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
+        """Auto-create ``topic`` from the template ``default_topic`` (RocketMQ createTopicInSendMessageMethod)."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        template = self.table.get(default_topic)
+        if template is None or not perm_inherit(template.perm):
+            return None
+        n = max(1, min(queue_nums, template.write_queue_nums))
+        tc = TopicConfig(topic, n, n, template.perm & ~PERM_INHERIT)
+        self.update(tc)
+        return tc
+
+    def create_system_topic(self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+        """Retry / dead-letter / schedule topics: created on demand whatever the auto-create switch says."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        tc = TopicConfig(topic, queue_nums, queue_nums, perm)
+        self.update(tc)
+        return tc

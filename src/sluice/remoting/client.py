@@ -1,0 +1,91 @@
+"""The remoting client: one shared connection per address, requests with timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sluice.common.config import RemotingConfig
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection, RequestHandler, no_handler
+from sluice.remoting.errors import RemotingConnectError
+
+log = logging.getLogger(__name__)
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address must be host:port, not {addr!r}")
+    return host, int(port)
+
+
+class RemotingClient:
+    """Connections to name servers and brokers, made on first use and shared by every request."""
+
+    def __init__(self, config: RemotingConfig | None = None, handler: RequestHandler = no_handler) -> None:
+        self.config = config or RemotingConfig()
+        self.handler = handler
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self.closed = False
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        if self.closed:
+            raise RemotingConnectError("client is closed")
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[addr] = fut
+        try:
+            conn = await self._connect(addr)
+            fut.set_result(conn)
+            return conn
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            self._connecting.pop(addr, None)
+
+    async def _connect(self, addr: str) -> Connection:
+        host, port = split_addr(addr)
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: Connection(self.handler, self.config, on_close=self._forget),
+                                       host, port),
+                self.config.connect_timeout_millis / 1000)
+        except (OSError, TimeoutError) as exc:
+            raise RemotingConnectError(f"cannot connect to {addr}: {exc or 'timed out'}") from None
+        conn.remote_addr = addr
+        self._conns[addr] = conn
+        return conn
+
+    def _forget(self, conn: Connection) -> None:
+        if self._conns.get(conn.remote_addr) is conn:
+            del self._conns[conn.remote_addr]
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout_ms: int | None = None) -> RemotingCommand:
+        conn = await self.connection(addr)
+        return await conn.invoke(request, (timeout_ms or self.config.default_timeout_millis) / 1000)
+
+    async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        await conn.invoke_oneway(request)
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        self.closed = True
+        for conn in list(self._conns.values()):
+            conn.close()
+        self._conns.clear()
+        await asyncio.sleep(0)

@@ -1,0 +1,226 @@
+"""One remoting connection: a thin asyncio shell around the sans-IO codec.
+
+Both ends of a connection are the same: either side may send requests (the broker sends
+NOTIFY_CONSUMER_IDS_CHANGED to clients) and each side answers the other's. Requests are matched to
+responses by ``opaque``. Every incoming request is handled at once, so a request that waits (a held pull)
+never holds up the ones behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from sluice.common.config import RemotingConfig
+from sluice.remoting.codec import FrameDecoder, encode_command
+from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
+from sluice.remoting.command import RemotingCommand, next_opaque
+from sluice.remoting.errors import BadRequestError, ProtocolError, RemotingConnectError, RemotingTimeoutError
+
+log = logging.getLogger(__name__)
+
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
+
+
+def no_handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+
+
+class Connection(asyncio.Protocol):
+    """A framed, multiplexed remoting connection."""
+
+    def __init__(self, handler: RequestHandler = no_handler, config: RemotingConfig | None = None,
+                 on_close: Callable[[Connection], None] | None = None, server_side: bool = False) -> None:
+        self.handler = handler
+        self.config = config or RemotingConfig()
+        self.server_side = server_side
+        self._on_close = on_close
+        self._decoder = FrameDecoder(self.config.max_frame_size)
+        self.transport: asyncio.Transport | None = None
+        self.remote_addr = ""
+        self.local_addr = ""
+        self.closed = False
+        self.last_active = time.monotonic()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._write_paused = False
+        self._read_paused_by: set[str] = set()
+        self._drained: asyncio.Event | None = None
+        self.close_listeners: list[Callable[[Connection], None]] = []
+
+    # == asyncio.Protocol =============================================================================
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(self.config.write_buffer_high, self.config.write_buffer_low)
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        self.remote_addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.local_addr = f"{sock[0]}:{sock[1]}" if sock else "?"
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            commands = self._decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.remote_addr, exc)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.flag & RESPONSE_FLAG:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            else:
+                self._handle_request(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        err = RemotingConnectError(f"connection to {self.remote_addr} closed")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._drained is not None:
+            self._drained.set()
+        if self._on_close is not None:
+            self._on_close(self)
+        for cb in self.close_listeners:
+            try:
+                cb(self)
+            except Exception:  # a listener's failure must not stop the others
+                log.exception("close listener failed")
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        if self.server_side:
+            self._pause_reading("write")
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drained is not None:
+            self._drained.set()
+        self._resume_reading("write")
+
+    # == requests from the peer =======================================================================
+    def _handle_request(self, req: RemotingCommand) -> None:
+        try:
+            result = self.handler(self, req)
+        except BadRequestError as exc:
+            log.info("bad request code %s from %s: %s", req.code, self.remote_addr, exc)
+            result = req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            log.exception("request code %s from %s failed", req.code, self.remote_addr)
+            result = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(self._finish(req, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+            if len(self._tasks) >= self.config.max_inflight_requests:
+                self._pause_reading("inflight")
+        else:
+            self._reply(req, result)
+
+    async def _finish(self, req: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            resp = await pending
+        except asyncio.CancelledError:
+            raise
+        except BadRequestError as exc:
+            log.info("bad request code %s from %s: %s", req.code, self.remote_addr, exc)
+            resp = req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            log.exception("request code %s from %s failed", req.code, self.remote_addr)
+            resp = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        self._reply(req, resp)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if len(self._tasks) < self.config.max_inflight_requests // 2:
+            self._resume_reading("inflight")
+
+    def _reply(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
+        if resp is None or req.flag & ONEWAY_FLAG:
+            return
+        resp.opaque = req.opaque
+        resp.flag |= RESPONSE_FLAG
+        self.write(resp)
+
+    # == reading back-pressure ========================================================================
+    def _pause_reading(self, why: str) -> None:
+        if not self._read_paused_by and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._read_paused_by.add(why)
+
+    def _resume_reading(self, why: str) -> None:
+        if why in self._read_paused_by:
+            self._read_paused_by.discard(why)
+            if not self._read_paused_by and self.transport is not None and not self.closed:
+                self.transport.resume_reading()
+
+    # == sending ======================================================================================
+    def write(self, cmd: RemotingCommand) -> bool:
+        """Queue ``cmd`` for sending; False when the connection is closed."""
+        t = self.transport
+        if self.closed or t is None or t.is_closing():
+            return False
+        t.writelines(encode_command(cmd))
+        if t.get_write_buffer_size() > self.config.write_buffer_max:
+            log.warning("closing connection to %s: it let %d bytes of unread replies pile up",
+                        self.remote_addr, t.get_write_buffer_size())
+            self.close()
+        return True
+
+    async def drain(self) -> None:
+        """Wait until the peer has read enough of what we wrote (client-side back-pressure)."""
+        while self._write_paused and not self.closed:
+            if self._drained is None or self._drained.is_set():
+                self._drained = asyncio.Event()
+            await self._drained.wait()
+
+    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``request`` and wait up to ``timeout`` seconds for its response."""
+        if self._write_paused:
+            await self.drain()
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+        if request.opaque in self._pending:
+            request.opaque = next_opaque()
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[request.opaque] = fut
+        request.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
+        self.write(request)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"no response from {self.remote_addr} to request code {request.code} within {timeout:.3f} s"
+            ) from None
+        finally:
+            self._pending.pop(request.opaque, None)
+
+    async def invoke_oneway(self, request: RemotingCommand) -> None:
+        if self._write_paused:
+            await self.drain()
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+        request.flag = (request.flag | ONEWAY_FLAG) & ~RESPONSE_FLAG
+        self.write(request)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._tasks)

@@ -1,0 +1,41 @@
+"""Request dispatch: request codes to handlers named after them (``send_message`` serves SEND_MESSAGE)."""
+
+from __future__ import annotations
+
+import logging
+
+from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection, HandlerResult, RequestHandler
+
+log = logging.getLogger(__name__)
+
+
+class RequestDispatcher:
+    """Calls the handler registered for a request's code; unknown codes get REQUEST_CODE_NOT_SUPPORTED."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[int, RequestHandler] = {}
+        self.unsupported_seen: dict[int, int] = {}
+
+    def register(self, code: int, handler: RequestHandler) -> None:
+        self.handlers[int(code)] = handler
+
+    def register_processor(self, processor: object) -> list[RequestCode]:
+        """Register every method of ``processor`` named after a request code (lower case)."""
+        served = []
+        for code in RequestCode:
+            fn = getattr(processor, code.name.lower(), None)
+            if callable(fn):
+                self.handlers[int(code)] = fn
+                served.append(code)
+        return served
+
+    def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
+        handler = self.handlers.get(request.code)
+        if handler is None:
+            self.unsupported_seen[request.code] = self.unsupported_seen.get(request.code, 0) + 1
+            log.info("request code %d from %s is not supported", request.code, conn.remote_addr)
+            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                    f" request type {request.code} not supported")
+        return handler(conn, request)

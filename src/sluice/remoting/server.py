@@ -1,0 +1,98 @@
+"""The remoting server: accepts connections and hands their requests to one handler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+
+from sluice.common.config import RemotingConfig
+from sluice.remoting.connection import Connection, RequestHandler
+
+log = logging.getLogger(__name__)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket bound to ``host:port`` (port 0 picks a free one)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class RemotingServer:
+    """Listens on ``host:port`` (port 0 = any free port); closes connections idle past the configured time."""
+
+    def __init__(self, handler: RequestHandler, config: RemotingConfig | None = None, name: str = "server",
+                 on_close: Callable[[Connection], None] | None = None) -> None:
+        self.handler = handler
+        self.on_close = on_close
+        self.config = config or RemotingConfig()
+        self.name = name
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._idle_task: asyncio.Task | None = None
+        self.host = ""
+        self.port = 0
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if self.on_close is not None:
+            self.on_close(conn)
+
+    def _protocol(self) -> Connection:
+        return Connection(self.handler, self.config, on_close=self._closed, server_side=True)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None) -> int:
+        """Listen on ``host:port``, or on ``sock`` when given (bound already, e.g. to learn the port early)."""
+        loop = asyncio.get_running_loop()
+
+        def factory() -> Connection:
+            conn = self._protocol()
+            self.connections.add(conn)
+            return conn
+
+        if sock is not None:
+            self._server = await loop.create_server(factory, sock=sock, backlog=1024)
+        else:
+            self._server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024)
+        sock = self._server.sockets[0].getsockname()
+        self.host, self.port = sock[0], sock[1]
+        self._idle_task = loop.create_task(self._close_idle())
+        return self.port
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def _close_idle(self) -> None:
+        limit = self.config.channel_max_idle_time_seconds
+        while True:
+            await asyncio.sleep(min(10.0, max(limit / 4, 0.05)))
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if now - conn.last_active > limit and conn.inflight == 0:
+                    log.info("%s: closing connection from %s, idle for %.0f s", self.name, conn.remote_addr,
+                             now - conn.last_active)
+                    conn.close()
+
+    async def stop(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            self._idle_task = None
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.close()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            except TimeoutError:
+                for conn in list(self.connections):
+                    conn.abort()
+            self._server = None
