@@ -203,3 +203,47 @@ class BrokerConfig:
     @property
     def delay_levels(self) -> list[int]:
         return parse_delay_levels(self.message_delay_level)
+
+
+@dataclass(slots=True)
+class ClientConfig:
+    """Settings shared by producers and consumers (RocketMQ ClientConfig and the producer / consumer defaults)."""
+
+    namesrv_addr: str = "127.0.0.1:9876"
+    instance_name: str = "DEFAULT"
+    poll_name_server_interval: int = 30_000
+    heartbeat_broker_interval: int = 30_000
+    persist_consumer_offset_interval: int = 5_000
+    rebalance_interval: int = 20_000
+    # Producer
+    send_msg_timeout: int = 3_000
+    retry_times_when_send_failed: int = 2
+    retry_times_when_send_async_failed: int = 2
+    max_message_size: int = 4 * 1024 * 1024
+    compress_msg_body_over_howmuch: int = 4 * 1024
+    compress_level: int = 5
+    send_latency_fault_enable: bool = True
+    max_inflight_async_sends: int = 10_000
+    # Push / pull consumers
+    pull_batch_size: int = 32
+    pull_threshold_for_queue: int = 1_000
+    pull_threshold_size_for_queue: int = 100  # MiB
+    consume_message_batch_max_size: int = 1
+    consume_thread_nums: int = 20
+    max_reconsume_times: int = 16
+    suspend_current_queue_time_millis: int = 1_000
+    broker_suspend_max_time_millis: int = 15_000
+    consumer_timeout_millis_when_suspend: int = 30_000
+    consumer_pull_timeout_millis: int = 10_000
+    pull_time_delay_millis_when_exception: int = 3_000
+    pull_time_delay_millis_when_flow_control: int = 50
+    lock_retry_interval: int = 1_000
+    rebalance_lock_interval: int = 20_000
+    # Where broadcasting consumers keep their offsets.
+    offset_store_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".sluice",
+                                                                       "offsets"))
+    remoting: RemotingConfig = field(default_factory=RemotingConfig)
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]

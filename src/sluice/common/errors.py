@@ -23,3 +23,26 @@ class StoreConfigError(StoreError):
 
 class StoreLockedError(StoreError):
     """Another process holds the store directory."""
+
+
+class InvalidSubscriptionError(SluiceError, ValueError):
+    """A subscription (tag) expression cannot be parsed, e.g. ``"a ||"`` or a tag containing ``|``."""
+
+
+class OffsetStoreError(SluiceError):
+    """A consumer's local offset file is unreadable or corrupt; the consumer refuses to start from a guess."""
+
+
+class ClientError(SluiceError):
+    """A client call failed: no route, client not started, every retry failed."""
+
+
+class BrokerResponseError(ClientError):
+    """A broker or name server answered with an error code; ``code`` and ``remark`` say which."""
+
+    def __init__(self, code: int, remark: str | None, addr: str = "") -> None:
+        self.code = code
+        self.remark = remark or ""
+        self.addr = addr
+        where = f" from {addr}" if addr else ""
+        super().__init__(f"error {code}{where}: {self.remark or 'no remark'}")

@@ -37,20 +37,19 @@ class RemotingClient:
         if self.closed:
             raise RemotingConnectError("client is closed")
         pending = self._connecting.get(addr)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
-        self._connecting[addr] = fut
-        try:
-            conn = await self._connect(addr)
-            fut.set_result(conn)
-            return conn
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: nobody else may be waiting
-            raise
-        finally:
-            self._connecting.pop(addr, None)
+        if pending is None:
+            # One connect per address, in its own task: a caller that gives up (is cancelled) neither cancels
+            # it for the others nor hands them its CancelledError.
+            pending = asyncio.ensure_future(self._connect(addr))
+            self._connecting[addr] = pending
+            pending.add_done_callback(lambda f: self._connect_done(addr, f))
+        return await asyncio.shield(pending)
+
+    def _connect_done(self, addr: str, fut: asyncio.Future[Connection]) -> None:
+        if self._connecting.get(addr) is fut:
+            del self._connecting[addr]
+        if not fut.cancelled():
+            fut.exception()  # retrieved: every caller may have gone
 
     async def _connect(self, addr: str) -> Connection:
         host, port = split_addr(addr)
@@ -61,7 +60,10 @@ class RemotingClient:
                                        host, port),
                 self.config.connect_timeout_millis / 1000)
         except (OSError, TimeoutError) as exc:
-            raise RemotingConnectError(f"cannot connect to {addr}: {exc or 'timed out'}") from None
+            raise RemotingConnectError(f"cannot connect to {addr}: {str(exc) or 'timed out'}") from None
+        if self.closed:  # closed while connecting
+            conn.close()
+            raise RemotingConnectError("client is closed")
         conn.remote_addr = addr
         self._conns[addr] = conn
         return conn

@@ -13,6 +13,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from sluice.common.config import RemotingConfig
 from sluice.remoting.codec import FrameDecoder, encode_command
@@ -54,7 +55,8 @@ class Connection(asyncio.Protocol):
 
     # == asyncio.Protocol =============================================================================
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # Not an isinstance check: uvloop's TCPTransport does not subclass asyncio.Transport.
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         transport.set_write_buffer_limits(self.config.write_buffer_high, self.config.write_buffer_low)
         peer = transport.get_extra_info("peername")
@@ -142,7 +144,7 @@ class Connection(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        if len(self._tasks) < self.config.max_inflight_requests // 2:
+        if len(self._tasks) <= self.config.max_inflight_requests // 2:  # <=: a cap of 1 must resume at 0
             self._resume_reading("inflight")
 
     def _reply(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
@@ -150,6 +152,7 @@ class Connection(asyncio.Protocol):
             return
         resp.opaque = req.opaque
         resp.flag |= RESPONSE_FLAG
+        resp.serialize_type = req.serialize_type  # answer in the request's type, as Java does
         self.write(resp)
 
     # == reading back-pressure ========================================================================
@@ -174,7 +177,7 @@ class Connection(asyncio.Protocol):
         if t.get_write_buffer_size() > self.config.write_buffer_max:
             log.warning("closing connection to %s: it let %d bytes of unread replies pile up",
                         self.remote_addr, t.get_write_buffer_size())
-            self.close()
+            self.abort()  # close() would wait, forever, to flush to a peer that does not read
         return True
 
     async def drain(self) -> None:

@@ -78,6 +78,9 @@ class RemotingServer:
             now = time.monotonic()
             for conn in list(self.connections):
                 if now - conn.last_active > limit and conn.inflight == 0:
+                    if conn.transport is not None and conn.transport.is_closing():
+                        conn.abort()  # closed on an earlier scan, still flushing to a peer that does not read
+                        continue
                     log.info("%s: closing connection from %s, idle for %.0f s", self.name, conn.remote_addr,
                              now - conn.last_active)
                     conn.close()

@@ -1,0 +1,7 @@
+"""The asyncio client: ``Producer``, ``PushConsumer``, ``PullConsumer`` with ``async`` methods."""
+
+from sluice.client.aio.producer import Producer
+from sluice.client.aio.pull_consumer import PullConsumer
+from sluice.client.aio.push_consumer import PushConsumer
+
+__all__ = ["Producer", "PullConsumer", "PushConsumer"]

@@ -1,0 +1,218 @@
+"""What push and pull consumers share: subscriptions, queue allocation, offsets, where to start, one pull."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+from sluice.client.message import PullResult, PullStatus
+from sluice.client.mq_client import MQClientInstance
+from sluice.client.offset_store import LocalFileOffsetStore
+from sluice.client.rebalance import AllocateStrategy, get_strategy
+from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
+from sluice.client.subscription import build_subscription, filter_messages
+from sluice.common.config import ClientConfig
+from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.common.message import MessageExt
+from sluice.common.message_codec import decode_records
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group, validate_topic
+from sluice.common.properties import PROPERTY_RETRY_TOPIC
+from sluice.common.structs import (
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumeType,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+)
+from sluice.remoting.codes import RequestCode
+from sluice.remoting.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+PULL_FLAG_COMMIT_OFFSET = 0x1
+PULL_FLAG_SUSPEND = 0x2
+PULL_FLAG_SUBSCRIPTION = 0x4
+
+_CONSUME_FROM = {"last": ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 "first": ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                 "timestamp": ConsumeFromWhere.CONSUME_FROM_TIMESTAMP}
+_MODELS = {"clustering": MessageModel.CLUSTERING, "broadcasting": MessageModel.BROADCASTING}
+
+
+def parse_consume_from(value: str | ConsumeFromWhere) -> ConsumeFromWhere:
+    if isinstance(value, ConsumeFromWhere):
+        return value
+    v = value.lower().replace("consume_from_", "").replace("_offset", "")
+    if v not in _CONSUME_FROM:
+        raise ValueError(f"consume_from must be 'last', 'first' or 'timestamp', not {value!r}")
+    return _CONSUME_FROM[v]
+
+
+def parse_message_model(value: str | MessageModel) -> MessageModel:
+    if isinstance(value, MessageModel):
+        return value
+    if value.lower() not in _MODELS:
+        raise ValueError(f"message_model must be 'clustering' or 'broadcasting', not {value!r}")
+    return _MODELS[value.lower()]
+
+
+def configure(config: ClientConfig | None, namesrv: str | None, settings: dict[str, Any], what: str) -> ClientConfig:
+    cfg = config or ClientConfig()
+    if namesrv is not None:
+        cfg.namesrv_addr = namesrv
+    for k, v in settings.items():
+        if not hasattr(cfg, k):
+            raise TypeError(f"unknown {what} setting {k!r}")
+        setattr(cfg, k, v)
+    return cfg
+
+
+class ConsumerBase:
+    consume_type = ConsumeType.CONSUME_PASSIVELY
+
+    def __init__(self, group: str, config: ClientConfig, message_model: str | MessageModel,
+                 consume_from: str | ConsumeFromWhere, consume_timestamp: int | None,
+                 allocate: str | AllocateStrategy) -> None:
+        validate_group(group)
+        self.group = group
+        self.config = config
+        self.message_model = parse_message_model(message_model)
+        self.consume_from = parse_consume_from(consume_from)
+        if self.consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP and consume_timestamp is None:
+            raise ValueError("consume_from='timestamp' needs consume_timestamp (ms since the epoch)")
+        self.consume_timestamp = consume_timestamp or 0
+        self.strategy = get_strategy(allocate) if isinstance(allocate, str) else allocate
+        self.client = MQClientInstance(config)
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
+        if self.message_model is MessageModel.CLUSTERING:
+            self.offset_store = RemoteBrokerOffsetStore(self.client, group)
+        else:
+            # Keyed by ip@instance_name, stable across restarts: give each broadcasting consumer of a group on
+            # one machine its own instance_name.
+            ip = self.client.client_id.split("@")[0]
+            self.offset_store = LocalFileOffsetStore(group, f"{ip}@{config.instance_name}", config.offset_store_dir)
+        self.started = False
+
+    @property
+    def clustering(self) -> bool:
+        return self.message_model is MessageModel.CLUSTERING
+
+    def _add_subscription(self, topic: str, expression: str | None) -> SubscriptionData:
+        validate_topic(topic)
+        sub = build_subscription(topic, expression)
+        self.subscriptions[topic] = sub
+        return sub
+
+    # == what the client instance asks ================================================================
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(self.group, self.consume_type, self.message_model, self.consume_from,
+                            list(self.subscriptions.values()))
+
+    def subscribed_topics(self) -> list[str]:
+        return list(self.subscriptions)
+
+    def _register_retry_subscription(self) -> None:
+        if self.clustering and self.subscriptions:
+            rt = retry_topic(self.group)
+            if rt not in self.subscriptions:
+                self.subscriptions[rt] = build_subscription(rt, "*")
+
+    # == queue allocation =============================================================================
+    async def allocate(self, topic: str) -> list[MessageQueue] | None:
+        """This consumer's queues of ``topic``; None when the answer is unknown right now (no route yet)."""
+        try:
+            route = await self.client.update_route(topic)
+        except Exception as exc:
+            log.info("route of %s unavailable for rebalance: %s", topic, exc)
+            route = self.client.routes.get(topic)
+        if route is None:
+            return None
+        mq_all = route.subscribe_queues(topic)
+        if not self.clustering:
+            return mq_all
+        addrs = [a for b in route.broker_datas if (a := b.select_addr())]
+        if not addrs:
+            return None
+        cids = await self.client.api.get_consumer_id_list(random.choice(addrs), self.group)
+        if not cids:
+            return None
+        return self.strategy.allocate(self.group, self.client.client_id, mq_all, cids)
+
+    # == offsets ======================================================================================
+    async def read_offset_from_store(self, mq: MessageQueue) -> int:
+        store = self.offset_store
+        if isinstance(store, RemoteBrokerOffsetStore):
+            return await store.read_from_store(mq)
+        return store.read_offset(mq)
+
+    async def persist_offset(self, mq: MessageQueue) -> None:
+        store = self.offset_store
+        if isinstance(store, RemoteBrokerOffsetStore):
+            await store.persist(mq)
+        else:
+            store.persist(mq)
+
+    async def persist_all_offsets(self, mqs: list[MessageQueue]) -> None:
+        store = self.offset_store
+        if isinstance(store, RemoteBrokerOffsetStore):
+            await store.persist_all(mqs)
+        else:
+            store.persist_all(mqs)
+
+    async def broker_addr(self, mq: MessageQueue) -> str:
+        addr = self.client.find_broker_addr(mq.broker_name)
+        if addr is None:
+            await self.client.update_route(mq.topic)
+            addr = self.client.find_broker_addr(mq.broker_name)
+        if addr is None:
+            raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
+        return addr
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """Where a newly assigned queue starts: the committed offset, else as ``consume_from`` says."""
+        last = await self.read_offset_from_store(mq)
+        if last >= 0:
+            return last
+        is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        cfw = self.consume_from
+        if cfw is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or is_retry and \
+                cfw is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+            return 0
+        addr = await self.broker_addr(mq)
+        if cfw is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP and not is_retry:
+            return await self.client.api.search_offset(addr, mq, self.consume_timestamp)
+        return await self.client.api.get_max_offset(addr, mq)
+
+    # == one pull =====================================================================================
+    async def pull(self, mq: MessageQueue, offset: int, max_nums: int, suspend: bool,
+                   commit_offset: int = -1) -> PullResult:
+        """PULL_MESSAGE for ``mq`` from ``offset``; messages come filtered by tag, retry topics renamed back."""
+        sub = self.subscriptions.get(mq.topic) or build_subscription(mq.topic, "*")
+        sys_flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend else 0)
+        if commit_offset > 0:
+            sys_flag |= PULL_FLAG_COMMIT_OFFSET
+        cfg = self.config
+        ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id),
+               "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag),
+               "commitOffset": str(commit_offset), "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis),
+               "subscription": sub.sub_string, "subVersion": str(sub.sub_version), "expressionType": "TAG"}
+        addr = await self.broker_addr(mq)
+        timeout = cfg.consumer_timeout_millis_when_suspend if suspend else cfg.consumer_pull_timeout_millis
+        resp = await self.client.remoting.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext),
+                                                 timeout)
+        status = PullStatus.from_response_code(resp.code)
+        if status is None:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        e = resp.ext_fields
+        result = PullResult(status, int(e.get("nextBeginOffset", offset)), int(e.get("minOffset", 0)),
+                            int(e.get("maxOffset", 0)), [], int(e.get("suggestWhichBrokerId", 0)))
+        if status is PullStatus.FOUND and resp.body:
+            msgs: list[MessageExt] = filter_messages(sub, decode_records(resp.body))
+            if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                for m in msgs:
+                    m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
+            result.messages = msgs
+        return result

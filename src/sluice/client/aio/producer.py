@@ -1,0 +1,291 @@
+"""The asyncio producer (RocketMQ DefaultMQProducer): sync-style, oneway and batch sends, ordered by key.
+
+``sluice.aio.Producer`` is this class; ``sluice.Producer`` runs it on a background loop for threaded code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.client.batch import encode_message_batch
+from sluice.client.latency_fault_tolerance import LatencyFaultTolerance
+from sluice.client.message import Message, SendResult, SendStatus
+from sluice.client.message_id import create_uniq_id
+from sluice.client.mq_client import MQClientInstance
+from sluice.common.config import ClientConfig
+from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.common.hashing import java_string_hash
+from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC, validate_group
+from sluice.common.properties import PROPERTY_SHARDING_KEY, encode_properties
+from sluice.common.structs import MessageQueue, TopicRouteData, perm_writeable
+from sluice.common.sysflag import COMPRESSED_FLAG
+from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+# Send failures worth another attempt (RocketMQ DefaultMQProducerImpl retryResponseCodes).
+RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE,
+                                  ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID,
+                                  ResponseCode.NOT_IN_CURRENT_UNIT, ResponseCode.SYSTEM_BUSY})
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
+QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+
+
+@dataclass(slots=True)
+class TopicPublishInfo:
+    queues: list[MessageQueue]
+    via_default_topic: bool  # no route yet: sending through TBW102 makes the broker create the topic
+
+
+def select_by_hash(queues: list[MessageQueue], key: str) -> MessageQueue:
+    """Same key → same queue (RocketMQ SelectMessageQueueByHash over Java's String.hashCode)."""
+    h = java_string_hash(key)
+    index = abs(h - int(h / len(queues)) * len(queues))  # Java's truncating remainder, then abs
+    return queues[index]
+
+
+class Producer:
+    """Send messages to topics. Use ``async with Producer(...)`` or ``await start()`` / ``await shutdown()``."""
+
+    def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv: str | None = None, *,
+                 config: ClientConfig | None = None, **settings: Any) -> None:
+        validate_group(group)
+        cfg = config or ClientConfig()
+        if namesrv is not None:
+            cfg.namesrv_addr = namesrv
+        for k, v in settings.items():
+            if not hasattr(cfg, k):
+                raise TypeError(f"unknown producer setting {k!r}")
+            setattr(cfg, k, v)
+        self.group = group
+        self.config = cfg
+        self.client = MQClientInstance(cfg)
+        self.faults = LatencyFaultTolerance()
+        self._rr = itertools.count(random.randrange(1 << 16))
+        self._publish: dict[str, tuple[TopicRouteData | None, TopicPublishInfo]] = {}
+        self._inflight: asyncio.Semaphore | None = None
+        self.started = False
+
+    # == lifecycle ===================================================================================
+    async def start(self) -> Producer:
+        if self.started:
+            return self
+        self.client.producer_groups.add(self.group)
+        await self.client.start()
+        self._inflight = asyncio.Semaphore(self.config.max_inflight_async_sends)
+        self.started = True
+        return self
+
+    async def shutdown(self) -> None:
+        if self.started:
+            self.started = False
+            await self.client.shutdown()
+
+    async def __aenter__(self) -> Producer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # == public sends ================================================================================
+    async def send(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None,
+                   selector: QueueSelector | None = None, arg: Any = None, timeout: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer; retried on another queue / broker on failure.
+
+        ``sharding_key`` (or ``selector`` / ``queue``) pins the queue: messages with the same key keep their
+        order. Raises ``ClientError`` / ``BrokerResponseError`` when the message could not be stored.
+        """
+        result = await self._send_one(msg, sharding_key, queue, selector, arg, timeout, oneway=False)
+        assert result is not None
+        return result
+
+    async def send_oneway(self, msg: Message, *, sharding_key: str | None = None,
+                          queue: MessageQueue | None = None) -> None:
+        """Send without waiting for any answer (no retry, no result)."""
+        await self._send_one(msg, sharding_key, queue, None, None, None, oneway=True)
+
+    def send_async(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None,
+                   timeout: float | None = None) -> asyncio.Task[SendResult]:
+        """Start a send and return at once; the task's result is the ``SendResult``."""
+        return asyncio.get_running_loop().create_task(self._bounded_send(msg, sharding_key, queue, timeout))
+
+    async def _bounded_send(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
+                            timeout: float | None) -> SendResult:
+        self._check_started()
+        assert self._inflight is not None
+        async with self._inflight:
+            return await self.send(msg, sharding_key=sharding_key, queue=queue, timeout=timeout)
+
+    async def send_batch(self, msgs: Sequence[Message], *, sharding_key: str | None = None,
+                         queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
+        """Send messages of one topic as one request to one queue; each gets its own id."""
+        self._check_started()
+        batch = encode_message_batch(msgs, self.config.max_message_size)
+        props = encode_properties(batch.properties).decode()
+        born = int(time.time() * 1000)
+
+        def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
+            return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE,
+                                           self._header(mq, via_default, 0, born, 0, props, batch=True), batch.body)
+
+        resp, mq = await self._send_with_retries(batch.topic, request, msgs[0], sharding_key, queue, None, None,
+                                                 timeout, oneway=False)
+        assert resp is not None
+        return self._result(resp, mq, batch.msg_ids)
+
+    # == the send path ===============================================================================
+    def _check_started(self) -> None:
+        if not self.started:
+            raise ClientError("the producer is not started: call start() first")
+
+    async def _send_one(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
+                        selector: QueueSelector | None, arg: Any, timeout: float | None,
+                        oneway: bool) -> SendResult | None:
+        self._check_started()
+        if not isinstance(msg, Message):
+            raise TypeError(f"send takes a Message, not {type(msg).__name__}")
+        msg.validate(self.config.max_message_size)
+        uniq = create_uniq_id()
+        props = msg.properties_for_wire(uniq)
+        if sharding_key is not None:
+            props[PROPERTY_SHARDING_KEY] = sharding_key
+        body, sys_flag = msg.body, 0
+        if len(body) > self.config.compress_msg_body_over_howmuch:
+            body, sys_flag = zlib.compress(body, self.config.compress_level), COMPRESSED_FLAG
+        props_str = encode_properties(props).decode()
+        born = int(time.time() * 1000)
+
+        def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
+            return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2,
+                                           self._header(mq, via_default, sys_flag, born, msg.flag, props_str), body)
+
+        resp, mq = await self._send_with_retries(msg.topic, request, msg, sharding_key, queue, selector, arg,
+                                                 timeout, oneway)
+        return None if resp is None else self._result(resp, mq, [uniq])
+
+    def _header(self, mq: MessageQueue, via_default: bool, sys_flag: int, born: int, flag: int, props: str,
+                batch: bool = False) -> dict[str, str]:
+        """SendMessageRequestHeaderV2 (one-letter keys, spec §3.2)."""
+        return {"a": self.group, "b": mq.topic, "c": AUTO_CREATE_TOPIC_KEY_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
+                "e": str(mq.queue_id), "f": str(sys_flag), "g": str(born), "h": str(flag), "i": props, "j": "0",
+                "k": "false", "m": "true" if batch else "false", "n": mq.broker_name}
+
+    @staticmethod
+    def _result(resp: RemotingCommand, mq: MessageQueue, ids: list[str]) -> SendResult:
+        status = SendStatus.from_response_code(resp.code) or SendStatus.SEND_OK
+        ext = resp.ext_fields
+        return SendResult(status, ids[0], ext.get("msgId", ""), MessageQueue(mq.topic, mq.broker_name,
+                                                                             int(ext.get("queueId", mq.queue_id))),
+                          int(ext.get("queueOffset", "-1")), ids, ext.get("transactionId") or None)
+
+    async def publish_info(self, topic: str) -> TopicPublishInfo:
+        """The queues to send ``topic`` to; through TBW102's brokers while the topic has no route yet."""
+        route = self.client.routes.get(topic)
+        if route is None:
+            route = await self.client.update_route(topic)
+        cached = self._publish.get(topic)
+        if cached is not None and cached[0] is route and route is not None:
+            return cached[1]
+        queues = route.publish_queues(topic) if route is not None else []
+        if queues:
+            info = TopicPublishInfo(queues, False)
+            self.client.publish_topics.add(topic)
+        else:
+            default = self.client.routes.get(AUTO_CREATE_TOPIC_KEY_TOPIC) or await self.client.update_route(
+                AUTO_CREATE_TOPIC_KEY_TOPIC)
+            if default is None:
+                raise ClientError(f"No route info of this topic: {topic} (create it, or enable topic auto-creation)")
+            queues = [MessageQueue(topic, q.broker_name, i) for q in sorted(default.queue_datas,
+                                                                           key=lambda q: q.broker_name)
+                      if perm_writeable(q.perm) for i in range(min(DEFAULT_TOPIC_QUEUE_NUMS, q.read_queue_nums))]
+            if not queues:
+                raise ClientError(f"No route info of this topic: {topic}")
+            info = TopicPublishInfo(queues, True)
+            self.client.publish_topics.add(topic)
+        self._publish[topic] = (route, info)
+        return info
+
+    def _select_queue(self, queues: list[MessageQueue], last_broker: str | None) -> MessageQueue:
+        n = len(queues)
+        start = next(self._rr)
+        if self.config.send_latency_fault_enable:
+            for i in range(n):
+                mq = queues[(start + i) % n]
+                if mq.broker_name != last_broker and self.faults.is_available(mq.broker_name):
+                    return mq
+        for i in range(n):
+            mq = queues[(start + i) % n]
+            if mq.broker_name != last_broker:
+                return mq
+        return queues[start % n]
+
+    async def _send_with_retries(self, topic: str, request: Callable[[MessageQueue, bool], RemotingCommand],
+                                 msg: Message, sharding_key: str | None, queue: MessageQueue | None,
+                                 selector: QueueSelector | None, arg: Any, timeout: float | None,
+                                 oneway: bool) -> tuple[RemotingCommand | None, MessageQueue]:
+        loop = asyncio.get_running_loop()
+        timeout_s = timeout if timeout is not None else self.config.send_msg_timeout / 1000
+        deadline = loop.time() + timeout_s
+        attempts = 1 if oneway else 1 + self.config.retry_times_when_send_failed
+        last_broker: str | None = None
+        last_error: Exception | None = None
+        mq: MessageQueue | None = None
+        for attempt in range(attempts):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            info = await self.publish_info(topic)
+            if queue is not None:
+                mq = queue
+            elif sharding_key is not None:
+                mq = select_by_hash(info.queues, sharding_key)
+            elif selector is not None:
+                mq = selector(list(info.queues), msg, arg)
+            else:
+                mq = self._select_queue(info.queues, last_broker)
+            addr = self.client.find_broker_addr(mq.broker_name)
+            if addr is None:
+                await self.client.update_route(topic)
+                addr = self.client.find_broker_addr(mq.broker_name)
+                if addr is None:
+                    last_error = ClientError(f"broker {mq.broker_name} has no known address")
+                    continue
+            req = request(mq, info.via_default_topic)
+            t0 = loop.time()
+            try:
+                if oneway:
+                    await self.client.remoting.invoke_oneway(addr, req)
+                    return None, mq
+                resp = await self.client.remoting.invoke(addr, req, int(remaining * 1000))
+            except RemotingError as exc:
+                self.faults.update(mq.broker_name, (loop.time() - t0) * 1000, isolation=True)
+                last_error, last_broker = exc, mq.broker_name
+                log.info("send to %s (%s) failed on attempt %d: %s", mq, addr, attempt + 1, exc)
+                continue
+            self.faults.update(mq.broker_name, (loop.time() - t0) * 1000)
+            if SendStatus.from_response_code(resp.code) is not None:
+                return resp, mq
+            error = BrokerResponseError(resp.code, resp.remark, addr)
+            if resp.code not in RETRY_RESPONSE_CODES:
+                raise error
+            last_error, last_broker = error, mq.broker_name
+            if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                self._publish.pop(topic, None)
+                await self.client.update_route(topic)
+        if last_error is None:
+            last_error = TimeoutError(f"send timed out after {timeout_s:.3f} s")
+        raise ClientError(f"send to topic {topic} failed after {attempts} attempt(s): {last_error}") from last_error
+
+
+__all__ = ["Producer", "QueueSelector", "TopicPublishInfo", "select_by_hash"]

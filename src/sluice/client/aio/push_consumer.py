@@ -1,0 +1,373 @@
+"""The asyncio push consumer (RocketMQ DefaultMQPushConsumer): rebalanced queues pulled for you, messages handed
+to a listener concurrently or in order, offsets committed as the smallest unfinished message.
+
+A listener may be a plain function (run on a thread pool of ``consume_thread_nums`` threads) or a coroutine
+function (awaited on the loop). It gets a list of ``MessageExt`` and returns a ``ConsumeStatus`` (orderly:
+``ConsumeOrderlyStatus``); returning None counts as success, raising as a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sluice.client.aio.consumer_base import ConsumerBase, configure
+from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, PullStatus
+from sluice.client.process_queue import ProcessQueue
+from sluice.client.rebalance import AllocateStrategy
+from sluice.common.config import ClientConfig
+from sluice.common.errors import ClientError
+from sluice.common.message import MessageExt
+from sluice.common.structs import ConsumeFromWhere, MessageModel, MessageQueue
+from sluice.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[list[MessageExt]], Any]
+
+# A batch that cannot be sent back is consumed again locally after this long (RocketMQ: 5 s).
+CONSUME_LATER_DELAY = 5.0
+
+
+class PushConsumer(ConsumerBase):
+    """Subscribe, register a listener, ``await start()``; messages arrive until ``await shutdown()``."""
+
+    def __init__(self, group: str, namesrv: str | None = None, *,
+                 message_model: str | MessageModel = MessageModel.CLUSTERING,
+                 consume_from: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp: int | None = None, allocate: str | AllocateStrategy = "AVG",
+                 orderly: bool = False, config: ClientConfig | None = None, **settings: Any) -> None:
+        super().__init__(group, configure(config, namesrv, settings, "consumer"), message_model, consume_from,
+                         consume_timestamp, allocate)
+        self.orderly = orderly
+        self._listener: Listener | None = None
+        self._listener_async = False
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._consume_tasks: set[asyncio.Task] = set()
+        self._orderly_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._consume_sem: asyncio.Semaphore | None = None
+        self._timers: list[asyncio.Task] = []
+        self._rebalance_lock = asyncio.Lock()
+
+    # == configuration ===============================================================================
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` ("*" or "TagA || TagB")."""
+        self._add_subscription(topic, expression)
+        if self.started:
+            self._register_retry_subscription()
+            self.client.rebalance_now()
+
+    def register_listener(self, fn: Listener) -> Listener:
+        if not callable(fn):
+            raise TypeError("the listener must be callable")
+        self._listener = fn
+        self._listener_async = inspect.iscoroutinefunction(fn)
+        return fn
+
+    listener = register_listener  # usable as a decorator: @consumer.listener
+
+    # == lifecycle ===================================================================================
+    async def start(self) -> PushConsumer:
+        if self.started:
+            return self
+        if self._listener is None:
+            raise ClientError("register a listener before starting the consumer")
+        if not self.subscriptions:
+            raise ClientError("subscribe to at least one topic before starting the consumer")
+        self._register_retry_subscription()
+        self.offset_store.load()
+        self._executor = ThreadPoolExecutor(self.config.consume_thread_nums,
+                                            thread_name_prefix=f"sluice-consume-{self.group}")
+        self._consume_sem = asyncio.Semaphore(self.config.consume_thread_nums)
+        self.client.consumers[self.group] = self
+        await self.client.start()
+        self.started = True
+        for topic in self.subscriptions:
+            try:
+                await self.client.update_route(topic)
+            except (ClientError, RemotingError) as exc:
+                log.warning("no route for %s yet: %s", topic, exc)
+        await self.client.send_heartbeat_to_all()
+        if self.orderly and self.clustering:
+            self._timers.append(asyncio.get_running_loop().create_task(self._renew_locks_loop()))
+        self.client.rebalance_now()
+        return self
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let running listeners finish, commit offsets, release queue locks, leave the group."""
+        if not self.started:
+            return
+        self.started = False
+        for t in self._timers:
+            t.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+        self.client.consumers.pop(self.group, None)
+        mqs = list(self.process_queues)
+        for mq in mqs:
+            self.process_queues[mq].dropped = True
+            task = self._pull_tasks.pop(mq, None)
+            if task is not None:
+                task.cancel()
+        pending = list(self._consume_tasks) + list(self._orderly_tasks.values())
+        if pending:
+            await asyncio.wait(pending, timeout=max(self.config.consumer_pull_timeout_millis / 1000, 1.0))
+        await self.persist_all_offsets(mqs)
+        if self.orderly and self.clustering:
+            await self._unlock(mqs)
+        self.process_queues.clear()
+        self.client.consumers[self.group] = self  # listed once more so that unregistering covers the group
+        await self.client.shutdown()
+        self.client.consumers.pop(self.group, None)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def __aenter__(self) -> PushConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # == rebalance ===================================================================================
+    async def do_rebalance(self) -> None:
+        async with self._rebalance_lock:
+            incomplete = False
+            for topic in list(self.subscriptions):
+                mine = await self.allocate(topic)
+                if mine is None:
+                    incomplete = True
+                    continue
+                await self._update_process_queues(topic, set(mine))
+            if incomplete and self.started:
+                # Routes of new topics (e.g. the retry topic made by our first heartbeat) appear within moments.
+                asyncio.get_running_loop().call_later(1.0, self.client.rebalance_now)
+
+    async def _update_process_queues(self, topic: str, mine: set[MessageQueue]) -> None:
+        for mq in [m for m in self.process_queues if m.topic == topic and m not in mine]:
+            await self._drop_queue(mq)
+        for mq in sorted(mine - set(self.process_queues)):
+            if not self.started:
+                return
+            pq = ProcessQueue()
+            self.process_queues[mq] = pq
+            self.offset_store.remove(mq)
+            self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, pq))
+            log.info("group %s now consumes %s", self.group, mq)
+
+    async def _drop_queue(self, mq: MessageQueue) -> None:
+        pq = self.process_queues.pop(mq)
+        pq.dropped = True
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+        orderly_task = self._orderly_tasks.get(mq)
+        if orderly_task is not None:  # let the listener call in progress finish before unlocking
+            await asyncio.wait([orderly_task], timeout=self.config.consumer_pull_timeout_millis / 1000)
+        await self.persist_offset(mq)
+        self.offset_store.remove(mq)
+        if self.orderly and self.clustering:
+            await self._unlock([mq])
+        log.info("group %s no longer consumes %s", self.group, mq)
+
+    async def persist_offsets(self) -> None:
+        await self.persist_all_offsets(list(self.process_queues))
+
+    # == pulling =====================================================================================
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        cfg = self.config
+        offset: int | None = None
+        size_limit = cfg.pull_threshold_size_for_queue * 1024 * 1024
+        while not pq.dropped:
+            try:
+                if self.orderly and self.clustering and (not pq.locked or pq.is_lock_expired()):
+                    if not await self._lock_one(mq, pq):
+                        await asyncio.sleep(cfg.lock_retry_interval / 1000)
+                        continue
+                    offset = None  # the previous owner may have committed since
+                if offset is None:
+                    offset = await self.compute_pull_from_where(mq)
+                    if self.clustering:
+                        self.offset_store.update_offset(mq, offset)
+                if pq.msg_count > cfg.pull_threshold_for_queue or pq.msg_size > size_limit or (
+                        not self.orderly and pq.max_span > 2000):
+                    await asyncio.sleep(cfg.pull_time_delay_millis_when_flow_control / 1000)
+                    continue
+                commit = self.offset_store.read_offset(mq) if self.clustering else -1
+                pq.last_pull_timestamp = time.monotonic()
+                result = await self.pull(mq, offset, cfg.pull_batch_size, suspend=True, commit_offset=commit)
+                if pq.dropped:
+                    break
+                if result.status is PullStatus.FOUND and result.messages:
+                    if pq.put_messages(result.messages) or not self.orderly:
+                        self._dispatch(mq, pq, result.messages)
+                elif result.status is PullStatus.OFFSET_ILLEGAL:
+                    log.warning("offset %d of %s is out of range (min %d, max %d): continuing at %d", offset, mq,
+                                result.min_offset, result.max_offset, result.next_begin_offset)
+                    self.offset_store.update_offset(mq, result.next_begin_offset)
+                elif pq.msg_count == 0:
+                    self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=True)
+                offset = result.next_begin_offset
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if pq.dropped:
+                    break
+                log.info("pull of %s failed: %s; retrying in %d ms", mq, exc, cfg.pull_time_delay_millis_when_exception)
+                await asyncio.sleep(cfg.pull_time_delay_millis_when_exception / 1000)
+
+    # == consuming ===================================================================================
+    def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        loop = asyncio.get_running_loop()
+        if self.orderly:
+            if mq not in self._orderly_tasks:
+                task = loop.create_task(self._consume_orderly(mq, pq))
+                self._orderly_tasks[mq] = task
+                task.add_done_callback(lambda _t, mq=mq: self._orderly_tasks.pop(mq, None))
+            return
+        n = max(1, self.config.consume_message_batch_max_size)
+        for i in range(0, len(msgs), n):
+            task = loop.create_task(self._consume_concurrently(mq, pq, msgs[i:i + n]))
+            self._consume_tasks.add(task)
+            task.add_done_callback(self._consume_tasks.discard)
+
+    async def _call_listener(self, msgs: list[MessageExt]) -> Any:
+        fn = self._listener
+        assert fn is not None
+        if self._listener_async:
+            return await fn(msgs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, msgs)
+
+    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        assert self._consume_sem is not None
+        async with self._consume_sem:
+            if pq.dropped:
+                return
+            try:
+                status = await self._call_listener(msgs)
+            except Exception:
+                log.exception("listener of group %s failed on %d message(s) of %s", self.group, len(msgs), mq)
+                status = ConsumeStatus.RECONSUME_LATER
+        if status is None:
+            status = ConsumeStatus.CONSUME_SUCCESS
+        done = msgs
+        if status is ConsumeStatus.RECONSUME_LATER:
+            if self.clustering:
+                failed = [m for m in msgs if not await self._send_back(mq, m, 0)]
+                if failed:
+                    failed_ids = {id(m) for m in failed}
+                    done = [m for m in msgs if id(m) not in failed_ids]
+                    for m in failed:
+                        m.reconsume_times += 1
+                    asyncio.get_running_loop().call_later(CONSUME_LATER_DELAY, self._dispatch_later, mq, pq, failed)
+            else:
+                log.warning("broadcasting group %s dropped %d message(s) of %s its listener failed on", self.group,
+                            len(msgs), mq)
+        elif status is not ConsumeStatus.CONSUME_SUCCESS:
+            raise ClientError(f"a concurrent listener must return a ConsumeStatus, not {status!r}")
+        offset = pq.remove_messages(done)
+        if offset >= 0 and not pq.dropped:
+            self.offset_store.update_offset(mq, offset, increase_only=True)
+
+    def _dispatch_later(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if not pq.dropped and self.started:
+            self._dispatch(mq, pq, msgs)
+
+    async def _send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int) -> bool:
+        """CONSUMER_SEND_MSG_BACK: the broker stores a delayed copy in the group's retry topic."""
+        try:
+            addr = self.client.find_broker_addr(mq.broker_name) or msg.store_host
+            await self.client.api.consumer_send_message_back(
+                addr, self.group, msg.commit_log_offset, delay_level, msg.msg_id, msg.topic,
+                self.config.max_reconsume_times)
+            return True
+        except (ClientError, RemotingError) as exc:
+            log.warning("cannot send message %s back for a later retry: %s", msg.msg_id, exc)
+            return False
+
+    async def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        cfg = self.config
+        while not pq.dropped and self.started:
+            if self.clustering and (not pq.locked or pq.is_lock_expired()):
+                await asyncio.sleep(0.1)  # the pull loop re-locks the queue
+                continue
+            msgs = pq.take_messages(max(1, cfg.consume_message_batch_max_size))
+            if not msgs:
+                return
+            try:
+                status = await self._call_listener(msgs)
+            except Exception:
+                log.exception("orderly listener of group %s failed on %s", self.group, mq)
+                status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            if status is None or status is ConsumeOrderlyStatus.SUCCESS or status is ConsumeStatus.CONSUME_SUCCESS:
+                offset = pq.commit()
+            else:
+                exhausted = [m for m in msgs if m.reconsume_times >= cfg.max_reconsume_times]
+                if exhausted and self.clustering and all([await self._send_back(mq, m, -1) for m in exhausted]):
+                    exhausted_ids = {id(m) for m in exhausted}
+                    pq.make_message_to_consume_again([m for m in msgs if id(m) not in exhausted_ids])
+                    if len(exhausted) == len(msgs):
+                        offset = pq.commit()
+                    else:
+                        offset = -1
+                else:
+                    for m in msgs:
+                        m.reconsume_times += 1
+                    pq.make_message_to_consume_again(msgs)
+                    offset = -1
+                if offset < 0:
+                    await asyncio.sleep(cfg.suspend_current_queue_time_millis / 1000)
+            if offset >= 0 and not pq.dropped:
+                self.offset_store.update_offset(mq, offset)
+
+    # == queue locks (orderly, clustering) ===========================================================
+    async def _lock_one(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        try:
+            addr = await self.broker_addr(mq)
+            locked = await self.client.api.lock_batch_mq(addr, self.group, self.client.client_id, [mq])
+        except (ClientError, RemotingError) as exc:
+            log.info("cannot lock %s: %s", mq, exc)
+            return False
+        if mq in locked:
+            pq.locked = True
+            pq.last_lock_timestamp = time.monotonic()
+            return True
+        return False
+
+    async def _renew_locks_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.rebalance_lock_interval / 1000)
+            by_broker: dict[str, list[MessageQueue]] = {}
+            for mq, pq in self.process_queues.items():
+                if pq.locked:
+                    by_broker.setdefault(mq.broker_name, []).append(mq)
+            for mqs in by_broker.values():
+                try:
+                    locked = set(await self.client.api.lock_batch_mq(await self.broker_addr(mqs[0]), self.group,
+                                                                     self.client.client_id, mqs))
+                except (ClientError, RemotingError) as exc:
+                    log.info("lock renewal failed: %s", exc)
+                    continue
+                now = time.monotonic()
+                for mq in mqs:
+                    pq = self.process_queues.get(mq)
+                    if pq is not None:
+                        pq.locked = mq in locked
+                        if pq.locked:
+                            pq.last_lock_timestamp = now
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for group_mqs in by_broker.values():
+            try:
+                await self.client.api.unlock_batch_mq(await self.broker_addr(group_mqs[0]), self.group,
+                                                      self.client.client_id, group_mqs)
+            except (ClientError, RemotingError) as exc:
+                log.info("unlock failed: %s", exc)

@@ -1,0 +1,221 @@
+"""MQClientInstance: what producers and consumers share — routes, heartbeats, rebalance and offset timers.
+
+One instance per producer or consumer object (each has its own client id), running on an asyncio loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from sluice.client.message_id import local_ipv4
+from sluice.client.mq_client_api import MQClientAPI
+from sluice.common.config import ClientConfig
+from sluice.common.errors import ClientError
+from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, TopicRouteData
+from sluice.remoting.client import RemotingClient
+from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+_instance_counter = itertools.count(1)
+
+
+def build_client_id(instance_name: str) -> str:
+    """``ip@pid#n`` (RocketMQ's ``ip@instanceName``, the instance name made unique per object in the process)."""
+    ip = ".".join(str(b) for b in local_ipv4())
+    name = f"{os.getpid()}#{next(_instance_counter)}" if instance_name == "DEFAULT" else instance_name
+    return f"{ip}@{name}"
+
+
+class ConsumerInner(Protocol):
+    group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    def subscribed_topics(self) -> list[str]: ...
+
+    async def do_rebalance(self) -> None: ...
+
+    async def persist_offsets(self) -> None: ...
+
+
+class MQClientInstance:
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.client_id = build_client_id(config.instance_name)
+        self.remoting = RemotingClient(config.remoting, handler=self._handle_server_request)
+        self.api = MQClientAPI(self.remoting, config.namesrv_addrs)
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producer_groups: set[str] = set()
+        self.publish_topics: set[str] = set()
+        self.consumers: dict[str, ConsumerInner] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._rebalance_now = asyncio.Event()
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self.running = False
+
+    # == lifecycle ===================================================================================
+    async def start(self) -> None:
+        if self.running:
+            return
+        if not self.config.namesrv_addrs:
+            raise ClientError("no name server address: set namesrv, e.g. '127.0.0.1:9876'")
+        self.running = True
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._every(self.config.poll_name_server_interval, self.update_all_routes)),
+                       loop.create_task(self._every(self.config.heartbeat_broker_interval, self.send_heartbeat_to_all)),
+                       loop.create_task(self._rebalance_loop())]
+        if self.consumers:
+            self._tasks.append(loop.create_task(self._every(self.config.persist_consumer_offset_interval,
+                                                            self.persist_all_offsets)))
+
+    async def shutdown(self) -> None:
+        if not self.running:
+            return
+        self.running = False
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.unregister_everywhere()
+        await self.remoting.close()
+
+    async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await fn()
+            except Exception as exc:  # a timer must outlive one failed round
+                log.warning("%s failed: %s", getattr(fn, "__name__", fn), exc)
+
+    # == routes ======================================================================================
+    async def update_route(self, topic: str) -> TopicRouteData | None:
+        """Fetch ``topic``'s route from the name server; None when it has none (cached route dropped)."""
+        lock = self._route_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            route = await self.api.get_topic_route(topic, self.config.send_msg_timeout)
+            if route is None:
+                self.routes.pop(topic, None)
+                return None
+            self.routes[topic] = route
+            known = {a for m in self.broker_addrs.values() for a in m.values()}
+            for b in route.broker_datas:
+                self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
+            new = {a for b in route.broker_datas for a in b.broker_addrs.values()} - known
+            if new and self.running and (self.consumers or self.producer_groups):
+                # Brokers learn of us before we pull from them (they answer GET_CONSUMER_LIST_BY_GROUP with it).
+                await self.send_heartbeat(sorted(new))
+            return route
+
+    async def get_route(self, topic: str) -> TopicRouteData | None:
+        route = self.routes.get(topic)
+        return route if route is not None else await self.update_route(topic)
+
+    async def update_all_routes(self) -> None:
+        topics = set(self.publish_topics)
+        for c in self.consumers.values():
+            topics.update(c.subscribed_topics())
+        for topic in sorted(topics):
+            try:
+                await self.update_route(topic)
+            except (ClientError, RemotingError) as exc:
+                log.info("route refresh of %s failed: %s", topic, exc)
+
+    def find_broker_addr(self, broker_name: str, broker_id: int = MASTER_ID) -> str | None:
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        return addrs.get(broker_id) or addrs.get(MASTER_ID) or next(iter(addrs.values()))
+
+    def master_addrs(self) -> list[str]:
+        return sorted({a[MASTER_ID] for a in self.broker_addrs.values() if MASTER_ID in a})
+
+    # == heartbeats ==================================================================================
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(self.client_id, sorted(self.producer_groups),
+                             [c.consumer_data() for c in self.consumers.values()])
+
+    async def send_heartbeat_to_all(self) -> None:
+        addrs = self.master_addrs()
+        if self.consumers:  # consumers also heartbeat to slaves they may pull from
+            addrs = sorted({a for m in self.broker_addrs.values() for a in m.values()})
+        await self.send_heartbeat(addrs)
+
+    async def send_heartbeat(self, addrs: list[str]) -> None:
+        hb = self.heartbeat_data()
+        if not hb.producer_groups and not hb.consumers:
+            return
+
+        async def one(addr: str) -> None:
+            try:
+                await self.api.send_heartbeat(addr, hb)
+            except (ClientError, RemotingError) as exc:
+                log.info("heartbeat to %s failed: %s", addr, exc)
+
+        await asyncio.gather(*(one(a) for a in addrs))
+
+    async def unregister_everywhere(self) -> None:
+        addrs = sorted({a for m in self.broker_addrs.values() for a in m.values()})
+
+        async def one(addr: str, producer: str, consumer: str) -> None:
+            try:
+                await self.api.unregister_client(addr, self.client_id, producer, consumer)
+            except (ClientError, RemotingError) as exc:
+                log.info("unregister from %s failed: %s", addr, exc)
+
+        calls = [one(a, g, "") for a in addrs for g in self.producer_groups]
+        calls += [one(a, "", g) for a in addrs for g in self.consumers]
+        await asyncio.gather(*calls)
+
+    # == consumers ===================================================================================
+    def rebalance_now(self) -> None:
+        self._rebalance_now.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            self._rebalance_now.clear()
+            await self.do_rebalance()
+            try:
+                await asyncio.wait_for(self._rebalance_now.wait(), self.config.rebalance_interval / 1000)
+            except TimeoutError:
+                pass
+
+    async def do_rebalance(self) -> None:
+        for c in list(self.consumers.values()):
+            try:
+                await c.do_rebalance()
+            except Exception:
+                log.exception("rebalance of group %s failed", c.group)
+
+    async def persist_all_offsets(self) -> None:
+        for c in list(self.consumers.values()):
+            await c.persist_offsets()
+
+    def _handle_server_request(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        """Requests brokers send to clients."""
+        if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            log.debug("broker %s: membership of group %s changed", conn.remote_addr,
+                      req.ext_fields.get("consumerGroup"))
+            self.rebalance_now()
+            return None
+        if req.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            group = req.ext_fields.get("consumerGroup", "")
+            c = self.consumers.get(group)
+            if c is None:
+                return req.response(ResponseCode.SYSTEM_ERROR, "The Consumer Group not exist in this consumer")
+            info = {"properties": {"clientId": self.client_id, "language": "PYTHON",
+                                   "timestamp": str(int(time.time() * 1000))},
+                    "subscriptionSet": [s.to_json() for s in c.consumer_data().subscriptions]}
+            return req.response(ResponseCode.SUCCESS, body=json.dumps(info).encode())
+        return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")

@@ -1,0 +1,215 @@
+"""The client's RPCs to name servers and brokers (RocketMQ MQClientAPIImpl): requests built, responses read."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.common.message_codec import decode_records
+from sluice.common.structs import HeartbeatData, MessageQueue, TopicRouteData
+from sluice.remoting.client import RemotingClient
+from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.errors import RemotingError
+
+
+def _json(resp: RemotingCommand) -> Any:
+    try:
+        return json.loads(bytes(resp.body) or b"null")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ClientError(f"response to request code {resp.code} has a malformed JSON body: {exc}") from exc
+
+
+def _body(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class MQClientAPI:
+    """Typed calls over one ``RemotingClient``. Errors: ``BrokerResponseError`` (an error code came back) or
+    ``RemotingError`` (no connection, timeout)."""
+
+    def __init__(self, remoting: RemotingClient, namesrv_addrs: list[str]) -> None:
+        self.remoting = remoting
+        self.namesrv_addrs = list(namesrv_addrs)
+        self._ns_index = random.randrange(len(namesrv_addrs)) if namesrv_addrs else 0
+
+    async def invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+                     timeout_ms: int = 3_000) -> RemotingCommand:
+        return await self.remoting.invoke(addr, RemotingCommand.request(code, ext or {}, body), timeout_ms)
+
+    async def invoke_ok(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+                        timeout_ms: int = 3_000) -> RemotingCommand:
+        resp = await self.invoke(addr, code, ext, body, timeout_ms)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        return resp
+
+    # == name server ==================================================================================
+    async def invoke_namesrv(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+                             timeout_ms: int = 3_000) -> RemotingCommand:
+        """Ask the current name server; on a network failure move on to the next one."""
+        if not self.namesrv_addrs:
+            raise ClientError("no name server address configured")
+        last: Exception | None = None
+        for _ in range(len(self.namesrv_addrs)):
+            addr = self.namesrv_addrs[self._ns_index % len(self.namesrv_addrs)]
+            try:
+                return await self.invoke(addr, code, ext, body, timeout_ms)
+            except RemotingError as exc:
+                last = exc
+                self._ns_index += 1
+        raise ClientError(f"no name server answered: {last}")
+
+    async def get_topic_route(self, topic: str, timeout_ms: int = 3_000) -> TopicRouteData | None:
+        """The topic's route; None when the name server knows no such topic."""
+        resp = await self.invoke_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout_ms=timeout_ms)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST or (resp.code == ResponseCode.SUCCESS and not resp.body):
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark)
+        return TopicRouteData.from_json(_json(resp))
+
+    async def get_cluster_info(self) -> dict[str, Any]:
+        resp = await self.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark)
+        return _json(resp)
+
+    async def get_all_topic_list(self) -> list[str]:
+        resp = await self.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark)
+        return sorted((_json(resp) or {}).get("topicList") or [])
+
+    # == heartbeats ===================================================================================
+    async def send_heartbeat(self, addr: str, hb: HeartbeatData, timeout_ms: int = 3_000) -> None:
+        await self.invoke_ok(addr, RequestCode.HEART_BEAT, body=_body(hb.to_json()), timeout_ms=timeout_ms)
+
+    async def unregister_client(self, addr: str, client_id: str, producer_group: str, consumer_group: str) -> None:
+        await self.invoke_ok(addr, RequestCode.UNREGISTER_CLIENT,
+                             {"clientID": client_id, "producerGroup": producer_group, "consumerGroup": consumer_group})
+
+    # == consumers ====================================================================================
+    async def get_consumer_id_list(self, addr: str, group: str, timeout_ms: int = 3_000) -> list[str]:
+        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
+                                 timeout_ms=timeout_ms)
+        if resp.code != ResponseCode.SUCCESS:
+            return []
+        return [str(c) for c in (_json(resp) or {}).get("consumerIdList") or []]
+
+    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_ms: int = 5_000) -> int:
+        """The committed offset, or -1 when the broker has none (QUERY_NOT_FOUND)."""
+        resp = await self.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET,
+                                 {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)},
+                                 timeout_ms=timeout_ms)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        return int(resp.ext_fields.get("offset", "-1"))
+
+    async def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int,
+                                     oneway: bool = False, timeout_ms: int = 5_000) -> None:
+        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "commitOffset": str(offset)}
+        if oneway:
+            await self.remoting.invoke_oneway(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))
+        else:
+            await self.invoke_ok(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, timeout_ms=timeout_ms)
+
+    async def _queue_offset(self, code: int, addr: str, mq: MessageQueue, extra: dict[str, str] | None = None,
+                            field: str = "offset") -> int:
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **(extra or {})}
+        resp = await self.invoke_ok(addr, code, ext)
+        return int(resp.ext_fields.get(field, "-1"))
+
+    async def get_max_offset(self, addr: str, mq: MessageQueue) -> int:
+        return await self._queue_offset(RequestCode.GET_MAX_OFFSET, addr, mq)
+
+    async def get_min_offset(self, addr: str, mq: MessageQueue) -> int:
+        return await self._queue_offset(RequestCode.GET_MIN_OFFSET, addr, mq)
+
+    async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
+        return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, addr, mq,
+                                        {"timestamp": str(timestamp_ms)})
+
+    async def get_earliest_msg_storetime(self, addr: str, mq: MessageQueue) -> int:
+        return await self._queue_offset(RequestCode.GET_EARLIEST_MSG_STORETIME, addr, mq, field="timestamp")
+
+    async def consumer_send_message_back(self, addr: str, group: str, commit_log_offset: int, delay_level: int,
+                                         origin_msg_id: str, origin_topic: str, max_reconsume_times: int,
+                                         timeout_ms: int = 3_000) -> None:
+        await self.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK,
+                             {"group": group, "offset": str(commit_log_offset), "delayLevel": str(delay_level),
+                              "originMsgId": origin_msg_id, "originTopic": origin_topic, "unitMode": "false",
+                              "maxReconsumeTimes": str(max_reconsume_times)}, timeout_ms=timeout_ms)
+
+    async def lock_batch_mq(self, addr: str, group: str, client_id: str, mqs: list[MessageQueue],
+                            timeout_ms: int = 1_000) -> list[MessageQueue]:
+        body = _body({"consumerGroup": group, "clientId": client_id, "mqSet": [m.to_json() for m in mqs]})
+        resp = await self.invoke_ok(addr, RequestCode.LOCK_BATCH_MQ, body=body, timeout_ms=timeout_ms)
+        return [MessageQueue.from_json(m) for m in (_json(resp) or {}).get("lockOKMQSet") or []]
+
+    async def unlock_batch_mq(self, addr: str, group: str, client_id: str, mqs: list[MessageQueue],
+                              timeout_ms: int = 1_000) -> None:
+        body = _body({"consumerGroup": group, "clientId": client_id, "mqSet": [m.to_json() for m in mqs]})
+        await self.invoke_ok(addr, RequestCode.UNLOCK_BATCH_MQ, body=body, timeout_ms=timeout_ms)
+
+    # == admin and queries ============================================================================
+    async def create_topic(self, addr: str, topic: str, read_queues: int, write_queues: int, perm: int,
+                           order: bool = False) -> None:
+        await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                             {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(read_queues),
+                              "writeQueueNums": str(write_queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
+                              "topicSysFlag": "0", "order": "true" if order else "false"})
+
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+
+    async def delete_topic_in_namesrv(self, topic: str) -> None:
+        for addr in self.namesrv_addrs:
+            await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+
+    async def get_all_topic_config(self, addr: str) -> dict[str, Any]:
+        return _json(await self.invoke_ok(addr, RequestCode.GET_ALL_TOPIC_CONFIG)) or {}
+
+    async def get_topic_stats(self, addr: str, topic: str) -> list[dict[str, Any]]:
+        resp = await self.invoke_ok(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        return (_json(resp) or {}).get("offsetTable") or []
+
+    async def get_consume_stats(self, addr: str, group: str, topic: str = "") -> list[dict[str, Any]]:
+        ext = {"consumerGroup": group}
+        if topic:
+            ext["topic"] = topic
+        resp = await self.invoke(addr, RequestCode.GET_CONSUME_STATS, ext)
+        if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        return (_json(resp) or {}).get("offsetTable") or []
+
+    async def get_all_subscription_groups(self, addr: str) -> dict[str, Any]:
+        resp = await self.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return (_json(resp) or {}).get("subscriptionGroupTable") or {}
+
+    async def get_consumer_connections(self, addr: str, group: str) -> dict[str, Any] | None:
+        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        return _json(resp) if resp.code == ResponseCode.SUCCESS else None
+
+    async def query_message(self, addr: str, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,
+                            unique_key: bool = False) -> list:
+        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
+               "endTimestamp": str(end_ms)}
+        if unique_key:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        resp = await self.invoke(addr, RequestCode.QUERY_MESSAGE, ext, timeout_ms=5_000)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        return decode_records(resp.body)
+
+    async def view_message(self, addr: str, commit_log_offset: int) -> list:
+        resp = await self.invoke_ok(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(commit_log_offset)})
+        return decode_records(resp.body)

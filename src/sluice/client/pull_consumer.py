@@ -1,0 +1,73 @@
+"""The threaded pull consumer: ``sluice.aio.PullConsumer`` with its loop in the background."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.client import _loop
+from sluice.client.aio.pull_consumer import PullConsumer as AsyncPullConsumer
+from sluice.common.message import MessageExt
+from sluice.common.structs import MessageQueue
+
+
+class PullConsumer:
+    """``c = PullConsumer("group", namesrv=...); c.subscribe("topic"); c.start(); msgs = c.poll(1.0)``."""
+
+    def __init__(self, group: str, namesrv: str | None = None, **kwargs: Any) -> None:
+        self.aio = AsyncPullConsumer(group, namesrv, **kwargs)
+
+    @property
+    def group(self) -> str:
+        return self.aio.group
+
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        if self.aio.started:
+            _loop.run(self._subscribe(topic, expression))
+        else:
+            self.aio.subscribe(topic, expression)
+
+    async def _subscribe(self, topic: str, expression: str | None) -> None:
+        self.aio.subscribe(topic, expression)
+
+    def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        return _loop.run(self.aio.fetch_queues(topic))
+
+    def assign(self, queues: list[MessageQueue], expression: str | None = "*") -> None:
+        _loop.run(self.aio.assign(queues, expression))
+
+    def assignment(self) -> set[MessageQueue]:
+        return self.aio.assignment()
+
+    def start(self) -> PullConsumer:
+        _loop.run(self.aio.start())
+        return self
+
+    def shutdown(self) -> None:
+        _loop.run(self.aio.shutdown())
+
+    def __enter__(self) -> PullConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def poll(self, timeout: float = 5.0, max_messages: int | None = None) -> list[MessageExt]:
+        return _loop.run(self.aio.poll(timeout, max_messages))
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        _loop.run(self._seek(mq, offset))
+
+    async def _seek(self, mq: MessageQueue, offset: int) -> None:
+        self.aio.seek(mq, offset)
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        _loop.run(self.aio.seek_to_begin(mq))
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        _loop.run(self.aio.seek_to_end(mq))
+
+    def commit(self, offsets: dict[MessageQueue, int] | None = None) -> None:
+        _loop.run(self.aio.commit(offsets))
+
+    def committed(self, mq: MessageQueue) -> int:
+        return _loop.run(self.aio.committed(mq))

@@ -1,0 +1,70 @@
+"""Offsets of a clustering consumer, kept by the brokers (RocketMQ RemoteBrokerOffsetStore).
+
+Consumed offsets are tracked in memory and committed to each queue's broker every few seconds, at queue
+hand-over and at shutdown (and piggy-backed on pulls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sluice.client.mq_client import MQClientInstance
+from sluice.client.offset_store import OffsetTable
+from sluice.common.errors import ClientError
+from sluice.common.structs import MessageQueue
+from sluice.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+
+class RemoteBrokerOffsetStore:
+    def __init__(self, client: MQClientInstance, group: str) -> None:
+        self.client = client
+        self.group = group
+        self.table = OffsetTable()
+        self._committed: dict[MessageQueue, int] = {}
+
+    def load(self) -> None:
+        """Nothing to load: the brokers hold the offsets."""
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool = False) -> None:
+        self.table.update(mq, offset, increase_only)
+
+    def read_offset(self, mq: MessageQueue) -> int:
+        """The offset in memory (-1 when unknown)."""
+        return self.table.read(mq)
+
+    async def _addr(self, mq: MessageQueue) -> str:
+        addr = self.client.find_broker_addr(mq.broker_name)
+        if addr is None:
+            await self.client.update_route(mq.topic)
+            addr = self.client.find_broker_addr(mq.broker_name)
+        if addr is None:
+            raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
+        return addr
+
+    async def read_from_store(self, mq: MessageQueue) -> int:
+        """The offset committed on the broker (-1 when none); remembered in memory."""
+        offset = await self.client.api.query_consumer_offset(await self._addr(mq), self.group, mq)
+        if offset >= 0:
+            self.table.update(mq, offset)
+            self._committed[mq] = offset
+        return offset
+
+    async def persist(self, mq: MessageQueue) -> None:
+        offset = self.table.read(mq)
+        if offset < 0 or self._committed.get(mq) == offset:
+            return
+        try:
+            await self.client.api.update_consumer_offset(await self._addr(mq), self.group, mq, offset)
+            self._committed[mq] = offset
+        except (ClientError, RemotingError) as exc:
+            log.warning("cannot commit offset %d of %s for group %s: %s", offset, mq, self.group, exc)
+
+    async def persist_all(self, mqs: list[MessageQueue]) -> None:
+        await asyncio.gather(*(self.persist(mq) for mq in mqs))
+
+    def remove(self, mq: MessageQueue) -> None:
+        self.table.remove(mq)
+        self._committed.pop(mq, None)

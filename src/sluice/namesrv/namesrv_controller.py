@@ -1,0 +1,102 @@
+"""The name server process: route tables and kv config behind a remoting server, plus the expiry scan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sluice.common.config import NamesrvConfig
+from sluice.namesrv.default_request_processor import DefaultRequestProcessor, monotonic_ms
+from sluice.namesrv.kv_config_manager import KVConfigManager
+from sluice.namesrv.route_info_manager import BrokerLiveInfo, RouteInfoManager
+from sluice.remoting.connection import Connection
+from sluice.remoting.dispatcher import RequestDispatcher
+from sluice.remoting.server import RemotingServer
+
+log = logging.getLogger(__name__)
+
+
+class NamesrvController:
+    """``await start()`` binds ``config.host:config.port`` (0 = any free port); ``await stop()`` ends it all."""
+
+    def __init__(self, config: NamesrvConfig | None = None) -> None:
+        self.config = config or NamesrvConfig()
+        self.route_info = RouteInfoManager(self.config.broker_channel_expired_time)
+        self.kv_config = KVConfigManager(self.config.kv_config_path)
+        self.processor = DefaultRequestProcessor(self.route_info, self.kv_config,
+                                                 watch_connection=self._watch_connection)
+        self.dispatcher = RequestDispatcher()
+        self.dispatcher.register_processor(self.processor)
+        self.server = RemotingServer(self.dispatcher, self.config.remoting, name="namesrv")
+        self._watched: set[Connection] = set()
+        self._scan_task: asyncio.Task[None] | None = None
+        self._started = False
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    async def start(self) -> NamesrvController:
+        """Load the kv config (a corrupt file raises ``StoreConfigError``), listen, start the expiry scan."""
+        self.kv_config.load()
+        await self.server.start(self.config.host, self.config.port)
+        self._started = True
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="namesrv-scan")
+        log.info("name server listening on %s", self.address)
+        return self
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            try:
+                await self._scan_task
+            except asyncio.CancelledError:
+                pass
+            self._scan_task = None
+        await self.server.stop()
+        self._watched.clear()
+        self.kv_config.persist()
+        log.info("name server on %s stopped", self.address)
+
+    async def __aenter__(self) -> NamesrvController:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # == broker liveness =============================================================================
+    def scan_not_active_broker(self) -> list[BrokerLiveInfo]:
+        """Drop brokers silent past their expiry time now; close their connections if nothing else uses them."""
+        expired = self.route_info.scan_not_active_broker(monotonic_ms())
+        still_used = {live.conn_key for live in self.route_info.broker_live_table.values()}
+        for live in expired:
+            conn = live.conn_key
+            if isinstance(conn, Connection) and conn not in still_used:
+                conn.close()
+        return expired
+
+    async def _scan_loop(self) -> None:
+        interval = max(self.config.scan_not_active_broker_interval, 1) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.scan_not_active_broker()
+            except Exception:  # the scan must keep running
+                log.exception("scan for inactive brokers failed")
+
+    def _watch_connection(self, conn: Connection) -> None:
+        if conn in self._watched:
+            return
+        self._watched.add(conn)
+        conn.close_listeners.append(self._on_connection_closed)
+
+    def _on_connection_closed(self, conn: Connection) -> None:
+        self._watched.discard(conn)
+        self.route_info.on_connection_closed(conn)

@@ -1,0 +1,196 @@
+"""REGISTER_BROKER's body (spec §4.5): a broker's topic table with its data version, plain or compressed.
+
+Plain form: JSON ``{"filterServerList":[...],"topicConfigSerializeWrapper":{"dataVersion":{...},
+"topicConfigTable":{name: TopicConfig}}}``.
+
+Compressed form (``compressed``=true): one zlib stream holding big-endian int32-length-prefixed parts:
+the DataVersion JSON, an int32 topic count, one entry per topic, then the filter server list JSON. A topic
+entry is what Java's ``TopicConfig.encode`` writes: ``"<name> <readQueueNums> <writeQueueNums> <perm>
+<topicFilterType>"`` separated by single spaces (Java 5 appends ``" <attributes JSON>"``); topicSysFlag and
+order are not carried. Entries that are a JSON object are accepted too. Java 5 brokers append a topic queue
+mapping section after the filter list; it is ignored here.
+
+Pure: no I/O. The broker uses ``encode_register_broker_body`` to build what it sends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sluice.common.structs import DataVersion, TopicConfig, TopicFilterType
+
+_I32: Final = struct.Struct(">i")
+_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BARE_NUMERIC_KEY: Final = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+class BodyFormatError(ValueError):
+    """A request body that does not hold what its request code needs."""
+
+
+def loads_lenient(data: bytes | memoryview | str) -> Any:
+    """Parse JSON as fastjson writes it: also accepts unquoted numeric map keys (``{0:"addr"}``)."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as first:
+        # Quote bare numeric keys outside string literals, then try once more.
+        parts: list[str] = []
+        pos = 0
+        for m in _JSON_STRING.finditer(text):
+            parts.append(_BARE_NUMERIC_KEY.sub(r'\1"\2"\3', text[pos:m.start()]))
+            parts.append(m.group())
+            pos = m.end()
+        parts.append(_BARE_NUMERIC_KEY.sub(r'\1"\2"\3', text[pos:]))
+        try:
+            return json.loads("".join(parts))
+        except json.JSONDecodeError:
+            raise first from None
+
+
+@dataclass(slots=True)
+class TopicConfigSerializeWrapper:
+    """A broker's topic table and the version it had when sent."""
+
+    data_version: DataVersion = field(default_factory=DataVersion)
+    topic_config_table: dict[str, TopicConfig] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dataVersion": self.data_version.to_json(),
+                "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.topic_config_table.items())}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TopicConfigSerializeWrapper:
+        if not isinstance(d, dict):
+            raise BodyFormatError("topicConfigSerializeWrapper must be a JSON object")
+        table = d.get("topicConfigTable") or {}
+        if not isinstance(table, dict):
+            raise BodyFormatError("topicConfigTable must be a JSON object")
+        configs: dict[str, TopicConfig] = {}
+        for name, tc in table.items():
+            if not isinstance(tc, dict):
+                raise BodyFormatError(f"topic config of {name!r} must be a JSON object")
+            tc = dict(tc)
+            tc.setdefault("topicName", name)
+            configs[str(tc["topicName"])] = TopicConfig.from_json(tc)
+        dv = d.get("dataVersion")
+        if dv is not None and not isinstance(dv, dict):
+            raise BodyFormatError("dataVersion must be a JSON object")
+        return cls(DataVersion.from_json(dv), configs)
+
+
+@dataclass(slots=True)
+class RegisterBrokerBody:
+    topic_config_wrapper: TopicConfigSerializeWrapper = field(default_factory=TopicConfigSerializeWrapper)
+    filter_server_list: list[str] = field(default_factory=list)
+
+
+def encode_topic_config_line(tc: TopicConfig) -> str:
+    """Java's ``TopicConfig.encode``: the compressed body's per-topic entry."""
+    return f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type.value}"
+
+
+def decode_topic_config_line(text: str) -> TopicConfig:
+    text = text.strip()
+    if text.startswith("{"):
+        d = json.loads(text)
+        if not isinstance(d, dict):
+            raise BodyFormatError("topic config entry must be a JSON object")
+        return TopicConfig.from_json(d)
+    fields = text.split(" ")
+    if len(fields) < 5:
+        raise BodyFormatError(f"topic config entry {text[:80]!r} has fewer than 5 space-separated fields")
+    name, read_nums, write_nums, perm, filter_type = fields[:5]
+    try:
+        return TopicConfig(name, int(read_nums), int(write_nums), int(perm), TopicFilterType(filter_type))
+    except ValueError as exc:
+        raise BodyFormatError(f"topic config entry {text[:80]!r}: {exc}") from None
+
+
+def encode_register_broker_body(wrapper: TopicConfigSerializeWrapper, filter_server_list: list[str] | None = None,
+                                compressed: bool = False) -> bytes:
+    """REGISTER_BROKER's body, as a Java 4.9 broker writes it."""
+    filters = list(filter_server_list or [])
+    if not compressed:
+        body = {"filterServerList": filters, "topicConfigSerializeWrapper": wrapper.to_json()}
+        return json.dumps(body, separators=(",", ":")).encode("utf-8")
+    parts: list[bytes] = []
+
+    def put(blob: bytes) -> None:
+        parts.append(_I32.pack(len(blob)))
+        parts.append(blob)
+
+    put(json.dumps(wrapper.data_version.to_json(), separators=(",", ":")).encode("utf-8"))
+    parts.append(_I32.pack(len(wrapper.topic_config_table)))
+    for _, tc in sorted(wrapper.topic_config_table.items()):
+        put(encode_topic_config_line(tc).encode("utf-8"))
+    put(json.dumps(filters, separators=(",", ":")).encode("utf-8"))
+    return zlib.compress(b"".join(parts), 9)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise BodyFormatError(f"compressed register body ends inside {what}")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def int32(self, what: str) -> int:
+        return _I32.unpack(self.take(4, what))[0]
+
+    def blob(self, what: str) -> bytes:
+        return self.take(self.int32(what + " length"), what)
+
+
+def decode_register_broker_body(body: bytes | memoryview, compressed: bool) -> RegisterBrokerBody:
+    """Raises ``BodyFormatError`` (a ``ValueError``) describing what is wrong with ``body``."""
+    if not compressed:
+        try:
+            d = loads_lenient(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BodyFormatError(f"register broker body is not JSON: {exc}") from None
+        if not isinstance(d, dict):
+            raise BodyFormatError("register broker body must be a JSON object")
+        try:
+            wrapper = TopicConfigSerializeWrapper.from_json(d.get("topicConfigSerializeWrapper") or {})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BodyFormatError(f"register broker body has a malformed topic table: {exc}") from None
+        filters = d.get("filterServerList") or []
+        return RegisterBrokerBody(wrapper, [str(f) for f in filters] if isinstance(filters, list) else [])
+    try:
+        raw = zlib.decompress(bytes(body))
+    except zlib.error as exc:
+        raise BodyFormatError(f"compressed register broker body does not inflate: {exc}") from None
+    r = _Reader(raw)
+    try:
+        dv_json = json.loads(r.blob("the data version"))
+        count = r.int32("the topic count")
+        if count < 0:
+            raise BodyFormatError(f"compressed register broker body has a negative topic count {count}")
+        table: dict[str, TopicConfig] = {}
+        for i in range(count):
+            tc = decode_topic_config_line(r.blob(f"topic config #{i}").decode("utf-8"))
+            table[tc.topic_name] = tc
+        filters: list[str] = []
+        if r.pos < len(raw):
+            parsed = json.loads(r.blob("the filter server list"))
+            filters = [str(f) for f in parsed] if isinstance(parsed, list) else []
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BodyFormatError(f"compressed register broker body holds bad JSON: {exc}") from None
+    if not isinstance(dv_json, dict):
+        raise BodyFormatError("compressed register broker body: dataVersion must be a JSON object")
+    try:
+        dv = DataVersion.from_json(dv_json)
+    except (TypeError, ValueError) as exc:
+        raise BodyFormatError(f"compressed register broker body: bad dataVersion: {exc}") from None
+    return RegisterBrokerBody(TopicConfigSerializeWrapper(dv, table), filters)
