@@ -1,0 +1,105 @@
+"""Broker bookkeeping without sockets: queue locks, group membership, held pulls, topic auto-creation."""
+
+import asyncio
+
+from sluice.broker.client_channel_info import ClientChannelInfo
+from sluice.broker.consumer_manager import ConsumerManager
+from sluice.broker.pull_request_hold_service import PullRequestHoldService
+from sluice.broker.rebalance_lock_manager import RebalanceLockManager
+from sluice.broker.topic_config_manager import TopicConfigManager
+from sluice.common.config import BrokerConfig, MessageStoreConfig
+from sluice.common.structs import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue, SubscriptionData
+
+
+class FakeConn:
+    """Stands in for a socket connection (only identity and close() matter to the managers)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.remote_addr = "127.0.0.1:1"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+MQ0 = MessageQueue("T", "b", 0)
+MQ1 = MessageQueue("T", "b", 1)
+
+
+def test_queue_lock_is_exclusive_until_it_expires():
+    m = RebalanceLockManager(max_live_ms=60_000)
+    assert m.try_lock_batch("g", [MQ0, MQ1], "c1", now=0) == [MQ0, MQ1]
+    assert m.try_lock_batch("g", [MQ0, MQ1], "c2", now=59_000) == []
+    assert m.try_lock_batch("other-group", [MQ0], "c2", now=59_000) == [MQ0]
+    assert m.try_lock_batch("g", [MQ0], "c2", now=60_001) == [MQ0]
+    assert m.owner("g", MQ0, now=60_001) == "c2" and m.owner("g", MQ1, now=60_001) is None
+
+
+def test_unlock_only_releases_the_owners_locks():
+    m = RebalanceLockManager(max_live_ms=60_000)
+    m.try_lock_batch("g", [MQ0], "c1", now=0)
+    m.unlock_batch("g", [MQ0], "c2")
+    assert m.owner("g", MQ0, now=1) == "c1"
+    m.unlock_batch("g", [MQ0], "c1")
+    assert m.try_lock_batch("g", [MQ0], "c2", now=2) == [MQ0]
+
+
+def _register(m: ConsumerManager, group: str, cid: str, conn: FakeConn, subs: list[SubscriptionData],
+              now: int = 0) -> bool:
+    return m.register_consumer(group, ClientChannelInfo(cid, conn, last_update=now),  # type: ignore[arg-type]
+                               ConsumeType.CONSUME_PASSIVELY, MessageModel.CLUSTERING,
+                               ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, subs)
+
+
+def test_members_are_told_when_a_group_changes_and_not_on_plain_heartbeats():
+    told: list[tuple[str, list[str]]] = []
+    m = ConsumerManager(120_000, lambda g, members: told.append((g, sorted(c.client_id for c in members))))
+    a, b = FakeConn(), FakeConn()
+    sub = [SubscriptionData("T", "*")]
+    assert _register(m, "g", "c1", a, sub)
+    assert not _register(m, "g", "c1", a, sub)  # same member, same subscription
+    assert _register(m, "g", "c2", b, sub)
+    assert m.consumer_ids("g") == ["c1", "c2"]
+    m.on_connection_closed(b)  # type: ignore[arg-type]
+    assert told == [("g", ["c1"]), ("g", ["c1", "c2"]), ("g", ["c1"])]
+    assert m.consumer_ids("g") == ["c1"]
+
+
+def test_silent_consumers_are_dropped_and_their_connection_closed():
+    m = ConsumerManager(expire_ms=1_000)
+    conn = FakeConn()
+    _register(m, "g", "c1", conn, [SubscriptionData("T", "*")], now=0)
+    assert m.scan_not_active(now=500) == 0
+    assert m.scan_not_active(now=1_001) == 1
+    assert conn.closed and m.consumer_ids("g") == [] and m.get("g") is None
+
+
+def test_held_pull_wakes_on_arrival_past_its_offset_only():
+    async def scenario() -> tuple[bool, bool, bool]:
+        hold = PullRequestHoldService(max_held=10)
+        waiting_at_5 = asyncio.ensure_future(hold.wait("T", 0, 5, timeout=5))
+        other_queue = asyncio.ensure_future(hold.wait("T", 1, 0, timeout=0.2))
+        await asyncio.sleep(0.01)
+        hold.notify_message_arriving("T", 0, 5)  # max offset 5: nothing past offset 5 yet
+        await asyncio.sleep(0.01)
+        still_waiting = not waiting_at_5.done()
+        hold.notify_message_arriving("T", 0, 6)
+        woke = await asyncio.wait_for(waiting_at_5, 1)
+        timed_out = not await other_queue
+        return still_waiting, woke, timed_out and hold.count == 0
+
+    assert asyncio.run(scenario()) == (True, True, True)
+
+
+def test_unknown_topics_are_created_from_tbw102_only_when_auto_create_is_on(tmp_path):
+    on = TopicConfigManager(BrokerConfig(store=MessageStoreConfig(store_path_root_dir=str(tmp_path / "a"))))
+    on.load()
+    tc = on.create_in_send("NewTopic", "TBW102", 4)
+    assert tc is not None and tc.write_queue_nums == 4 and tc.perm == 6
+    off = TopicConfigManager(BrokerConfig(auto_create_topic_enable=False,
+                                          store=MessageStoreConfig(store_path_root_dir=str(tmp_path / "b"))))
+    off.load()
+    assert off.create_in_send("NewTopic", "TBW102", 4) is None
+    again = TopicConfigManager(BrokerConfig(store=MessageStoreConfig(store_path_root_dir=str(tmp_path / "a"))))
+    again.load()
+    assert again.get("NewTopic") == tc
