@@ -62,3 +62,39 @@ def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
+
+
+class SyncFacade:
+    """Threaded face of an asyncio client object ``self.aio``: start / shutdown / context manager."""
+
+    aio: Any
+
+    @property
+    def group(self) -> str:
+        return self.aio.group
+
+    def start(self) -> Any:
+        run(self.aio.start())
+        return self
+
+    def shutdown(self) -> None:
+        run(self.aio.shutdown())
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class SyncConsumerFacade(SyncFacade):
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` ("*" or "TagA || TagB")."""
+        if self.aio.started:
+            run(self._on_loop(self.aio.subscribe, topic, expression))
+        else:
+            self.aio.subscribe(topic, expression)
+
+    @staticmethod
+    async def _on_loop(fn: Any, *args: Any) -> Any:
+        return fn(*args)

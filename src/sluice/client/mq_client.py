@@ -12,13 +12,13 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from sluice.client.message_id import local_ipv4
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError
-from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, TopicRouteData
+from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, MessageQueue, TopicRouteData
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -35,6 +35,19 @@ def build_client_id(instance_name: str) -> str:
     ip = ".".join(str(b) for b in local_ipv4())
     name = f"{os.getpid()}#{next(_instance_counter)}" if instance_name == "DEFAULT" else instance_name
     return f"{ip}@{name}"
+
+
+def client_config(config: ClientConfig | None, namesrv: str | None, settings: dict[str, Any],
+                  what: str) -> ClientConfig:
+    """``config`` (or the defaults) with ``namesrv`` and keyword ``settings`` applied; unknown names refused."""
+    cfg = config or ClientConfig()
+    if namesrv is not None:
+        cfg.namesrv_addr = namesrv
+    for k, v in settings.items():
+        if not hasattr(cfg, k):
+            raise TypeError(f"unknown {what} setting {k!r}")
+        setattr(cfg, k, v)
+    return cfg
 
 
 class ConsumerInner(Protocol):
@@ -137,6 +150,16 @@ class MQClientInstance:
         if not addrs:
             return None
         return addrs.get(broker_id) or addrs.get(MASTER_ID) or next(iter(addrs.values()))
+
+    async def master_addr_of(self, mq: MessageQueue) -> str:
+        """The address of ``mq``'s master broker, refreshing the route once if it is unknown."""
+        addr = self.find_broker_addr(mq.broker_name)
+        if addr is None:
+            await self.update_route(mq.topic)
+            addr = self.find_broker_addr(mq.broker_name)
+        if addr is None:
+            raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
+        return addr
 
     def master_addrs(self) -> list[str]:
         return sorted({a[MASTER_ID] for a in self.broker_addrs.values() if MASTER_ID in a})

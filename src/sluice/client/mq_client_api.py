@@ -213,3 +213,20 @@ class MQClientAPI:
     async def view_message(self, addr: str, commit_log_offset: int) -> list:
         resp = await self.invoke_ok(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(commit_log_offset)})
         return decode_records(resp.body)
+
+    # == admin: name server ===========================================================================
+    async def get_topics_by_cluster(self, cluster: str) -> list[str]:
+        resp = await self.invoke_namesrv(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster})
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark)
+        return sorted((_json(resp) or {}).get("topicList") or [])
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG on every name server (as RocketMQ's admin does)."""
+        for addr in self.namesrv_addrs:
+            await self.invoke_ok(addr, RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key,
+                                                                   "value": value})
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        for addr in self.namesrv_addrs:
+            await self.invoke_ok(addr, RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})

@@ -14,29 +14,12 @@ from sluice.common.config import ClientConfig
 from sluice.common.structs import MessageQueue
 
 
-class Producer:
+class Producer(_loop.SyncFacade):
     """Send messages. ``with Producer("group", namesrv="127.0.0.1:9876") as p: p.send(Message(...))``."""
 
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv: str | None = None, *,
                  config: ClientConfig | None = None, **settings: Any) -> None:
         self.aio = AsyncProducer(group, namesrv, config=config, **settings)
-
-    @property
-    def group(self) -> str:
-        return self.aio.group
-
-    def start(self) -> Producer:
-        _loop.run(self.aio.start())
-        return self
-
-    def shutdown(self) -> None:
-        _loop.run(self.aio.shutdown())
-
-    def __enter__(self) -> Producer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
     def send(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None,
              selector: QueueSelector | None = None, arg: Any = None, timeout: float | None = None) -> SendResult:

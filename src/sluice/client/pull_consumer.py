@@ -10,24 +10,11 @@ from sluice.common.message import MessageExt
 from sluice.common.structs import MessageQueue
 
 
-class PullConsumer:
+class PullConsumer(_loop.SyncConsumerFacade):
     """``c = PullConsumer("group", namesrv=...); c.subscribe("topic"); c.start(); msgs = c.poll(1.0)``."""
 
     def __init__(self, group: str, namesrv: str | None = None, **kwargs: Any) -> None:
         self.aio = AsyncPullConsumer(group, namesrv, **kwargs)
-
-    @property
-    def group(self) -> str:
-        return self.aio.group
-
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        if self.aio.started:
-            _loop.run(self._subscribe(topic, expression))
-        else:
-            self.aio.subscribe(topic, expression)
-
-    async def _subscribe(self, topic: str, expression: str | None) -> None:
-        self.aio.subscribe(topic, expression)
 
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
         return _loop.run(self.aio.fetch_queues(topic))
@@ -38,27 +25,11 @@ class PullConsumer:
     def assignment(self) -> set[MessageQueue]:
         return self.aio.assignment()
 
-    def start(self) -> PullConsumer:
-        _loop.run(self.aio.start())
-        return self
-
-    def shutdown(self) -> None:
-        _loop.run(self.aio.shutdown())
-
-    def __enter__(self) -> PullConsumer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     def poll(self, timeout: float = 5.0, max_messages: int | None = None) -> list[MessageExt]:
         return _loop.run(self.aio.poll(timeout, max_messages))
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
-        _loop.run(self._seek(mq, offset))
-
-    async def _seek(self, mq: MessageQueue, offset: int) -> None:
-        self.aio.seek(mq, offset)
+        _loop.run(self._on_loop(self.aio.seek, mq, offset))
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
         _loop.run(self.aio.seek_to_begin(mq))

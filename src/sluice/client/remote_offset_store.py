@@ -35,18 +35,9 @@ class RemoteBrokerOffsetStore:
         """The offset in memory (-1 when unknown)."""
         return self.table.read(mq)
 
-    async def _addr(self, mq: MessageQueue) -> str:
-        addr = self.client.find_broker_addr(mq.broker_name)
-        if addr is None:
-            await self.client.update_route(mq.topic)
-            addr = self.client.find_broker_addr(mq.broker_name)
-        if addr is None:
-            raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
-        return addr
-
     async def read_from_store(self, mq: MessageQueue) -> int:
         """The offset committed on the broker (-1 when none); remembered in memory."""
-        offset = await self.client.api.query_consumer_offset(await self._addr(mq), self.group, mq)
+        offset = await self.client.api.query_consumer_offset(await self.client.master_addr_of(mq), self.group, mq)
         if offset >= 0:
             self.table.update(mq, offset)
             self._committed[mq] = offset
@@ -57,7 +48,7 @@ class RemoteBrokerOffsetStore:
         if offset < 0 or self._committed.get(mq) == offset:
             return
         try:
-            await self.client.api.update_consumer_offset(await self._addr(mq), self.group, mq, offset)
+            await self.client.api.update_consumer_offset(await self.client.master_addr_of(mq), self.group, mq, offset)
             self._committed[mq] = offset
         except (ClientError, RemotingError) as exc:
             log.warning("cannot commit offset %d of %s for group %s: %s", offset, mq, self.group, exc)

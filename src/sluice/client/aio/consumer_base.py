@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
 
 from sluice.client.message import PullResult, PullStatus
 from sluice.client.mq_client import MQClientInstance
@@ -13,7 +12,7 @@ from sluice.client.rebalance import AllocateStrategy, get_strategy
 from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
 from sluice.client.subscription import build_subscription, filter_messages
 from sluice.common.config import ClientConfig
-from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.common.errors import BrokerResponseError
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group, validate_topic
@@ -56,17 +55,6 @@ def parse_message_model(value: str | MessageModel) -> MessageModel:
     if value.lower() not in _MODELS:
         raise ValueError(f"message_model must be 'clustering' or 'broadcasting', not {value!r}")
     return _MODELS[value.lower()]
-
-
-def configure(config: ClientConfig | None, namesrv: str | None, settings: dict[str, Any], what: str) -> ClientConfig:
-    cfg = config or ClientConfig()
-    if namesrv is not None:
-        cfg.namesrv_addr = namesrv
-    for k, v in settings.items():
-        if not hasattr(cfg, k):
-            raise TypeError(f"unknown {what} setting {k!r}")
-        setattr(cfg, k, v)
-    return cfg
 
 
 class ConsumerBase:
@@ -163,13 +151,7 @@ class ConsumerBase:
             store.persist_all(mqs)
 
     async def broker_addr(self, mq: MessageQueue) -> str:
-        addr = self.client.find_broker_addr(mq.broker_name)
-        if addr is None:
-            await self.client.update_route(mq.topic)
-            addr = self.client.find_broker_addr(mq.broker_name)
-        if addr is None:
-            raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
-        return addr
+        return await self.client.master_addr_of(mq)
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """Where a newly assigned queue starts: the committed offset, else as ``consume_from`` says."""

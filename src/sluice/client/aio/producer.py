@@ -19,7 +19,7 @@ from sluice.client.batch import encode_message_batch
 from sluice.client.latency_fault_tolerance import LatencyFaultTolerance
 from sluice.client.message import Message, SendResult, SendStatus
 from sluice.client.message_id import create_uniq_id
-from sluice.client.mq_client import MQClientInstance
+from sluice.client.mq_client import MQClientInstance, client_config
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.hashing import java_string_hash
@@ -61,13 +61,7 @@ class Producer:
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv: str | None = None, *,
                  config: ClientConfig | None = None, **settings: Any) -> None:
         validate_group(group)
-        cfg = config or ClientConfig()
-        if namesrv is not None:
-            cfg.namesrv_addr = namesrv
-        for k, v in settings.items():
-            if not hasattr(cfg, k):
-                raise TypeError(f"unknown producer setting {k!r}")
-            setattr(cfg, k, v)
+        cfg = client_config(config, namesrv, settings, "producer")
         self.group = group
         self.config = cfg
         self.client = MQClientInstance(cfg)

@@ -13,8 +13,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.client.aio.consumer_base import ConsumerBase, configure
+from sluice.client.aio.consumer_base import ConsumerBase
 from sluice.client.message import PullStatus
+from sluice.client.mq_client import client_config
 from sluice.client.rebalance import AllocateStrategy
 from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError
@@ -42,7 +43,7 @@ class PullConsumer(ConsumerBase):
                  consume_from: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: int | None = None, allocate: str | AllocateStrategy = "AVG",
                  config: ClientConfig | None = None, **settings: Any) -> None:
-        super().__init__(group, configure(config, namesrv, settings, "consumer"), message_model, consume_from,
+        super().__init__(group, client_config(config, namesrv, settings, "consumer"), message_model, consume_from,
                          consume_timestamp, allocate)
         self.auto_commit = auto_commit
         self._queues: dict[MessageQueue, _QueueState] = {}

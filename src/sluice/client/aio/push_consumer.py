@@ -16,8 +16,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sluice.client.aio.consumer_base import ConsumerBase, configure
+from sluice.client.aio.consumer_base import ConsumerBase
 from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, PullStatus
+from sluice.client.mq_client import client_config
 from sluice.client.process_queue import ProcessQueue
 from sluice.client.rebalance import AllocateStrategy
 from sluice.common.config import ClientConfig
@@ -42,7 +43,7 @@ class PushConsumer(ConsumerBase):
                  consume_from: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: int | None = None, allocate: str | AllocateStrategy = "AVG",
                  orderly: bool = False, config: ClientConfig | None = None, **settings: Any) -> None:
-        super().__init__(group, configure(config, namesrv, settings, "consumer"), message_model, consume_from,
+        super().__init__(group, client_config(config, namesrv, settings, "consumer"), message_model, consume_from,
                          consume_timestamp, allocate)
         self.orderly = orderly
         self._listener: Listener | None = None
