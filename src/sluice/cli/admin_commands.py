@@ -1,0 +1,461 @@
+"""``sluice topic|group|msg ...``: operator commands over ``sluice.client.admin.Admin``.
+
+Output is aligned plain text, or JSON with ``--json``; errors reach ``sluice.cli.main`` as exceptions and
+are printed there as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from sluice.client.admin import DEFAULT_NAMESRV, LONG_MAX, Admin, AdminError, parse_perm
+from sluice.common.message import MessageExt
+from sluice.common.structs import perm_to_string
+
+NAMESRV_ENV = "SLUICE_NAMESRV"
+TEXT_BODY_LIMIT = 4096  # characters of a text body shown by get-by-id (--body-only prints it all)
+BINARY_BODY_LIMIT = 256  # bytes of a binary body shown as hex
+PREVIEW = 32  # characters of a body shown in a get-by-key row
+
+
+# == running ======================================================================================
+def namesrv_of(args: argparse.Namespace) -> str:
+    return args.namesrv or os.environ.get(NAMESRV_ENV) or DEFAULT_NAMESRV
+
+
+def run(coro: Coroutine[Any, Any, int]) -> int:
+    from sluice.cli.servers import _new_loop
+
+    with asyncio.Runner(loop_factory=_new_loop) as runner:
+        return runner.run(coro)
+
+
+def command(fn: Callable[[Admin, argparse.Namespace], Coroutine[Any, Any, int]]) -> Callable[[argparse.Namespace],
+                                                                                            int]:
+    """A CLI handler: ``fn(admin, args)`` on a fresh event loop, the admin closed afterwards."""
+
+    def handler(args: argparse.Namespace) -> int:
+        if not logging.getLogger().handlers:
+            # The command's outcome is its output or its one-line error; the library's warnings (a peer that
+            # closed, a refused connection) would only repeat it.
+            logging.basicConfig(level=logging.CRITICAL)
+
+        async def main() -> int:
+            async with Admin(namesrv_of(args)) as admin:
+                return await fn(admin, args)
+
+        return run(main())
+
+    handler.__name__ = fn.__name__
+    return handler
+
+
+# == formatting ===================================================================================
+def out(line: str = "") -> None:
+    print(line, flush=False)
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> list[str]:
+    """Rows under headers, columns two spaces apart; columns in ``right`` (numbers) right-aligned."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for r in cells:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> None:
+    for line in table(headers, rows, right):
+        out(line)
+
+
+def fmt_time(ms: int) -> str:
+    """Local time with milliseconds; '-' for 0 (never)."""
+    if ms <= 0:
+        return "-"
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+def parse_time(text: str) -> int:
+    """Milliseconds since the epoch, or a local date / time such as ``2024-05-01`` or ``2024-05-01T12:30``."""
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    try:
+        return int(dt.datetime.fromisoformat(t).timestamp() * 1000)
+    except ValueError:
+        raise AdminError(f"time {text!r} is neither milliseconds since the epoch "
+                         "nor a date like 2024-05-01 12:30") from None
+
+
+def text_body(body: bytes) -> str | None:
+    """The body as text when it is UTF-8 without control characters (bar tab and newlines), else None."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if any((c < " " and c not in "\t\n\r") or c == "\x7f" for c in text):
+        return None
+    return text
+
+
+def body_preview(body: bytes, width: int = PREVIEW) -> str:
+    text = text_body(body)
+    if text is None:
+        return f"<{len(body)} bytes binary>"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def message_json(m: MessageExt) -> dict[str, Any]:
+    text = text_body(m.body)
+    return {"topic": m.topic, "msgId": m.msg_id, "offsetMsgId": m.offset_msg_id, "tags": m.tags, "keys": m.keys,
+            "queueId": m.queue_id, "queueOffset": m.queue_offset, "commitLogOffset": m.commit_log_offset,
+            "bornTimestamp": m.born_timestamp, "bornHost": m.born_host, "storeTimestamp": m.store_timestamp,
+            "storeHost": m.store_host, "reconsumeTimes": m.reconsume_times, "flag": m.flag, "sysFlag": m.sys_flag,
+            "bodyCRC": m.body_crc, "storeSize": m.store_size, "properties": dict(sorted(m.properties.items())),
+            "bodySize": len(m.body), "bodyEncoding": "utf-8" if text is not None else "base64",
+            "body": text if text is not None else base64.b64encode(m.body).decode()}
+
+
+def message_lines(m: MessageExt) -> list[str]:
+    uniq = m.uniq_key
+    rows: list[tuple[str, str]] = [
+        ("topic", m.topic),
+        ("msg id", uniq or m.offset_msg_id),
+        ("offset msg id", m.offset_msg_id),
+        ("tags", m.tags or "-"),
+        ("keys", " ".join(m.keys) or "-"),
+        ("queue", f"{m.queue_id} (queue offset {m.queue_offset})"),
+        ("commit log offset", str(m.commit_log_offset)),
+        ("born", f"{fmt_time(m.born_timestamp)} from {m.born_host}"),
+        ("stored", f"{fmt_time(m.store_timestamp)} on {m.store_host}"),
+        ("reconsume times", str(m.reconsume_times)),
+        ("flag / sys flag", f"{m.flag} / {m.sys_flag:#x}"),
+    ]
+    props = sorted(m.properties.items())
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    for i, (k, v) in enumerate(props or [("-", "")]):
+        label = "properties" if i == 0 else ""
+        lines.append(f"{label.ljust(width)}  {k}={v}" if props else f"{label.ljust(width)}  -")
+    text = text_body(m.body)
+    if text is not None:
+        lines.append(f"{'body'.ljust(width)}  {len(m.body)} bytes, UTF-8 text")
+        shown = text if len(text) <= TEXT_BODY_LIMIT else text[:TEXT_BODY_LIMIT]
+        lines.extend(shown.splitlines() or [""])
+        if len(text) > TEXT_BODY_LIMIT:
+            lines.append(f"... ({len(text) - TEXT_BODY_LIMIT} more characters; --body-only prints it all)")
+    else:
+        lines.append(f"{'body'.ljust(width)}  {len(m.body)} bytes, binary (hex)")
+        shown_b = m.body[:BINARY_BODY_LIMIT]
+        lines.extend(shown_b[i : i + 32].hex(" ") for i in range(0, len(shown_b), 32))
+        if len(m.body) > BINARY_BODY_LIMIT:
+            lines.append(f"... ({len(m.body) - BINARY_BODY_LIMIT} more bytes; --body-only prints it all)")
+    return lines
+
+
+def write_body(body: bytes) -> None:
+    """The raw body on stdout, byte for byte."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        buffer.write(body)
+        buffer.flush()
+    else:  # a text-only stdout (some test harnesses)
+        sys.stdout.write(body.decode("utf-8", "replace"))
+        sys.stdout.flush()
+
+
+# == topic ========================================================================================
+@command
+async def topic_create(admin: Admin, args: argparse.Namespace) -> int:
+    brokers = await admin.create_topic(args.name, queues=args.queues, perm=args.perm, order=args.order,
+                                       cluster=args.cluster)
+    where = ", ".join(f"{n} ({a})" for n, a in brokers.items())
+    out(f"topic {args.name!r} created on {where}: {args.queues} queues, perm {perm_to_string(parse_perm(args.perm))}"
+        f"{', ordered' if args.order else ''}")
+    return 0
+
+
+@command
+async def topic_list(admin: Admin, args: argparse.Namespace) -> int:
+    topics = await admin.list_topics(args.cluster)
+    if args.json:
+        print_json(topics)
+    else:
+        for t in topics:
+            out(t)
+    return 0
+
+
+@command
+async def topic_route(admin: Admin, args: argparse.Namespace) -> int:
+    route = await admin.topic_route(args.name)
+    if args.json:
+        print_json({"topic": args.name, **route.to_json()})
+        return 0
+    queues = {q.broker_name: q for q in route.queue_datas}
+    rows = []
+    for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
+        q = queues.get(b.broker_name)
+        for bid, addr in sorted(b.broker_addrs.items()) or [(None, None)]:
+            rows.append([b.broker_name, b.cluster or "-", bid, addr,
+                         q.read_queue_nums if q else None, q.write_queue_nums if q else None,
+                         perm_to_string(q.perm) if q else None])
+    print_table(["BROKER", "CLUSTER", "ID", "ADDRESS", "READ QUEUES", "WRITE QUEUES", "PERM"], rows, right=(2, 4, 5))
+    if route.order_topic_conf:
+        out(f"order config: {route.order_topic_conf}")
+    return 0
+
+
+@command
+async def topic_status(admin: Admin, args: argparse.Namespace) -> int:
+    queues = await admin.topic_status(args.name)
+    total = sum(q.messages for q in queues)
+    if args.json:
+        print_json({"topic": args.name, "totalMessages": total, "queues": [q.to_json() for q in queues]})
+        return 0
+    print_table(["BROKER", "QUEUE", "MIN OFFSET", "MAX OFFSET", "MESSAGES", "LAST UPDATE"],
+                [[q.broker_name, q.queue_id, q.min_offset, q.max_offset, q.messages,
+                  fmt_time(q.last_update_timestamp)] for q in queues], right=(1, 2, 3, 4))
+    out(f"total: {len(queues)} queues, {total} messages")
+    return 0
+
+
+@command
+async def topic_delete(admin: Admin, args: argparse.Namespace) -> int:
+    brokers = await admin.delete_topic(args.name, cluster=args.cluster)
+    where = ", ".join(brokers) or "no broker"
+    out(f"topic {args.name!r} deleted from {where} and the name server")
+    return 0
+
+
+# == group ========================================================================================
+_CONSUME_TYPES = {"CONSUME_ACTIVELY": "pull", "CONSUME_PASSIVELY": "push"}
+
+
+@command
+async def group_list(admin: Admin, args: argparse.Namespace) -> int:
+    groups = await admin.list_groups()
+    if args.json:
+        print_json([g.to_json() for g in groups])
+        return 0
+    print_table(["GROUP", "ONLINE", "TYPE", "MODEL", "TOPICS", "BROKERS"],
+                [[g.name, len(g.clients), _CONSUME_TYPES.get(g.consume_type, g.consume_type or "-"),
+                  g.message_model.lower() or "-", ",".join(g.topics) or "-", ",".join(g.brokers)] for g in groups],
+                right=(1,))
+    return 0
+
+
+@command
+async def group_progress(admin: Admin, args: argparse.Namespace) -> int:
+    progress = await admin.group_progress(args.group, args.topic)
+    if args.json:
+        print_json(progress.to_json())
+        return 0
+    print_table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST CONSUMED"],
+                [[q.topic, q.broker_name, q.queue_id, q.broker_offset,
+                  q.consumer_offset if q.consumer_offset >= 0 else "-", q.lag, fmt_time(q.last_timestamp)]
+                 for q in progress.queues], right=(2, 3, 4, 5))
+    out(f"total lag: {progress.total_lag} ({len(progress.queues)} queues)")
+    return 0
+
+
+# == msg ==========================================================================================
+def _properties(items: Sequence[str] | None) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise AdminError(f"--prop {item!r} is not name=value")
+        props[name] = value
+    return props
+
+
+class Progress:
+    """A progress line on stderr, at most twice a second: redrawn in place on a terminal, else one line each."""
+
+    def __init__(self, total: int, what: str) -> None:
+        self.total = total
+        self.what = what
+        self.start = time.monotonic()
+        self.last = self.start
+        self.tty = sys.stderr.isatty()
+        self.drawn = False
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.5:
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        line = f"{self.what} {done}/{self.total} ({rate:,.0f} msg/s)"
+        if self.tty:
+            sys.stderr.write("\r" + line)
+            self.drawn = True
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.drawn = False
+
+
+@command
+async def msg_send(admin: Admin, args: argparse.Namespace) -> int:
+    from sluice.client.message import Message
+
+    if args.count < 1:
+        raise AdminError("--count must be at least 1")
+    body = sys.stdin.buffer.read() if args.body == "-" else os.fsencode(args.body)
+    keys = " ".join(args.keys) if args.keys else None
+    message = Message(args.topic, body, tags=args.tags, keys=keys, properties=_properties(args.prop))
+    await admin.api.get_topic_route(args.topic)  # the name server answers (plain error if not); no route is fine
+    progress = Progress(args.count, "sent") if args.count > 1 else None
+    header_done = False
+    sent = 0
+    try:
+        async with contextlib.aclosing(admin.send(message, args.count)) as results:
+            async for r in results:
+                sent += 1
+                if args.json:
+                    print(json.dumps({"msgId": r.msg_id, "offsetMsgId": r.offset_msg_id, "topic": r.queue.topic,
+                                      "brokerName": r.queue.broker_name, "queueId": r.queue.queue_id,
+                                      "queueOffset": r.queue_offset, "status": r.status.value}))
+                elif not args.quiet:
+                    if not header_done:
+                        print(f"{'MSG ID':<32}  {'OFFSET MSG ID':<32}  {'BROKER':<12}  QUEUE  {'OFFSET':>8}  STATUS")
+                        header_done = True
+                    print(f"{r.msg_id:<32}  {r.offset_msg_id:<32}  {r.queue.broker_name:<12}  "
+                          f"{r.queue.queue_id:>5}  {r.queue_offset:>8}  {r.status.value}")
+                if progress is not None:
+                    progress.update(sent)
+    finally:
+        if progress is not None:
+            progress.close()
+    if progress is not None:
+        elapsed = time.monotonic() - progress.start
+        print(f"sent {sent} messages to {args.topic!r} in {elapsed:.2f} s ({sent / max(elapsed, 1e-9):,.0f} msg/s)",
+              file=sys.stderr)
+    return 0
+
+
+@command
+async def msg_get_by_id(admin: Admin, args: argparse.Namespace) -> int:
+    msgs = await admin.get_message(args.id, args.topic)
+    if args.body_only:
+        write_body(msgs[0].body)
+        return 0
+    if args.json:
+        print_json([message_json(m) for m in msgs])
+        return 0
+    for i, m in enumerate(msgs):
+        if i:
+            out()
+        for line in message_lines(m):
+            out(line)
+    return 0
+
+
+@command
+async def msg_get_by_key(admin: Admin, args: argparse.Namespace) -> int:
+    begin = parse_time(args.begin) if args.begin else 0
+    end = parse_time(args.end) if args.end else LONG_MAX
+    msgs = await admin.messages_by_key(args.topic, args.key, max_num=args.max, begin_ms=begin, end_ms=end)
+    if args.json:
+        print_json([message_json(m) for m in msgs])
+        return 0
+    if not msgs:
+        raise AdminError(f"no message with key {args.key!r} in topic {args.topic!r}")
+    print_table(["MSG ID", "OFFSET MSG ID", "STORE HOST", "QUEUE", "OFFSET", "STORED", "TAGS", "BODY"],
+                [[m.msg_id, m.offset_msg_id, m.store_host, m.queue_id, m.queue_offset, fmt_time(m.store_timestamp),
+                  m.tags, body_preview(m.body)] for m in msgs], right=(3, 4))
+    return 0
+
+
+# == parser =======================================================================================
+def add_admin_commands(sub: Any) -> None:
+    """``sluice topic``, ``sluice group`` and ``sluice msg`` with their verbs."""
+    ns = argparse.ArgumentParser(add_help=False)
+    ns.add_argument("--namesrv", metavar="ADDR",
+                    help=f"name server host:port[;host:port] (default ${NAMESRV_ENV} or {DEFAULT_NAMESRV})")
+    js = argparse.ArgumentParser(add_help=False)
+    js.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def verb(group: Any, name: str, handler: Callable[[argparse.Namespace], int], help_: str,
+             json_flag: bool = False) -> argparse.ArgumentParser:
+        p = group.add_parser(name, help=help_, description=help_, parents=[ns, js] if json_flag else [ns])
+        p.set_defaults(func=handler)
+        return p
+
+    topic = sub.add_parser("topic", help="create, inspect and delete topics").add_subparsers(
+        dest="topic_command", required=True, metavar="VERB")
+    p = verb(topic, "create", topic_create, "create (or update) a topic on every broker of the cluster")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--queues", type=int, default=8, help="read and write queues per broker (default 8)")
+    p.add_argument("--perm", default="RW", help="RW, R, W or a number such as 6 (default RW)")
+    p.add_argument("--order", action="store_true", help="an ordered topic (also sets its order config)")
+    p.add_argument("--cluster", help="only on this cluster's brokers (default: every broker)")
+    p = verb(topic, "list", topic_list, "list the topics the name server knows", json_flag=True)
+    p.add_argument("--cluster", help="only topics on this cluster's brokers")
+    p = verb(topic, "route", topic_route, "show a topic's brokers, addresses, queues and permissions", True)
+    p.add_argument("name", metavar="NAME")
+    p = verb(topic, "status", topic_status, "show per-queue min / max offsets and last update times", True)
+    p.add_argument("name", metavar="NAME")
+    p = verb(topic, "delete", topic_delete, "delete a topic from its brokers and the name server")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--cluster", help="only from this cluster's brokers")
+
+    group = sub.add_parser("group", help="inspect consumer groups").add_subparsers(
+        dest="group_command", required=True, metavar="VERB")
+    verb(group, "list", group_list, "list consumer groups and their online clients", json_flag=True)
+    p = verb(group, "progress", group_progress, "per queue: broker offset, committed offset and lag", True)
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("--topic", help="only this topic")
+
+    msg = sub.add_parser("msg", help="send and look up messages").add_subparsers(
+        dest="msg_command", required=True, metavar="VERB")
+    p = verb(msg, "send", msg_send, "send a message (or --count copies of it)")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("body", metavar="BODY", help="message body as text; '-' reads it from stdin")
+    p.add_argument("--tags", help="the message tag")
+    p.add_argument("--keys", action="append", help="message key(s), space separated (repeatable)")
+    p.add_argument("--prop", action="append", metavar="NAME=VALUE", help="a user property (repeatable)")
+    p.add_argument("--count", type=int, default=1, help="send this many copies (default 1)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no line per message, only the summary")
+    p.add_argument("--json", action="store_true", help="one JSON object per message")
+    p = verb(msg, "get-by-id", msg_get_by_id, "show a message by its offset msg id, or by its msg id with --topic",
+             json_flag=True)
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--topic", help="the topic (needed for a client msg id, i.e. UNIQ_KEY)")
+    p.add_argument("--body-only", action="store_true", help="print only the body, byte for byte")
+    p = verb(msg, "get-by-key", msg_get_by_key, "list a topic's messages with a key", json_flag=True)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("--max", type=int, default=64, help="at most this many messages (default 64)")
+    p.add_argument("--begin", help="stored at or after (ms since the epoch, or e.g. 2024-05-01T12:00)")
+    p.add_argument("--end", help="stored at or before (ms since the epoch, or a date / time)")

@@ -1,0 +1,420 @@
+"""The operator's client (RocketMQ's MQAdminExt): topics, consumer groups and message lookups.
+
+``async with Admin("127.0.0.1:9876") as admin: ...``. Every call talks to the name server(s) and the
+brokers directly; nothing is cached between calls, so each answer is current. ``sluice topic``,
+``sluice group`` and ``sluice msg`` are thin shells over this class.
+
+Errors: ``AdminError`` for answers an operator should read as they are ("no route for topic 'x'",
+"cannot connect to name server ..."); ``BrokerResponseError`` when a broker refused a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sluice.client.message import Message, SendResult
+from sluice.client.mq_client_api import MQClientAPI
+from sluice.common.config import RemotingConfig
+from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
+from sluice.common.message import MessageExt, decode_message_id
+from sluice.common.naming import validate_topic
+from sluice.common.structs import ClusterInfo, TopicRouteData
+from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
+from sluice.remoting.client import RemotingClient
+from sluice.remoting.codes import RequestCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.errors import RemotingConnectError, RemotingError
+
+T = TypeVar("T")
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+ADMIN_PRODUCER_GROUP = "SLUICE_ADMIN_PRODUCER"
+LONG_MAX = (1 << 63) - 1
+_PARALLEL_CALLS = 32
+
+
+class AdminError(ClientError):
+    """An admin call that cannot be done as asked; the message is meant for the operator as it is."""
+
+
+# == results =======================================================================================
+@dataclass(slots=True)
+class QueueStatus:
+    """One queue of a topic: the offsets it holds and when its last message was stored (ms, 0 = never)."""
+
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+    @property
+    def messages(self) -> int:
+        return max(self.max_offset - self.min_offset, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "minOffset": self.min_offset,
+                "maxOffset": self.max_offset, "lastUpdateTimestamp": self.last_update_timestamp}
+
+
+@dataclass(slots=True)
+class QueueProgress:
+    """One queue a consumer group reads: the broker's end, the group's committed offset (-1: none) and the lag."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int  # store time of the last consumed message (ms, 0 = none)
+
+    @property
+    def lag(self) -> int:
+        # As RocketMQ's consumerProgress: no committed offset counts as 0.
+        return max(self.broker_offset - max(self.consumer_offset, 0), 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id,
+                "brokerOffset": self.broker_offset, "consumerOffset": self.consumer_offset, "lag": self.lag,
+                "lastTimestamp": self.last_timestamp}
+
+
+@dataclass(slots=True)
+class GroupProgress:
+    group: str
+    queues: list[QueueProgress] = field(default_factory=list)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(q.lag for q in self.queues)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "totalLag": self.total_lag, "queues": [q.to_json() for q in self.queues]}
+
+
+@dataclass(slots=True)
+class GroupInfo:
+    """A consumer group as the brokers know it: where it has a config, and who is online now."""
+
+    name: str
+    brokers: list[str] = field(default_factory=list)
+    clients: list[str] = field(default_factory=list)  # client ids online now
+    consume_type: str = ""
+    message_model: str = ""
+    topics: list[str] = field(default_factory=list)  # subscribed by the online clients
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.name, "brokers": self.brokers, "clients": self.clients, "online": len(self.clients),
+                "consumeType": self.consume_type, "messageModel": self.message_model, "topics": self.topics}
+
+
+def parse_perm(text: str | int) -> int:
+    """``RW`` / ``R`` / ``W`` (any case) or a number (6 = read + write, RocketMQ's PermName bits)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        t = text.strip().upper()
+        if t.isdigit():
+            value = int(t)
+        elif t and set(t) <= {"R", "W"}:
+            value = (PERM_READ if "R" in t else 0) | (PERM_WRITE if "W" in t else 0)
+        else:
+            raise AdminError(f"permission {text!r} is not RW, R, W or a number such as 6")
+    if not 0 <= value <= 15:
+        raise AdminError(f"permission {value} is not between 0 and 15")
+    return value
+
+
+def uncompressed(msg: MessageExt) -> MessageExt:
+    """``msg`` with its body inflated when the producer compressed it (sys flag 0x1); left as is if that fails."""
+    if msg.sys_flag & COMPRESSED_FLAG:
+        with contextlib.suppress(zlib.error):
+            msg.body = zlib.decompress(msg.body)
+    return msg
+
+
+class _AdminAPI(MQClientAPI):
+    """MQClientAPI whose name server failures read as one plain sentence."""
+
+    async def invoke_namesrv(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+                             timeout_ms: int = 3_000) -> RemotingCommand:
+        last: RemotingError | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                return await self.invoke(addr, code, ext, body, timeout_ms)
+            except RemotingError as exc:
+                last = exc
+        where = ";".join(self.namesrv_addrs)
+        if last is None or isinstance(last, RemotingConnectError):
+            raise AdminError(f"cannot connect to name server {where}")
+        raise AdminError(f"name server {where} did not answer: {last}")
+
+
+class Admin:
+    """Administer a Sluice (or RocketMQ) cluster through its name server(s): ``"host:port;host:port"``."""
+
+    def __init__(self, namesrv: str = DEFAULT_NAMESRV, *, timeout_ms: int = 3_000) -> None:
+        self.namesrv = namesrv
+        self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not self.namesrv_addrs:
+            raise AdminError("no name server address given (host:port)")
+        self.remoting = RemotingClient(RemotingConfig(connect_timeout_millis=timeout_ms,
+                                                      default_timeout_millis=timeout_ms))
+        self.api = _AdminAPI(self.remoting, self.namesrv_addrs)
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.remoting.close()
+
+    # == name server ================================================================================
+    async def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo.from_json(await self.api.get_cluster_info() or {})
+
+    async def brokers(self, cluster: str | None = None) -> dict[str, str]:
+        """Broker name → master address, of every broker (or of ``cluster``'s)."""
+        info = await self.cluster_info()
+        names: Iterable[str] = info.broker_addr_table
+        if cluster is not None:
+            if cluster not in info.cluster_addr_table:
+                known = ", ".join(sorted(info.cluster_addr_table)) or "none"
+                raise AdminError(f"no cluster {cluster!r} (clusters: {known})")
+            names = info.cluster_addr_table[cluster]
+        out = {}
+        for name in sorted(names):
+            b = info.broker_addr_table.get(name)
+            if b is not None and b.master_addr:
+                out[name] = b.master_addr
+        return out
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        route = await self.api.get_topic_route(topic)
+        if route is None:
+            raise AdminError(f"no route for topic {topic!r}")
+        return route
+
+    async def list_topics(self, cluster: str | None = None) -> list[str]:
+        if cluster is None:
+            return await self.api.get_all_topic_list()
+        await self.brokers(cluster)  # an unknown cluster is an error, not an empty list
+        return await self.api.get_topics_by_cluster(cluster)
+
+    # == topics =====================================================================================
+    async def create_topic(self, topic: str, queues: int = 8, perm: int | str = 6, order: bool = False,
+                           cluster: str | None = None, wait: float = 5.0) -> dict[str, str]:
+        """Create or update ``topic`` on every master of ``cluster`` (default: every broker).
+
+        Returns broker name → address of the brokers it was created on. With ``order`` the name server
+        also gets the topic's order config (``broker:queues;...``), as RocketMQ's ``updateTopic -o``
+        does. Waits up to ``wait`` seconds for the route to show every one of those brokers.
+        """
+        validate_topic(topic)
+        if not 1 <= queues <= 1024:
+            raise AdminError(f"queue count {queues} is not between 1 and 1024")
+        perm_value = parse_perm(perm)
+        targets = await self.brokers(cluster)
+        if not targets:
+            raise AdminError("no broker is registered with the name server" if cluster is None
+                             else f"cluster {cluster!r} has no master broker")
+        await self._gather(self.api.create_topic(addr, topic, queues, queues, perm_value, order)
+                           for addr in targets.values())
+        if order:
+            conf = ";".join(f"{name}:{queues}" for name in sorted(targets))
+            await self.api.put_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, topic, conf)
+        if wait > 0:
+            await self._wait_route(topic, lambda r: set(targets) <= {q.broker_name for q in r.queue_datas}, wait)
+        return targets
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> dict[str, str]:
+        """Delete ``topic`` from its brokers (those of ``cluster`` only, if given) and from the name server(s)."""
+        if cluster is not None:
+            targets = await self.brokers(cluster)
+        else:
+            route = await self.topic_route(topic)
+            targets = {b.broker_name: b.master_addr for b in route.broker_datas if b.master_addr}
+        await self._gather(self.api.delete_topic_in_broker(addr, topic) for addr in targets.values())
+        if cluster is None:
+            await self.api.delete_topic_in_namesrv(topic)
+        else:
+            for addr in self.namesrv_addrs:
+                await self.api.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic,
+                                                                                     "clusterName": cluster})
+        with contextlib.suppress(BrokerResponseError):
+            await self.api.delete_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        return targets
+
+    async def _wait_route(self, topic: str, ready: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            route = await self.api.get_topic_route(topic)
+            if route is not None and ready(route):
+                return
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(0.05)
+
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Per queue of every broker in the route: min / max offset and the last store time."""
+        route = await self.topic_route(topic)
+        addrs = {b.broker_name: a for b in route.broker_datas if (a := b.select_addr())}
+        tables = await self._gather(self.api.get_topic_stats(addr, topic) for addr in addrs.values())
+        out = [QueueStatus(str(e.get("brokerName") or name), int(e["queueId"]), int(e.get("minOffset", 0)),
+                           int(e.get("maxOffset", 0)), int(e.get("lastUpdateTimestamp", 0)))
+               for name, table in zip(addrs, tables, strict=True) for e in table]
+        return sorted(out, key=lambda q: (q.broker_name, q.queue_id))
+
+    # == consumer groups ============================================================================
+    async def list_groups(self) -> list[GroupInfo]:
+        """Every subscription group the brokers hold, with the clients online now."""
+        brokers = await self.brokers()
+        tables = await self._gather(self.api.get_all_subscription_groups(addr) for addr in brokers.values())
+        groups: dict[str, GroupInfo] = {}
+        for name, table in zip(brokers, tables, strict=True):
+            for g in table:
+                groups.setdefault(g, GroupInfo(g)).brokers.append(name)
+
+        async def online(info: GroupInfo) -> None:
+            clients: set[str] = set()
+            topics: set[str] = set()
+            for name in info.brokers:
+                conns = await self.api.get_consumer_connections(brokers[name], info.name)
+                if not conns:
+                    continue
+                clients.update(str(c.get("clientId", "")) for c in conns.get("connectionSet") or [])
+                topics.update(conns.get("subscriptionTable") or {})
+                info.consume_type = str(conns.get("consumeType") or info.consume_type)
+                info.message_model = str(conns.get("messageModel") or info.message_model)
+            info.clients = sorted(clients)
+            info.topics = sorted(topics)
+
+        await self._gather(online(g) for g in groups.values())
+        return [groups[n] for n in sorted(groups)]
+
+    async def group_progress(self, group: str, topic: str | None = None) -> GroupProgress:
+        """Per queue the group reads (of ``topic`` only, if given): broker offset, committed offset, lag."""
+        if topic is not None:
+            route = await self.topic_route(topic)
+            brokers = {b.broker_name: a for b in route.broker_datas if (a := b.select_addr())}
+        else:
+            brokers = await self.brokers()
+        tables = await self._gather(self.api.get_consume_stats(addr, group, topic or "") for addr in brokers.values())
+        queues = [QueueProgress(str(e["topic"]), str(e.get("brokerName") or name), int(e["queueId"]),
+                                int(e.get("brokerOffset", 0)), int(e.get("consumerOffset", -1)),
+                                int(e.get("lastTimestamp", 0)))
+                  for name, table in zip(brokers, tables, strict=True) for e in table]
+        if not queues:
+            what = f" on topic {topic!r}" if topic else ""
+            raise AdminError(f"consumer group {group!r} has no committed offsets{what} and is not online")
+        queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
+        return GroupProgress(group, queues)
+
+    # == messages ===================================================================================
+    async def get_message(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
+        """The message(s) with this id: a broker's offsetMsgId (store host + commit-log offset), or, with
+        ``topic``, a client message id (UNIQ_KEY), looked up in the index of every broker of the topic.
+
+        The id is read as an offset id first; that is used when it names a broker of the cluster.
+        """
+        msg_id = msg_id.strip()
+        try:
+            host, offset = decode_message_id(msg_id)
+        except ValueError:
+            host, offset = None, -1
+        if host is not None:
+            known = {a for b in (await self.cluster_info()).broker_addr_table.values()
+                     for a in b.broker_addrs.values()}
+            if host in known:
+                try:
+                    msgs = await self.api.view_message(host, offset)
+                    if msgs:
+                        return [uncompressed(m) for m in msgs]
+                except (BrokerResponseError, MessageFormatError) as exc:
+                    if topic is None:
+                        raise AdminError(f"no message with id {msg_id} on {host} ({exc}); for a client message "
+                                         "id (UNIQ_KEY) give its topic (--topic)") from None
+            elif topic is None:
+                port = int(host.rpartition(":")[2])
+                where = f" (it names {host})" if 0 < port < 65536 else ""
+                raise AdminError(f"{msg_id} is not the offset msg id of a broker of this cluster{where}; "
+                                 "for a client message id (UNIQ_KEY) give its topic (--topic)")
+        if topic is None:
+            raise AdminError(f"{msg_id!r} is not an offset msg id (32 hex characters); for a client message id "
+                             "(UNIQ_KEY) give its topic (--topic)")
+        msgs = await self._query(topic, msg_id, unique=True, max_num=32, begin_ms=0, end_ms=LONG_MAX)
+        if not msgs:
+            raise AdminError(f"no message with id {msg_id} in topic {topic!r}")
+        return msgs
+
+    async def messages_by_key(self, topic: str, key: str, max_num: int = 64, begin_ms: int = 0,
+                              end_ms: int = LONG_MAX) -> list[MessageExt]:
+        """Messages of ``topic`` with ``key`` among their KEYS, stored in [begin_ms, end_ms]: the newest
+        ``max_num``, oldest first."""
+        return await self._query(topic, key, unique=False, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms)
+
+    async def _query(self, topic: str, key: str, unique: bool, max_num: int, begin_ms: int,
+                     end_ms: int) -> list[MessageExt]:
+        route = await self.topic_route(topic)
+        addrs = [a for b in route.broker_datas if (a := b.select_addr())]
+        found = await self._gather(self.api.query_message(addr, topic, key, max_num, begin_ms, end_ms, unique)
+                                   for addr in addrs)
+        seen: set[tuple[str, int]] = set()
+        out: list[MessageExt] = []
+        for msg in (m for msgs in found for m in msgs):
+            if msg.topic != topic or (msg.uniq_key != key if unique else key not in msg.keys):
+                continue  # index hash collisions
+            if (msg.store_host, msg.commit_log_offset) in seen:
+                continue
+            seen.add((msg.store_host, msg.commit_log_offset))
+            out.append(uncompressed(msg))
+        out.sort(key=lambda m: (m.store_timestamp, m.store_host, m.commit_log_offset))
+        return out[-max_num:] if max_num > 0 else out  # the newest, oldest first
+
+    async def send(self, message: Message, count: int = 1, *, concurrency: int = 64,
+                   group: str = ADMIN_PRODUCER_GROUP) -> AsyncIterator[SendResult]:
+        """Send ``message`` ``count`` times (up to ``concurrency`` in flight); yields the results in order.
+
+        Use as ``async with contextlib.aclosing(admin.send(...)) as results: async for r in results``.
+        """
+        from sluice.client.aio.producer import Producer
+
+        async with Producer(group, self.namesrv) as producer:
+            window: deque[asyncio.Task[SendResult]] = deque()
+            try:
+                for _ in range(count):
+                    window.append(producer.send_async(message))
+                    if len(window) >= concurrency:
+                        yield await window.popleft()
+                while window:
+                    yield await window.popleft()
+            finally:
+                for task in window:
+                    task.cancel()
+                await asyncio.gather(*window, return_exceptions=True)
+
+    # == helpers ====================================================================================
+    @staticmethod
+    async def _gather(calls: Iterable[Awaitable[T]]) -> list[T]:
+        """Run ``calls`` at most ``_PARALLEL_CALLS`` at a time; results in order; the first error is raised."""
+        sem = asyncio.Semaphore(_PARALLEL_CALLS)
+
+        async def one(call: Awaitable[T]) -> T:
+            async with sem:
+                return await call
+
+        return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+__all__ = ["ADMIN_PRODUCER_GROUP", "DEFAULT_NAMESRV", "LONG_MAX", "Admin", "AdminError", "GroupInfo",
+           "GroupProgress", "QueueProgress", "QueueStatus", "parse_perm", "uncompressed"]
