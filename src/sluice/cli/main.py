@@ -22,6 +22,46 @@ def _cmd_bench_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_client(args: argparse.Namespace) -> int:
+    from sluice.bench.client_bench import BenchOptions, run_bench
+
+    if args.count is not None and args.duration is not None:
+        raise SystemExit("sluice: give --count or --duration, not both")
+    if args.mode not in ("sync", "async", "oneway"):
+        raise SystemExit(f"sluice: --mode must be sync, async or oneway, not {args.mode!r}")
+    if args.flush not in ("sync", "async"):
+        raise SystemExit(f"sluice: --flush must be sync or async, not {args.flush!r}")
+    opts = BenchOptions(namesrv=args.namesrv, topic=args.topic, group=args.group, size=args.size, count=args.count,
+                        duration=args.duration, concurrency=args.concurrency, batch=args.batch, mode=args.mode,
+                        rate=args.rate, json=args.json)
+    if opts.count is None and opts.duration is None:
+        opts.duration = 10.0
+    run_bench(args.bench_command, opts, embedded=args.embedded, flush=args.flush)
+    return 0
+
+
+def _add_client_bench(bench: argparse._SubParsersAction) -> None:
+    helps = {"produce": "send messages as fast as the broker takes them: TPS, MB/s, send RT percentiles",
+             "consume": "consume a topic with a clustering PushConsumer: TPS and delivery latency",
+             "e2e": "produce at a fixed rate while consuming: end-to-end latency percentiles"}
+    for name, text in helps.items():
+        b = bench.add_parser(name, help=text)
+        b.add_argument("--namesrv", default="127.0.0.1:9876", help="name server address")
+        b.add_argument("--topic", default="BenchmarkTest")
+        b.add_argument("--group", default="benchmark_consumer", help="consumer group (consume, e2e)")
+        b.add_argument("--size", type=int, default=128, help="message body bytes")
+        b.add_argument("--count", type=int, help="stop after this many messages")
+        b.add_argument("--duration", type=float, help="stop after this many seconds (default 10)")
+        b.add_argument("--concurrency", type=int, default=64, help="concurrent senders (produce)")
+        b.add_argument("--batch", type=int, default=1, help="messages per send (produce)")
+        b.add_argument("--mode", default="sync", help="sync, async or oneway (produce)")
+        b.add_argument("--rate", type=float, default=5000, help="messages per second (e2e)")
+        b.add_argument("--json", action="store_true", help="one JSON line of results")
+        b.add_argument("--embedded", action="store_true", help="start a name server and broker in a child process")
+        b.add_argument("--flush", default="async", help="sync or async: the embedded broker's flush mode")
+        b.set_defaults(func=_cmd_bench_client)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sluice", description="Sluice: a RocketMQ-compatible message queue.")
     p.add_argument("--version", action="version", version=f"sluice {__version__}")
@@ -39,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dir", help="where to put the temporary stores (default: the system temp dir)")
     st.add_argument("--no-index", action="store_true", help="messages without UNIQ_KEY (no index work)")
     st.set_defaults(func=_cmd_bench_store)
+    _add_client_bench(bench)
     return p
 
 

@@ -1,0 +1,275 @@
+"""``sluice bench produce | consume | e2e``: throughput and latency through a real broker (RocketMQ's benchmark
+scripts, in spirit). A progress line every few seconds on stderr; results as text or one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sluice.client.aio import Producer, PushConsumer
+from sluice.client.message import ConsumeStatus, Message
+from sluice.common.message import MessageExt
+
+PROGRESS_EVERY = 5.0
+
+
+@dataclass(slots=True)
+class BenchOptions:
+    namesrv: str = "127.0.0.1:9876"
+    topic: str = "BenchmarkTest"
+    group: str = "benchmark_consumer"
+    size: int = 128
+    count: int | None = None
+    duration: float | None = None
+    concurrency: int = 64
+    batch: int = 1
+    mode: str = "sync"
+    rate: float = 5_000
+    json: bool = False
+    progress_every: float = PROGRESS_EVERY
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def percentiles_ms(samples_s: list[float] | np.ndarray) -> dict[str, float]:
+    """p50 / p99 / p99.9 / max of latencies given in seconds, in milliseconds."""
+    a = np.asarray(samples_s, dtype=np.float64) * 1000
+    if a.size == 0:
+        return {"p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0}
+    p50, p99, p999 = np.percentile(a, [50, 99, 99.9])
+    return {"p50_ms": round(float(p50), 3), "p99_ms": round(float(p99), 3), "p999_ms": round(float(p999), 3),
+            "max_ms": round(float(a.max()), 3)}
+
+
+class Progress:
+    """Prints ``label: N msgs, X msgs/s (last interval)`` every few seconds on stderr."""
+
+    def __init__(self, label: str, every: float) -> None:
+        self.label = label
+        self.every = every
+        self.count = 0
+        self._last_n = 0
+        self._last_t = time.perf_counter()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self.every > 0:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            now = time.perf_counter()
+            rate = (self.count - self._last_n) / (now - self._last_t)
+            print(f"{self.label}: {self.count} msgs, {rate:,.0f} msgs/s", file=sys.stderr, flush=True)
+            self._last_n, self._last_t = self.count, now
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+def _done(opts: BenchOptions, n: int, t0: float) -> bool:
+    if opts.count is not None:
+        return n >= opts.count
+    return time.perf_counter() - t0 >= (opts.duration or 10.0)
+
+
+# == produce ========================================================================================
+async def bench_produce(opts: BenchOptions) -> dict[str, Any]:
+    body = os.urandom(opts.size // 2 + 1).hex()[: opts.size].encode()
+    rts: list[float] = []
+    failures = 0
+    sent = 0
+    progress = Progress("produce", opts.progress_every)
+    async with Producer("benchmark_producer", namesrv=opts.namesrv, **opts.extra) as producer:
+        await producer.send(Message(opts.topic, body))  # creates the topic, warms the route
+        t0 = time.perf_counter()
+        progress.start()
+
+        async def worker() -> None:
+            nonlocal sent, failures
+            while not _done(opts, sent, t0):
+                sent += opts.batch
+                start = time.perf_counter()
+                try:
+                    if opts.batch > 1:
+                        await producer.send_batch([Message(opts.topic, body) for _ in range(opts.batch)])
+                    elif opts.mode == "oneway":
+                        await producer.send_oneway(Message(opts.topic, body))
+                    else:
+                        await producer.send(Message(opts.topic, body))
+                except Exception:
+                    failures += opts.batch
+                    continue
+                rts.append(time.perf_counter() - start)
+                progress.count += opts.batch
+
+        await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
+        elapsed = time.perf_counter() - t0
+        progress.stop()
+    ok = sent - failures
+    return {"bench": "produce", "mode": opts.mode, "size": opts.size, "batch": opts.batch,
+            "concurrency": opts.concurrency, "messages": ok, "failures": failures, "seconds": round(elapsed, 3),
+            "tps": round(ok / elapsed, 1), "mb_per_s": round(ok * opts.size / elapsed / 1e6, 2),
+            "send_rt": percentiles_ms(rts)}
+
+
+# == consume ========================================================================================
+async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
+    lat: list[float] = []
+    got = 0
+    finished = asyncio.Event()
+    progress = Progress("consume", opts.progress_every)
+    t0 = 0.0
+    consumer = PushConsumer(opts.group, namesrv=opts.namesrv, consume_from="first",
+                            consume_message_batch_max_size=32, **opts.extra)
+    consumer.subscribe(opts.topic)
+
+    @consumer.listener
+    async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
+        nonlocal got, t0
+        if not t0:
+            t0 = time.perf_counter()
+        now_ms = time.time() * 1000
+        lat.extend((now_ms - m.store_timestamp) / 1000 for m in msgs)
+        got += len(msgs)
+        progress.count = got
+        if _done(opts, got, t0):
+            finished.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    await consumer.start()
+    progress.start()
+    try:
+        limit = opts.duration + 30 if opts.duration else None
+        await asyncio.wait_for(finished.wait(), limit)
+    finally:
+        elapsed = time.perf_counter() - t0 if t0 else 0.0
+        progress.stop()
+        await consumer.shutdown()
+    return {"bench": "consume", "messages": got, "seconds": round(elapsed, 3),
+            "tps": round(got / elapsed, 1) if elapsed else 0.0, "delivery_latency": percentiles_ms(lat)}
+
+
+# == end to end =====================================================================================
+async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
+    """Produce at ``rate`` msgs/s for ``duration`` s while consuming; latency = born timestamp → listener."""
+    body = b"x" * opts.size
+    lat: list[float] = []
+    duration = opts.duration or 10.0
+    consumer = PushConsumer(opts.group, namesrv=opts.namesrv, consume_from="last", **opts.extra)
+    consumer.subscribe(opts.topic)
+
+    @consumer.listener
+    async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
+        now = time.time()
+        for m in msgs:
+            sent_at = m.properties.get("bench_sent")
+            if sent_at is not None:  # not the warm-up message
+                lat.append(now - float(sent_at))
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    sent = 0
+    async with Producer("benchmark_producer", namesrv=opts.namesrv) as producer:
+        await producer.send(Message(opts.topic, body))
+        await consumer.start()
+        await asyncio.sleep(2.0)  # let the consumer get its queues
+        t0 = time.perf_counter()
+        interval = 1.0 / opts.rate
+        tasks: set[asyncio.Task] = set()
+        while time.perf_counter() - t0 < duration:
+            due = t0 + sent * interval
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = producer.send_async(Message(opts.topic, body, properties={"bench_sent": repr(time.time())}))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            sent += 1
+        await asyncio.gather(*tasks, return_exceptions=True)
+        deadline = time.perf_counter() + 10
+        while len(lat) < sent and time.perf_counter() < deadline:
+            await asyncio.sleep(0.05)
+    await consumer.shutdown()
+    return {"bench": "e2e", "rate": opts.rate, "seconds": duration, "sent": sent, "received": len(lat),
+            "latency": percentiles_ms(lat)}
+
+
+# == embedded cluster ===============================================================================
+@contextlib.contextmanager
+def embedded_cluster(flush: str = "async") -> Iterator[str]:
+    """A name server + broker child process (``sluice dev``) on free ports with a temporary store."""
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as store:
+        proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--store", store, "--namesrv-port",
+                                 "0", "--broker-port", "0", "--flush", flush, "--log-level", "warning"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            addr = None
+            for line in proc.stdout:
+                m = re.search(r"name server\s+(\S+)", line)
+                if m:
+                    addr = m.group(1)
+                if "Ctrl-C" in line:
+                    break
+            if addr is None:
+                raise RuntimeError("the embedded broker did not start")
+            yield addr
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+BENCHES = {"produce": bench_produce, "consume": bench_consume, "e2e": bench_e2e}
+
+
+def run_bench(name: str, opts: BenchOptions, embedded: bool = False, flush: str = "async") -> dict[str, Any]:
+    import uvloop
+
+    async def go() -> dict[str, Any]:
+        return await BENCHES[name](opts)
+
+    if embedded:
+        with embedded_cluster(flush) as addr:
+            opts.namesrv = addr
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                result = runner.run(go())
+    else:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            result = runner.run(go())
+    if embedded:
+        result["embedded_flush"] = flush
+    print(json.dumps(result) if opts.json else format_result(result), flush=True)
+    return result
+
+
+def format_result(r: dict[str, Any]) -> str:
+    lines = [f"{r['bench']}:"]
+    for k, v in r.items():
+        if k == "bench":
+            continue
+        if isinstance(v, dict):
+            v = ", ".join(f"{kk} {vv}" for kk, vv in v.items())
+        lines.append(f"  {k:<18} {v}")
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""The client benchmarks run end to end on small counts (so they cannot rot)."""
+
+import json
+
+from sluice.cli.main import main
+
+
+def test_bench_produce_reports_tps_and_send_latency(cluster, capsys):
+    assert main(["bench", "produce", "--namesrv", cluster.namesrv_addr, "--count", "500", "--concurrency", "8",
+                 "--json"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["bench"] == "produce" and r["messages"] >= 500 and r["failures"] == 0
+    assert r["tps"] > 0 and 0 < r["send_rt"]["p50_ms"] <= r["send_rt"]["p99_ms"] <= r["send_rt"]["max_ms"]
+
+
+def test_bench_produce_batches_then_consume_reads_them_back(cluster, capsys):
+    assert main(["bench", "produce", "--namesrv", cluster.namesrv_addr, "--topic", "BatchBench", "--count", "640",
+                 "--concurrency", "2", "--batch", "64", "--json"]) == 0
+    produced = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert produced["messages"] == 640 and produced["batch"] == 64
+    assert main(["bench", "consume", "--namesrv", cluster.namesrv_addr, "--topic", "BatchBench", "--count", "641",
+                 "--json"]) == 0
+    consumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert consumed["messages"] >= 641 and consumed["delivery_latency"]["max_ms"] >= 0
+
+
+def test_bench_e2e_measures_latency_at_a_fixed_rate(cluster, capsys):
+    assert main(["bench", "e2e", "--namesrv", cluster.namesrv_addr, "--topic", "E2E", "--rate", "200",
+                 "--duration", "1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["sent"] >= 150 and r["received"] == r["sent"]
+    assert 0 < r["latency"]["p50_ms"] < 1000
+
+
+def test_bench_rejects_count_with_duration(capsys):
+    try:
+        main(["bench", "produce", "--count", "1", "--duration", "1"])
+    except SystemExit as exc:
+        assert "not both" in str(exc)
+    else:
+        raise AssertionError("expected an error")
