@@ -124,6 +124,7 @@ class BrokerController:
         if not self.running:
             return
         self.running = False
+        self._register_now.set()
         c = self.config
         for t in self._tasks:
             t.cancel()
@@ -165,14 +166,15 @@ class BrokerController:
 
     async def _register_loop(self) -> None:
         period = self.config.register_name_server_period / 1000
-        while True:
+        while self.running:  # not ``while True``: 3.11's wait_for (Connection.invoke) can swallow stop()'s cancel
             self._register_now.clear()
             try:
                 await self.register_broker_all()
             except Exception:
                 log.exception("registration with the name servers failed")
-            try:
-                await asyncio.wait_for(self._register_now.wait(), period)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel of stop()
+                async with asyncio.timeout(period):
+                    await self._register_now.wait()
             except TimeoutError:
                 pass
 

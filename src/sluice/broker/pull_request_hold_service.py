@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,14 @@ class PullRequestHoldService:
         self._held: dict[tuple[str, int], list[tuple[int, asyncio.Future[None]]]] = {}
         self.count = 0
 
-    async def wait(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
-        """Wait until a message past ``offset`` arrives in the queue (True) or ``timeout`` seconds pass (False)."""
+    async def wait(self, topic: str, queue_id: int, offset: int, timeout: float,
+                   arrived: Callable[[], bool] | None = None) -> bool:
+        """Wait until a message past ``offset`` arrives in the queue (True) or ``timeout`` seconds pass (False).
+
+        ``arrived`` is asked right after the pull is registered, in the same step: a message that landed between
+        the pull's look at the queue and this registration (the request's task starts a loop turn later, and a
+        send may be served in between) would otherwise go unnoticed until the timeout.
+        """
         if self.count >= self.max_held:
             raise TooManyHeldPulls(f"{self.count} pulls are already held")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -32,8 +39,11 @@ class PullRequestHoldService:
         entry = (offset, fut)
         self._held.setdefault(key, []).append(entry)
         self.count += 1
+        if arrived is not None and arrived():
+            fut.set_result(None)
         try:
-            await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see Connection.invoke
+                await fut
             return True
         except TimeoutError:
             return False

@@ -114,8 +114,9 @@ class ScheduleMessageService:
             wait = self.persist_interval if next_due is None else min(
                 max(next_due - time.time(), self.poll_interval / 10), self.persist_interval)
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), wait)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel of stop()
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

@@ -97,6 +97,7 @@ class MQClientInstance:
         if not self.running:
             return
         self.running = False
+        self._rebalance_now.set()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -105,7 +106,9 @@ class MQClientInstance:
         await self.remoting.close()
 
     async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[object]]) -> None:
-        while True:
+        # ``while self.running``, not ``while True``: on Python 3.11 a cancel that meets a request's response
+        # can be swallowed (asyncio.wait_for in Connection.invoke), and the loop must still end at shutdown.
+        while self.running:
             await asyncio.sleep(interval_ms / 1000)
             try:
                 await fn()
@@ -206,11 +209,16 @@ class MQClientInstance:
         self._rebalance_now.set()
 
     async def _rebalance_loop(self) -> None:
-        while True:
+        while self.running:  # see _every
             self._rebalance_now.clear()
             await self.do_rebalance()
+            if not self.running:
+                break
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel that arrives as the event
+            # is set, and this loop would then outlive shutdown().
             try:
-                await asyncio.wait_for(self._rebalance_now.wait(), self.config.rebalance_interval / 1000)
+                async with asyncio.timeout(self.config.rebalance_interval / 1000):
+                    await self._rebalance_now.wait()
             except TimeoutError:
                 pass
 

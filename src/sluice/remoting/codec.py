@@ -186,16 +186,20 @@ class FrameDecoder:
         out: list[RemotingCommand] = []
         pos = 0
         n = len(buf)
-        while n - pos >= 4:
-            (length,) = _U32.unpack_from(buf, pos)
-            if length > self.max_frame_size:
-                raise FrameTooLargeError(f"frame of {length} bytes exceeds the {self.max_frame_size}-byte limit")
-            if length < 4:
-                raise ProtocolError(f"frame length {length} is shorter than its header-length word")
-            if n - pos - 4 < length:
-                break
-            out.append(decode_frame(memoryview(buf)[pos + 4 : pos + 4 + length]))
-            pos += 4 + length
+        try:
+            while n - pos >= 4:
+                (length,) = _U32.unpack_from(buf, pos)
+                if length > self.max_frame_size:
+                    raise FrameTooLargeError(f"frame of {length} bytes exceeds the {self.max_frame_size}-byte limit")
+                if length < 4:
+                    raise ProtocolError(f"frame length {length} is shorter than its header-length word")
+                if n - pos - 4 < length:
+                    break
+                out.append(decode_frame(memoryview(buf)[pos + 4 : pos + 4 + length]))
+                pos += 4 + length
+        except ProtocolError as exc:
+            exc.decoded = out  # the good frames before the bad one: the caller still serves them
+            raise
         if pos:
             del buf[:pos]
         return out

@@ -66,12 +66,11 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        bad: ProtocolError | None = None
         try:
             commands = self._decoder.feed(data)
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self.remote_addr, exc)
-            self.close()
-            return
+            bad, commands = exc, exc.decoded  # the frames that came whole before the bad bytes are served
         for cmd in commands:
             if cmd.flag & RESPONSE_FLAG:
                 fut = self._pending.pop(cmd.opaque, None)
@@ -79,6 +78,9 @@ class Connection(asyncio.Protocol):
                     fut.set_result(cmd)
             else:
                 self._handle_request(cmd)
+        if bad is not None:
+            log.warning("closing connection from %s: %s", self.remote_addr, bad)
+            self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -200,7 +202,10 @@ class Connection(asyncio.Protocol):
         request.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
         self.write(request)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that arrives together
+            # with the response, and the caller's task would go on as if never cancelled.
+            async with asyncio.timeout(timeout):
+                return await fut
         except TimeoutError:
             raise RemotingTimeoutError(
                 f"no response from {self.remote_addr} to request code {request.code} within {timeout:.3f} s"

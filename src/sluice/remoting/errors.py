@@ -4,7 +4,12 @@ from sluice.common.errors import SluiceError
 
 
 class ProtocolError(SluiceError):
-    """Bytes on a connection that are not a valid remoting frame: the connection must be closed."""
+    """Bytes on a connection that are not a valid remoting frame: the connection must be closed.
+
+    ``decoded`` holds the whole frames ``FrameDecoder.feed`` read before the bad bytes, still to be served.
+    """
+
+    decoded: list = []  # noqa: RUF012  # replaced per instance by FrameDecoder.feed, never mutated
 
 
 class FrameTooLargeError(ProtocolError):

@@ -34,9 +34,12 @@ class ClientManageProcessor:
 
     def heart_beat(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
+        data = parse_json_body(req, "heartbeat")
         try:
-            hb = HeartbeatData.from_json(parse_json_body(req, "heartbeat"))
-        except (KeyError, TypeError, ValueError) as exc:
+            hb = HeartbeatData.from_json(data)
+        except KeyError as exc:
+            raise BadRequestError(f"heartbeat body is malformed: a {exc} field is missing") from exc
+        except (TypeError, ValueError) as exc:
             raise BadRequestError(f"heartbeat body is malformed: {exc}") from exc
         for cd in hb.consumers:
             group = b.subscription_group_manager.find(cd.group_name)

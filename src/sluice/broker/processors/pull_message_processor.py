@@ -142,7 +142,10 @@ class PullMessageProcessor:
     async def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
                     timeout_ms: int) -> RemotingCommand:
         try:
-            await self.broker.hold_service.wait(h.topic, h.queue_id, h.queue_offset, max(timeout_ms, 0) / 1000)
+            store = self.broker.store
+            await self.broker.hold_service.wait(
+                h.topic, h.queue_id, h.queue_offset, max(timeout_ms, 0) / 1000,
+                lambda: store.get_max_offset_in_queue(h.topic, h.queue_id) > h.queue_offset)
         except TooManyHeldPulls as exc:
             return req.response(ResponseCode.SYSTEM_BUSY, f"too many pulls held: {exc}")
         result = self._process(conn, req, h, allow_suspend=False)

@@ -25,6 +25,7 @@ from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+from sluice.remoting.errors import BadRequestError
 from sluice.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -74,8 +75,19 @@ class SendMessageRequestHeader:
 
     @classmethod
     def parse(cls, req: RemotingCommand, v2: bool, batch: bool) -> SendMessageRequestHeader:
-        if v2:
-            req = RemotingCommand(req.code, {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()})
+        if not v2:
+            return cls._parse(req, batch)
+        try:
+            return cls._parse(RemotingCommand(req.code, {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()}),
+                              batch)
+        except BadRequestError as exc:  # name the key the request used: 'e' (queueId), not queueId alone
+            text = str(exc)
+            for key, name in V2_KEYS.items():
+                text = text.replace(f"{name!r}", f"{key!r} ({name})")
+            raise BadRequestError(text) from None
+
+    @classmethod
+    def _parse(cls, req: RemotingCommand, batch: bool) -> SendMessageRequestHeader:
         mrt = req.ext_fields.get("maxReconsumeTimes")
         return cls(req.ext_str("producerGroup", "DEFAULT_PRODUCER"), req.ext_str("topic"),
                    req.ext_str("defaultTopic", ""), req.ext_int("defaultTopicQueueNums", 4), req.ext_int("queueId"),

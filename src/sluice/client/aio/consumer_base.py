@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import zlib
 
 from sluice.client.message import PullResult, PullStatus
 from sluice.client.mq_client import MQClientInstance
@@ -25,6 +26,7 @@ from sluice.common.structs import (
     MessageQueue,
     SubscriptionData,
 )
+from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 
@@ -193,6 +195,13 @@ class ConsumerBase:
                             int(e.get("maxOffset", 0)), [], int(e.get("suggestWhichBrokerId", 0)))
         if status is PullStatus.FOUND and resp.body:
             msgs: list[MessageExt] = filter_messages(sub, decode_records(resp.body))
+            for m in msgs:
+                if m.sys_flag & COMPRESSED_FLAG:  # the producer zlib-compressed the body (spec §6.1)
+                    try:
+                        m.body = zlib.decompress(m.body)
+                    except zlib.error as exc:
+                        log.warning("message %s says its body is compressed but it does not inflate: %s; "
+                                    "delivered as stored", m.msg_id, exc)
             if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 for m in msgs:
                     m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)

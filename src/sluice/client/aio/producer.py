@@ -195,6 +195,11 @@ class Producer:
         if queues:
             info = TopicPublishInfo(queues, False)
             self.client.publish_topics.add(topic)
+        elif route is not None:
+            # The topic exists but no master may be written to (read-only, or masters down). Going through
+            # TBW102 here would auto-create it, writable, on other brokers (RocketMQ refuses likewise).
+            raise ClientError(f"No route info of this topic: {topic} (it has no writable queue on a live master; "
+                              f"perm {', '.join(f'{q.broker_name}={q.perm}' for q in route.queue_datas)})")
         else:
             default = self.client.routes.get(AUTO_CREATE_TOPIC_KEY_TOPIC) or await self.client.update_route(
                 AUTO_CREATE_TOPIC_KEY_TOPIC)

@@ -9,7 +9,9 @@ With ``auto_commit`` (the default) the position after each polled message is com
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,13 +26,17 @@ from sluice.common.structs import ConsumeFromWhere, ConsumeType, MessageModel, M
 
 log = logging.getLogger(__name__)
 
+# Epochs are unique across queue states: batches fetched for a queue before it was dropped (rebalance,
+# re-assign) never match the state of the same queue taken again.
+_epochs = itertools.count(1)
+
 
 @dataclass(slots=True)
 class _QueueState:
     next_offset: int | None = None  # where the next pull starts (None: not known yet)
     consumed: int = -1  # one past the last polled message
     buffered: int = 0  # messages fetched, not yet polled
-    epoch: int = 0  # bumped by seek: fetched batches of older epochs are dropped
+    epoch: int = field(default_factory=lambda: next(_epochs))  # changed by seek: older batches are dropped
     paused: bool = False
     task: asyncio.Task | None = field(default=None, repr=False)
 
@@ -50,6 +56,7 @@ class PullConsumer(ConsumerBase):
         self._assigned_manually = False
         self._pending_assignment: set[MessageQueue] | None = None
         self._ready: asyncio.Queue[tuple[MessageQueue, int, list[MessageExt]]] | None = None
+        self._leftover: deque[tuple[MessageQueue, int, list[MessageExt]]] = deque()  # rest of split batches
         self._rebalance_lock = asyncio.Lock()
 
     # == configuration ===============================================================================
@@ -168,13 +175,18 @@ class PullConsumer(ConsumerBase):
     async def _pull_loop(self, mq: MessageQueue, st: _QueueState) -> None:
         cfg = self.config
         assert self._ready is not None
-        while True:
+        me = asyncio.current_task()
+        # Not ``while True``: seek and rebalance replace or drop this task by cancelling it, and on Python 3.11 a
+        # cancel that meets a request's response is swallowed (asyncio.wait_for in Connection.invoke); a task
+        # that went on would pull the queue a second time, and every message would be polled twice.
+        while st.task is me and self._queues.get(mq) is st and self.started:
             try:
                 if st.next_offset is None:
                     start = await self.compute_pull_from_where(mq)
                     if st.next_offset is None:  # not seeked meanwhile
                         st.next_offset = start
                         st.consumed = start
+                    continue
                 if st.paused or st.buffered >= cfg.pull_threshold_for_queue:
                     await asyncio.sleep(cfg.pull_time_delay_millis_when_flow_control / 1000)
                     continue
@@ -207,13 +219,21 @@ class PullConsumer(ConsumerBase):
         out: list[MessageExt] = []
         limit = max_messages or self.config.pull_batch_size * 4
         try:
-            item = await asyncio.wait_for(self._ready.get(), timeout) if timeout > 0 else self._ready.get_nowait()
+            if self._leftover:
+                item = self._leftover.popleft()
+            else:
+                item = await asyncio.wait_for(self._ready.get(), timeout) if timeout > 0 else \
+                    self._ready.get_nowait()
         except (TimeoutError, asyncio.QueueEmpty):
             return out
         while True:
             mq, epoch, msgs = item
             st = self._queues.get(mq)
             if st is not None and st.epoch == epoch:
+                room = limit - len(out)
+                if len(msgs) > room:  # hand out no more than max_messages; the rest comes first next time
+                    self._leftover.appendleft((mq, epoch, msgs[room:]))
+                    msgs = msgs[:room]
                 st.buffered -= len(msgs)
                 st.consumed = max(st.consumed, msgs[-1].queue_offset + 1)
                 out.extend(msgs)
@@ -222,7 +242,7 @@ class PullConsumer(ConsumerBase):
             if len(out) >= limit:
                 break
             try:
-                item = self._ready.get_nowait()
+                item = self._leftover.popleft() if self._leftover else self._ready.get_nowait()
             except asyncio.QueueEmpty:
                 break
         return out
@@ -232,11 +252,16 @@ class PullConsumer(ConsumerBase):
         st = self._queues.get(mq)
         if st is None:
             raise ClientError(f"{mq} is not assigned to this consumer")
-        st.epoch += 1
+        st.epoch = next(_epochs)
         st.next_offset = offset
         st.consumed = offset
         st.buffered = 0
-        self.offset_store.update_offset(mq, offset)
+        # Not written to the offset store: with auto_commit the new position is committed from ``consumed``;
+        # without it only commit() commits (the store is persisted by the timer and when the queue goes).
+        if st.task is not None and not st.task.done():
+            # The pull in flight may be held by the broker (long polling) for many seconds: start afresh.
+            st.task.cancel()
+            st.task = asyncio.get_running_loop().create_task(self._pull_loop(mq, st))
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         self.seek(mq, await self.client.api.get_min_offset(await self.broker_addr(mq), mq))

@@ -51,7 +51,9 @@ class PushConsumer(ConsumerBase):
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self._consume_tasks: set[asyncio.Task] = set()
-        self._orderly_tasks: dict[MessageQueue, asyncio.Task] = {}
+        # Keyed by process queue, not queue: a queue dropped and taken again gets a new ProcessQueue, which must
+        # not wait for the old one's task (that one only notices the drop after its listener call).
+        self._orderly_tasks: dict[ProcessQueue, asyncio.Task] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._consume_sem: asyncio.Semaphore | None = None
         self._timers: list[asyncio.Task] = []
@@ -167,7 +169,7 @@ class PushConsumer(ConsumerBase):
         task = self._pull_tasks.pop(mq, None)
         if task is not None:
             task.cancel()
-        orderly_task = self._orderly_tasks.get(mq)
+        orderly_task = self._orderly_tasks.get(pq)
         if orderly_task is not None:  # let the listener call in progress finish before unlocking
             await asyncio.wait([orderly_task], timeout=self.config.consumer_pull_timeout_millis / 1000)
         await self.persist_offset(mq)
@@ -226,16 +228,23 @@ class PushConsumer(ConsumerBase):
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         loop = asyncio.get_running_loop()
         if self.orderly:
-            if mq not in self._orderly_tasks:
+            # A task that has returned (found the queue empty) may not have run its done callback yet: it
+            # counts as gone, or the messages just put would wait for a dispatch that never comes.
+            task = self._orderly_tasks.get(pq)
+            if task is None or task.done():
                 task = loop.create_task(self._consume_orderly(mq, pq))
-                self._orderly_tasks[mq] = task
-                task.add_done_callback(lambda _t, mq=mq: self._orderly_tasks.pop(mq, None))
+                self._orderly_tasks[pq] = task
+                task.add_done_callback(lambda t, pq=pq: self._orderly_task_done(pq, t))
             return
         n = max(1, self.config.consume_message_batch_max_size)
         for i in range(0, len(msgs), n):
             task = loop.create_task(self._consume_concurrently(mq, pq, msgs[i:i + n]))
             self._consume_tasks.add(task)
             task.add_done_callback(self._consume_tasks.discard)
+
+    def _orderly_task_done(self, pq: ProcessQueue, task: asyncio.Task) -> None:
+        if self._orderly_tasks.get(pq) is task:  # not a newer task of the same queue
+            del self._orderly_tasks[pq]
 
     async def _call_listener(self, msgs: list[MessageExt]) -> Any:
         fn = self._listener
@@ -341,7 +350,7 @@ class PushConsumer(ConsumerBase):
         return False
 
     async def _renew_locks_loop(self) -> None:
-        while True:
+        while self.started:  # not ``while True``: see MQClientInstance._every
             await asyncio.sleep(self.config.rebalance_lock_interval / 1000)
             by_broker: dict[str, list[MessageQueue]] = {}
             for mq, pq in self.process_queues.items():

@@ -1,0 +1,393 @@
+"""Push consumers deliver what producers send: exactly once per clustering group, to everyone when broadcasting,
+without loss across rebalances, and failed messages come back (retry topic) or land in the dead-letter queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from sluice import ConsumeStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
+from sluice.client.mq_client_api import MQClientAPI
+from sluice.common.naming import dlq_topic
+from sluice.remoting.client import RemotingClient
+
+PULL_BATCH = 32  # the consumers' pull_batch_size (default)
+FAST = {"rebalance_interval": 500, "persist_consumer_offset_interval": 200, "heartbeat_broker_interval": 1000,
+        "poll_name_server_interval": 1000, "consume_from": "first"}
+
+
+def create_topic(cluster, topic: str, queues: int) -> None:
+    """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
+
+    async def go() -> None:
+        remoting = RemotingClient()
+        api = MQClientAPI(remoting, [cluster.namesrv_addr])
+        try:
+            for b in cluster.brokers:
+                await api.create_topic(b.broker_addr, topic, queues, queues, 6)
+            while True:
+                route = await api.get_topic_route(topic)
+                if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == \
+                        queues * len(cluster.brokers):
+                    return
+                await asyncio.sleep(0.02)
+        finally:
+            await remoting.close()
+
+    cluster.loop.run(asyncio.wait_for(go(), 10))
+
+
+def wait_committed(cluster, group: str, topic: str, timeout: float = 10) -> None:
+    """Wait until ``group`` has committed every queue of ``topic`` up to its end (asked over the wire)."""
+
+    async def go() -> None:
+        remoting = RemotingClient()
+        api = MQClientAPI(remoting, [cluster.namesrv_addr])
+        try:
+            route = await api.get_topic_route(topic)
+            assert route is not None
+            while True:
+                behind = 0
+                for mq in route.subscribe_queues(topic):
+                    addr = next(b.broker_addrs[0] for b in route.broker_datas if b.broker_name == mq.broker_name)
+                    behind += await api.get_max_offset(addr, mq) - await api.query_consumer_offset(addr, group, mq)
+                if behind == 0:
+                    return
+                await asyncio.sleep(0.05)
+        finally:
+            await remoting.close()
+
+    cluster.loop.run(asyncio.wait_for(go(), timeout), timeout + 5)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Recorder:
+    """A listener that records every delivered body (thread-safe), per consumer."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.bodies: Counter[bytes] = Counter()
+        self.by_consumer: dict[str, Counter[bytes]] = {}
+        self.uniq: Counter[str] = Counter()
+
+    def listener(self, name: str) -> Callable[[list[MessageExt]], ConsumeStatus]:
+        mine: Counter[bytes] = Counter()
+        self.by_consumer[name] = mine
+
+        def handle(msgs: list[MessageExt]) -> ConsumeStatus:
+            with self.lock:
+                for m in msgs:
+                    self.bodies[m.body] += 1
+                    mine[m.body] += 1
+                    self.uniq[m.uniq_key or ""] += 1
+            if self.delay:
+                time.sleep(self.delay)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        return handle
+
+    def distinct(self) -> int:
+        with self.lock:
+            return len(self.bodies)
+
+
+@contextmanager
+def consumers(n: int, group: str, topic: str, recorder: Recorder, **settings) -> Iterator[list[PushConsumer]]:
+    started: list[PushConsumer] = []
+    try:
+        for i in range(n):
+            c = PushConsumer(group, **settings)
+            c.subscribe(topic)
+            c.register_listener(recorder.listener(f"c{i}"))
+            c.start()
+            started.append(c)
+        yield started
+    finally:
+        for c in started:
+            c.shutdown()
+
+
+def allocation_settled(cs: list[PushConsumer], topic: str, queues: int) -> bool:
+    """Every queue of ``topic`` held by exactly one of ``cs``."""
+    held = [mq for c in cs for mq in c.aio.process_queues if mq.topic == topic]
+    return len(held) == queues and len(set(held)) == queues
+
+
+def send_mixed(producer: Producer, topic: str, n: int) -> list[bytes]:
+    """``n`` messages, a quarter each by send, send_async, send_oneway and send_batch (batches of 50)."""
+    bodies = [f"m-{i}".encode() for i in range(n)]
+    q = n // 4
+    futures = []
+    for i, body in enumerate(bodies[:q]):
+        producer.send(Message(topic, body, keys=[f"k{i}"]))
+    for body in bodies[q:2 * q]:
+        futures.append(producer.send_async(Message(topic, body)))
+    for body in bodies[2 * q:3 * q]:
+        producer.send_oneway(Message(topic, body))
+    rest = bodies[3 * q:]
+    for i in range(0, len(rest), 50):
+        r = producer.send_batch([Message(topic, b) for b in rest[i:i + 50]])
+        assert r.status.name == "SEND_OK"
+    for f in futures:
+        assert f.result(10).status.name == "SEND_OK"
+    return bodies
+
+
+def test_clustering_group_of_three_consumes_each_message_exactly_once(cluster):
+    topic, n = "delivery-clustering", 10_000
+    create_topic(cluster, topic, 8)
+    rec = Recorder()
+    with consumers(3, "delivery-cg", topic, rec, namesrv=cluster.namesrv_addr, **FAST) as cs:
+        wait_until(lambda: allocation_settled(cs, topic, 8), 15, "the three consumers to split the 8 queues")
+        with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
+            bodies = send_mixed(producer, topic, n)
+        wait_until(lambda: rec.distinct() >= n, 20, "every message to be consumed")
+        # Consumers leaving hand their queues to the others: only committed messages are safe from coming again.
+        wait_committed(cluster, "delivery-cg", topic)
+        time.sleep(0.2)  # room for any duplicate to show up
+    assert set(rec.bodies) == set(bodies)
+    dups = {b: k for b, k in rec.bodies.items() if k > 1}
+    assert not dups, f"{len(dups)} messages consumed more than once, e.g. {list(dups.items())[:5]}"
+    assert len(rec.uniq) == n and all(k == 1 for k in rec.uniq.values())
+    assert all(rec.by_consumer[c] for c in rec.by_consumer), "every consumer got a share"
+
+
+def test_broadcasting_consumers_each_get_every_message(cluster, tmp_path):
+    topic, n = "delivery-broadcast", 10_000
+    create_topic(cluster, topic, 8)
+    recs = [Recorder() for _ in range(3)]
+    started: list[PushConsumer] = []
+    try:
+        for i, rec in enumerate(recs):
+            c = PushConsumer("delivery-bg", namesrv=cluster.namesrv_addr, message_model="broadcasting",
+                             instance_name=f"bc-{i}", offset_store_dir=str(tmp_path / "offsets"), **FAST)
+            c.subscribe(topic)
+            c.register_listener(rec.listener(f"bc-{i}"))
+            c.start()
+            started.append(c)
+        wait_until(lambda: all(len(c.aio.process_queues) == 8 for c in started), 15,
+                   "each broadcasting consumer to hold all 8 queues")
+        with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
+            bodies = send_mixed(producer, topic, n)
+        wait_until(lambda: all(r.distinct() >= n for r in recs), 20, "every consumer to get every message")
+    finally:
+        for c in started:
+            c.shutdown()
+    for rec in recs:
+        assert set(rec.bodies) == set(bodies)
+        assert max(rec.bodies.values()) == 1
+    # Each consumer kept its own offsets, locally: all of the topic's messages consumed.
+    for i in range(3):
+        [path] = (tmp_path / "offsets").glob(f"*@bc-{i}/delivery-bg/offsets.json")
+        table = json.loads(path.read_text())["offsetTable"]
+        assert sum(e["offset"] for e in table if e["topic"] == topic) == n
+
+
+class Flow:
+    """A producer thread sending ``m-<i>`` to ``topic`` as fast as it can until stopped."""
+
+    def __init__(self, producer: Producer, topic: str, prefix: str = "m") -> None:
+        self.producer, self.topic, self.prefix = producer, topic, prefix
+        self.sent: list[bytes] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self.run, name="flow", daemon=True)
+
+    def run(self) -> None:
+        try:
+            i = 0
+            while not self.stop.is_set():
+                body = f"{self.prefix}-{i}".encode()
+                self.producer.send(Message(self.topic, body))
+                self.sent.append(body)
+                i += 1
+                if i % 20 == 0:
+                    time.sleep(0.005)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def __enter__(self) -> Flow:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        assert self.error is None, f"the producer failed: {self.error!r}"
+
+
+def test_consumers_joining_and_leaving_rebalance_without_loss(cluster):
+    topic, group = "delivery-rebalance", "delivery-rebalance-cg"
+    create_topic(cluster, topic, 8)
+    rec = Recorder(delay=0.002)  # listeners take a moment: hand-overs meet messages in flight
+    settings = dict(namesrv=cluster.namesrv_addr, **FAST)
+
+    def consumer(name: str) -> PushConsumer:
+        c = PushConsumer(group, **settings)
+        c.subscribe(topic)
+        c.register_listener(rec.listener(name))
+        return c.start()
+
+    c1 = consumer("c1")
+    live = [c1]
+    try:
+        wait_until(lambda: allocation_settled(live, topic, 8), 15, "c1 to hold the 8 queues")
+        with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
+            with Flow(producer, topic) as flow:
+                time.sleep(0.7)
+                live.append(c2 := consumer("c2"))
+                time.sleep(0.7)
+                live.append(consumer("c3"))
+                time.sleep(0.7)
+                live.remove(c2)
+                c2.shutdown()
+                wait_until(lambda: allocation_settled(live, topic, 8), 15, "c1 and c3 to split the 8 queues")
+                time.sleep(0.5)
+            sent = list(flow.sent)
+            settled_at = len(rec.bodies)
+            # Sent once the group has settled: these must arrive exactly once.
+            tail = [f"tail-{i}".encode() for i in range(500)]
+            for body in tail:
+                producer.send(Message(topic, body))
+        wait_until(lambda: rec.distinct() >= len(sent) + len(tail), 20, "every message to be consumed")
+        wait_committed(cluster, group, topic)  # see the exactly-once test
+        time.sleep(0.2)
+    finally:
+        for c in live:
+            c.shutdown()
+    lost = set(sent) - set(rec.bodies)
+    assert not lost, f"{len(lost)} of {len(sent)} messages lost, e.g. {sorted(lost)[:5]}"
+    assert all(rec.bodies[b] == 1 for b in tail), "messages sent after the group settled came twice"
+    assert all(rec.by_consumer[n] for n in ("c1", "c2", "c3"))
+    dups = sum(k - 1 for k in rec.bodies.values())
+    print(f"sent {len(sent)}, settled at {settled_at}, duplicates {dups}")
+    # Only messages consumed but not yet committed when a queue changed hands come again: at most about one
+    # pull batch for each of the (at most 3 x 8) queue hand-overs.
+    assert dups <= 3 * 8 * PULL_BATCH, f"{dups} duplicates for {len(sent)} messages"
+
+
+FAST_DELAYS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s"
+
+
+def test_reconsume_later_and_listener_errors_come_back_through_the_retry_topic(empty_cluster):
+    cluster = empty_cluster
+    cluster.start_broker("broker-a", message_delay_level=FAST_DELAYS)
+    topic, group, n = "delivery-retry", "delivery-retry-cg", 100
+    create_topic(cluster, topic, 4)
+    lock = threading.Lock()
+    first: dict[bytes, float] = {}
+    again: dict[bytes, list[MessageExt]] = {}
+    again_at: dict[bytes, float] = {}
+
+    def handle(msgs: list[MessageExt]) -> ConsumeStatus:
+        m = msgs[0]
+        with lock:
+            if m.reconsume_times == 0:
+                assert m.body not in first, "a first delivery came twice"
+                first[m.body] = time.monotonic()
+            else:
+                again.setdefault(m.body, []).append(m)
+                again_at.setdefault(m.body, time.monotonic())
+                return ConsumeStatus.CONSUME_SUCCESS
+        if int(m.body.split(b"-")[1]) % 2:
+            raise RuntimeError("this listener fails; the message must come back")
+        return ConsumeStatus.RECONSUME_LATER
+
+    c = PushConsumer(group, namesrv=cluster.namesrv_addr, **FAST)
+    c.subscribe(topic)
+    c.register_listener(handle)
+    c.start()
+    try:
+        with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
+            bodies = [f"r-{i}".encode() for i in range(n)]
+            for b in bodies:
+                producer.send(Message(topic, b, tags="t", keys=[b.decode()]))
+        wait_until(lambda: len(again) >= n, 20, "every failed message to come back")
+        time.sleep(0.3)
+    finally:
+        c.shutdown()
+    assert set(first) == set(again) == set(bodies)
+    for body, copies in again.items():
+        assert len(copies) == 1, f"{body!r} came back {len(copies)} times"
+        m = copies[0]
+        # Redelivered from %RETRY%<group>, shown under its own topic, with its tags and keys.
+        assert m.topic == topic and m.reconsume_times == 1 and m.tags == "t" and m.keys == [body.decode()]
+        assert m.properties.get("RETRY_TOPIC") == topic
+        # Sent back with delay level 3 (300 ms here), not redelivered at once.
+        assert again_at[body] - first[body] >= 0.25
+
+
+def read_all(namesrv: str, topic: str, expected: int, timeout: float = 15) -> list[MessageExt]:
+    """Every message of ``topic`` (read with an assigned PullConsumer) once ``expected`` are there."""
+    reader = PullConsumer("delivery-reader", namesrv=namesrv, auto_commit=False, consume_from="first")
+    reader.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                queues = reader.fetch_queues(topic)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        reader.assign(queues)
+        for mq in queues:
+            reader.seek(mq, 0)
+        got: list[MessageExt] = []
+        while len(got) < expected and time.monotonic() < deadline:
+            got.extend(reader.poll(0.5))
+        return got
+    finally:
+        reader.shutdown()
+
+
+def test_messages_failing_max_reconsume_times_land_in_the_dead_letter_queue(empty_cluster):
+    cluster = empty_cluster
+    cluster.start_broker("broker-a", message_delay_level=FAST_DELAYS)
+    topic, group, n, max_times = "delivery-dlq", "delivery-dlq-cg", 10, 2
+    create_topic(cluster, topic, 2)
+    lock = threading.Lock()
+    deliveries: Counter[bytes] = Counter()
+    times_seen: dict[bytes, list[int]] = {}
+
+    def handle(msgs: list[MessageExt]) -> ConsumeStatus:
+        with lock:
+            for m in msgs:
+                deliveries[m.body] += 1
+                times_seen.setdefault(m.body, []).append(m.reconsume_times)
+        return ConsumeStatus.RECONSUME_LATER
+
+    c = PushConsumer(group, namesrv=cluster.namesrv_addr, max_reconsume_times=max_times, **FAST)
+    c.subscribe(topic)
+    c.register_listener(handle)
+    c.start()
+    try:
+        with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
+            bodies = [f"d-{i}".encode() for i in range(n)]
+            for b in bodies:
+                producer.send(Message(topic, b, keys=[b.decode()]))
+        dead = read_all(cluster.namesrv_addr, dlq_topic(group), n)
+        time.sleep(0.5)  # nothing more may come after the dead-letter queue got them
+    finally:
+        c.shutdown()
+    # The first delivery and max_times retries, then the dead-letter queue.
+    assert {b: sorted(t) for b, t in times_seen.items()} == {b: list(range(max_times + 1)) for b in bodies}
+    assert sorted(m.body for m in dead) == sorted(bodies)
+    for m in dead:
+        assert m.topic == dlq_topic(group)
+        assert m.properties.get("RETRY_TOPIC") == topic
+        assert m.keys == [m.body.decode()]
