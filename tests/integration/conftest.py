@@ -22,8 +22,10 @@ import pytest
 import uvloop
 
 from sluice.broker.broker_controller import BrokerController
+from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.config import BrokerConfig, MessageStoreConfig, NamesrvConfig
 from sluice.namesrv import NamesrvController
+from sluice.remoting.client import RemotingClient
 
 T = TypeVar("T")
 
@@ -79,6 +81,26 @@ class Cluster:
         self.brokers.append(broker)
         self.wait_registered(broker)
         return broker
+
+    def create_topic(self, topic: str, queues: int, order: bool = False) -> None:
+        """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
+
+        async def go() -> None:
+            remoting = RemotingClient()
+            api = MQClientAPI(remoting, [self.namesrv_addr])
+            try:
+                for b in self.brokers:
+                    await api.create_topic(b.broker_addr, topic, queues, queues, 6, order=order)
+                while True:
+                    route = await api.get_topic_route(topic)
+                    if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == \
+                            queues * len(self.brokers):
+                        return
+                    await asyncio.sleep(0.02)
+            finally:
+                await remoting.close()
+
+        self.loop.run(asyncio.wait_for(go(), 10))
 
     def wait_registered(self, broker: BrokerController, timeout: float = 10) -> None:
         async def wait() -> None:

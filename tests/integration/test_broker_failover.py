@@ -14,14 +14,9 @@ from sluice.common.structs import TopicRouteData
 from sluice.namesrv.default_request_processor import monotonic_ms
 from sluice.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.integration.conftest import Cluster
-
+from tests.integration.helpers import wait_until
 
 # == helpers ==========================================================================================
-def wait_until(cond, timeout: float, what: str, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(interval)
 
 
 def small_store_config(tmp_path: Path, **broker: int) -> str:

@@ -15,31 +15,11 @@ from sluice import ConsumeStatus, Message, MessageExt, Producer, PullConsumer, P
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.naming import dlq_topic
 from sluice.remoting.client import RemotingClient
+from tests.integration.helpers import FAST, wait_until
 
 PULL_BATCH = 32  # the consumers' pull_batch_size (default)
-FAST = {"rebalance_interval": 500, "persist_consumer_offset_interval": 200, "heartbeat_broker_interval": 1000,
-        "poll_name_server_interval": 1000, "consume_from": "first"}
 
 
-def create_topic(cluster, topic: str, queues: int) -> None:
-    """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
-
-    async def go() -> None:
-        remoting = RemotingClient()
-        api = MQClientAPI(remoting, [cluster.namesrv_addr])
-        try:
-            for b in cluster.brokers:
-                await api.create_topic(b.broker_addr, topic, queues, queues, 6)
-            while True:
-                route = await api.get_topic_route(topic)
-                if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == \
-                        queues * len(cluster.brokers):
-                    return
-                await asyncio.sleep(0.02)
-        finally:
-            await remoting.close()
-
-    cluster.loop.run(asyncio.wait_for(go(), 10))
 
 
 def wait_committed(cluster, group: str, topic: str, timeout: float = 10) -> None:
@@ -65,12 +45,6 @@ def wait_committed(cluster, group: str, topic: str, timeout: float = 10) -> None
     cluster.loop.run(asyncio.wait_for(go(), timeout), timeout + 5)
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Recorder:
@@ -148,7 +122,7 @@ def send_mixed(producer: Producer, topic: str, n: int) -> list[bytes]:
 
 def test_clustering_group_of_three_consumes_each_message_exactly_once(cluster):
     topic, n = "delivery-clustering", 10_000
-    create_topic(cluster, topic, 8)
+    cluster.create_topic(topic, 8)
     rec = Recorder()
     with consumers(3, "delivery-cg", topic, rec, namesrv=cluster.namesrv_addr, **FAST) as cs:
         wait_until(lambda: allocation_settled(cs, topic, 8), 15, "the three consumers to split the 8 queues")
@@ -167,7 +141,7 @@ def test_clustering_group_of_three_consumes_each_message_exactly_once(cluster):
 
 def test_broadcasting_consumers_each_get_every_message(cluster, tmp_path):
     topic, n = "delivery-broadcast", 10_000
-    create_topic(cluster, topic, 8)
+    cluster.create_topic(topic, 8)
     recs = [Recorder() for _ in range(3)]
     started: list[PushConsumer] = []
     try:
@@ -231,7 +205,7 @@ class Flow:
 
 def test_consumers_joining_and_leaving_rebalance_without_loss(cluster):
     topic, group = "delivery-rebalance", "delivery-rebalance-cg"
-    create_topic(cluster, topic, 8)
+    cluster.create_topic(topic, 8)
     rec = Recorder(delay=0.002)  # listeners take a moment: hand-overs meet messages in flight
     settings = dict(namesrv=cluster.namesrv_addr, **FAST)
 
@@ -286,7 +260,7 @@ def test_reconsume_later_and_listener_errors_come_back_through_the_retry_topic(e
     cluster = empty_cluster
     cluster.start_broker("broker-a", message_delay_level=FAST_DELAYS)
     topic, group, n = "delivery-retry", "delivery-retry-cg", 100
-    create_topic(cluster, topic, 4)
+    cluster.create_topic(topic, 4)
     lock = threading.Lock()
     first: dict[bytes, float] = {}
     again: dict[bytes, list[MessageExt]] = {}
@@ -359,7 +333,7 @@ def test_messages_failing_max_reconsume_times_land_in_the_dead_letter_queue(empt
     cluster = empty_cluster
     cluster.start_broker("broker-a", message_delay_level=FAST_DELAYS)
     topic, group, n, max_times = "delivery-dlq", "delivery-dlq-cg", 10, 2
-    create_topic(cluster, topic, 2)
+    cluster.create_topic(topic, 2)
     lock = threading.Lock()
     deliveries: Counter[bytes] = Counter()
     times_seen: dict[bytes, list[int]] = {}

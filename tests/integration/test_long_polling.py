@@ -23,6 +23,7 @@ from sluice import ConsumeStatus, Message, Producer, PushConsumer
 from sluice.common.message_codec import decode_records
 from sluice.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from sluice.remoting.codec import encode_command_bytes
+from tests.integration.helpers import wait_until
 
 LATENCY_LIMIT = 0.050
 SENDS = 10
@@ -52,11 +53,6 @@ def create_topic_request(topic: str, queues: int, perm: int = 6) -> RemotingComm
         "perm": str(perm), "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
 
 
-def wait_until(cond, timeout: float, what: str, interval: float = 0.005) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(interval)
 
 
 def assert_fast(latencies: list[float], what: str) -> None:

@@ -3,49 +3,21 @@ one at a time per queue, across several queues and consumers, through failures a
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
 
 from sluice import ConsumeOrderlyStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
-from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.naming import dlq_topic
-from sluice.remoting.client import RemotingClient
+from tests.integration.helpers import FAST as FAST_SETTINGS
+from tests.integration.helpers import wait_until
 
-FAST = {"rebalance_interval": 500, "persist_consumer_offset_interval": 200, "heartbeat_broker_interval": 1000,
-        "poll_name_server_interval": 1000, "consume_from": "first", "lock_retry_interval": 200,
-        "suspend_current_queue_time_millis": 100}
+FAST = {**FAST_SETTINGS, "lock_retry_interval": 200, "suspend_current_queue_time_millis": 100}
 QUEUES = 4
 
 
-def create_topic(cluster, topic: str, queues: int) -> None:
-    """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
-
-    async def go() -> None:
-        remoting = RemotingClient()
-        api = MQClientAPI(remoting, [cluster.namesrv_addr])
-        try:
-            for b in cluster.brokers:
-                await api.create_topic(b.broker_addr, topic, queues, queues, 6, order=True)
-            while True:
-                route = await api.get_topic_route(topic)
-                if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == \
-                        queues * len(cluster.brokers):
-                    return
-                await asyncio.sleep(0.02)
-        finally:
-            await remoting.close()
-
-    cluster.loop.run(asyncio.wait_for(go(), 10))
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def locked_queues(cs: list[PushConsumer], topic: str) -> list:
@@ -121,7 +93,7 @@ def send_keyed(producer: Producer, topic: str, keys: list[str], seqs: range) -> 
 
 def test_orderly_consumers_keep_per_key_order_across_queues_and_consumers(cluster):
     topic, group = "orderly-stable", "orderly-stable-cg"
-    create_topic(cluster, topic, QUEUES)
+    cluster.create_topic(topic, QUEUES, order=True)
     keys, per_key = [f"key{i}" for i in range(16)], 150
     checker = OrderChecker(delay=0.0005)
     cs = []
@@ -150,7 +122,7 @@ def test_orderly_consumers_keep_per_key_order_across_queues_and_consumers(cluste
 
 def test_suspended_orderly_message_is_retried_before_the_next_of_its_queue(cluster):
     topic, group = "orderly-suspend", "orderly-suspend-cg"
-    create_topic(cluster, topic, QUEUES)
+    cluster.create_topic(topic, QUEUES, order=True)
     keys, per_key = [f"key{i}" for i in range(8)], 20
     checker = OrderChecker(fail_first={3, 11})
     c = start_consumer(cluster, group, topic, checker, "c1")
@@ -170,7 +142,7 @@ def test_orderly_order_survives_consumers_joining_and_leaving(cluster):
     """Across rebalances a message may come again (consumed but not yet committed when its queue moved), but no
     message is ever delivered before every earlier message of its key was, and none is lost."""
     topic, group = "orderly-rebalance", "orderly-rebalance-cg"
-    create_topic(cluster, topic, QUEUES)
+    cluster.create_topic(topic, QUEUES, order=True)
     keys, per_key = [f"key{i}" for i in range(12)], 120
     checker = OrderChecker(delay=0.001)
     cs = [start_consumer(cluster, group, topic, checker, "c1")]
@@ -203,7 +175,7 @@ def test_orderly_order_survives_consumers_joining_and_leaving(cluster):
 
 def test_orderly_message_exhausting_its_retries_goes_to_the_dead_letter_queue_and_the_queue_moves_on(cluster):
     topic, group, max_times = "orderly-dlq", "orderly-dlq-cg", 2
-    create_topic(cluster, topic, 1)
+    cluster.create_topic(topic, 1, order=True)
     lock = threading.Lock()
     seen: list[tuple[str, int]] = []
 

@@ -3,46 +3,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
 
 from sluice import Message, MessageExt, Producer, PullConsumer
-from sluice.client.mq_client_api import MQClientAPI
-from sluice.remoting.client import RemotingClient
-
-FAST = {"rebalance_interval": 500, "persist_consumer_offset_interval": 200, "heartbeat_broker_interval": 1000,
-        "poll_name_server_interval": 1000, "consume_from": "first"}
-
-
-def create_topic(cluster, topic: str, queues: int) -> None:
-    """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
-
-    async def go() -> None:
-        remoting = RemotingClient()
-        api = MQClientAPI(remoting, [cluster.namesrv_addr])
-        try:
-            for b in cluster.brokers:
-                await api.create_topic(b.broker_addr, topic, queues, queues, 6)
-            while True:
-                route = await api.get_topic_route(topic)
-                if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == \
-                        queues * len(cluster.brokers):
-                    return
-                await asyncio.sleep(0.02)
-        finally:
-            await remoting.close()
-
-    cluster.loop.run(asyncio.wait_for(go(), 10))
-
-
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+from tests.integration.helpers import FAST, wait_until
 
 
 def send(namesrv: str, topic: str, bodies: list[bytes], **kwargs) -> None:
@@ -61,7 +26,7 @@ def poll_until(consumer: PullConsumer, n: int, timeout: float = 15) -> list[Mess
 
 def test_subscribed_pull_consumers_of_one_group_get_each_message_exactly_once(cluster):
     topic, group, n = "pull-subscribe", "pull-subscribe-cg", 2_000
-    create_topic(cluster, topic, 8)
+    cluster.create_topic(topic, 8)
     cs = [PullConsumer(group, namesrv=cluster.namesrv_addr, **FAST) for _ in range(2)]
     for c in cs:
         c.subscribe(topic)
@@ -92,7 +57,7 @@ def test_subscribed_pull_consumers_of_one_group_get_each_message_exactly_once(cl
 
 def test_assigned_pull_consumer_seeks_and_commits_by_hand(cluster):
     topic, group = "pull-assign", "pull-assign-cg"
-    create_topic(cluster, topic, 2)
+    cluster.create_topic(topic, 2)
     c = PullConsumer(group, namesrv=cluster.namesrv_addr, auto_commit=False, **FAST)
     c.start()
     try:
@@ -146,7 +111,7 @@ def test_assigned_pull_consumer_seeks_and_commits_by_hand(cluster):
 
 def test_restarted_pull_consumer_continues_from_the_committed_offset(cluster):
     topic, group = "pull-restart", "pull-restart-cg"
-    create_topic(cluster, topic, 4)
+    cluster.create_topic(topic, 4)
     bodies = [f"r-{i}".encode() for i in range(400)]
     send(cluster.namesrv_addr, topic, bodies)
 
