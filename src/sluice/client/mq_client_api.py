@@ -99,11 +99,17 @@ class MQClientAPI:
             return []
         return [str(c) for c in (_json(resp) or {}).get("consumerIdList") or []]
 
-    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_ms: int = 5_000) -> int:
-        """The committed offset, or -1 when the broker has none (QUERY_NOT_FOUND)."""
-        resp = await self.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET,
-                                 {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)},
-                                 timeout_ms=timeout_ms)
+    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout_ms: int = 5_000,
+                                    zero_if_not_found: bool = True) -> int:
+        """The committed offset, or -1 when the broker has none (QUERY_NOT_FOUND).
+
+        ``zero_if_not_found=False`` (RocketMQ 5's ``setZeroIfNotFound``) asks the broker not to answer 0 for a
+        group that never committed on a queue that still starts at 0.
+        """
+        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)}
+        if not zero_if_not_found:
+            ext["setZeroIfNotFound"] = "false"
+        resp = await self.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext, timeout_ms=timeout_ms)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
         if resp.code != ResponseCode.SUCCESS:

@@ -35,9 +35,10 @@ class RemoteBrokerOffsetStore:
         """The offset in memory (-1 when unknown)."""
         return self.table.read(mq)
 
-    async def read_from_store(self, mq: MessageQueue) -> int:
+    async def read_from_store(self, mq: MessageQueue, zero_if_not_found: bool = True) -> int:
         """The offset committed on the broker (-1 when none); remembered in memory."""
-        offset = await self.client.api.query_consumer_offset(await self.client.master_addr_of(mq), self.group, mq)
+        offset = await self.client.api.query_consumer_offset(await self.client.master_addr_of(mq), self.group, mq,
+                                                             zero_if_not_found=zero_if_not_found)
         if offset >= 0:
             self.table.update(mq, offset)
             self._committed[mq] = offset

@@ -135,7 +135,9 @@ class ConsumerBase:
     async def read_offset_from_store(self, mq: MessageQueue) -> int:
         store = self.offset_store
         if isinstance(store, RemoteBrokerOffsetStore):
-            return await store.read_from_store(mq)
+            # A timestamp start must not be overridden by the broker's "new group on a young queue → 0" rule.
+            by_time = self.consume_from is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP
+            return await store.read_from_store(mq, zero_if_not_found=not by_time)
         return store.read_offset(mq)
 
     async def persist_offset(self, mq: MessageQueue) -> None:

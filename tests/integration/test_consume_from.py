@@ -1,0 +1,76 @@
+"""Where a new group starts (LAST / FIRST / TIMESTAMP) and the consistent-hash allocation."""
+
+import threading
+import time
+
+from sluice import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
+from tests.integration.helpers import FAST, wait_until
+
+
+def _poll_all(consumer: PullConsumer, idle: float = 1.5) -> list[bytes]:
+    got: list[bytes] = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < idle:
+        msgs = consumer.poll(0.2)
+        if msgs:
+            got.extend(m.body for m in msgs)
+            quiet_since = time.monotonic()
+    return got
+
+
+def test_new_group_starts_at_first_last_or_a_timestamp(cluster):
+    cluster.create_topic("Starts", 2)
+    with Producer("starts-p", namesrv=cluster.namesrv_addr) as p:
+        for i in range(20):
+            p.send(Message("Starts", b"old-%d" % i))
+        time.sleep(0.05)
+        boundary = int(time.time() * 1000)
+        time.sleep(0.05)
+        for i in range(10):
+            p.send(Message("Starts", b"new-%d" % i))
+    settings = {k: v for k, v in FAST.items() if k != "consume_from"}
+
+    def run(group: str, **kw: object) -> list[bytes]:
+        c = PullConsumer(group, namesrv=cluster.namesrv_addr, **settings, **kw)
+        c.subscribe("Starts")
+        c.start()
+        try:
+            return _poll_all(c)
+        finally:
+            c.shutdown()
+
+    assert len(run("from-first", consume_from="first")) == 30
+    from_ts = run("from-ts", consume_from="timestamp", consume_timestamp=boundary)
+    assert sorted(from_ts) == sorted(b"new-%d" % i for i in range(10))
+    # A brand-new group on queues that still start at 0 reads from the start, as RocketMQ does (spec §3.4).
+    assert len(run("from-last", consume_from="last")) == 30
+
+
+def test_consistent_hash_allocation_shares_the_queues_and_delivers_everything(cluster):
+    cluster.create_topic("Ring", 8)
+    seen: list[bytes] = []
+    lock = threading.Lock()
+    consumers = []
+    for name in ("a", "b"):
+        c = PushConsumer("ring-group", namesrv=cluster.namesrv_addr, allocate="CONSISTENT_HASH", **FAST)
+        c.subscribe("Ring")
+
+        @c.listener
+        def on(msgs, _name=name):
+            with lock:
+                seen.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        consumers.append(c.start())
+    try:
+        wait_until(lambda: sum(len([q for q in c.aio.process_queues if q.topic == "Ring"]) for c in consumers) == 8
+                   and all(any(q.topic == "Ring" for q in c.aio.process_queues) for c in consumers),
+                   10, "the two consumers to split the 8 queues")
+        with Producer("ring-p", namesrv=cluster.namesrv_addr) as p:
+            for i in range(400):
+                p.send(Message("Ring", b"r-%d" % i))
+        wait_until(lambda: len(seen) >= 400, 15, "every message")
+    finally:
+        for c in consumers:
+            c.shutdown()
+    assert sorted(seen) == sorted(b"r-%d" % i for i in range(400))
