@@ -110,6 +110,19 @@ class ConsumerBase:
             if rt not in self.subscriptions:
                 self.subscriptions[rt] = build_subscription(rt, "*")
 
+    async def start_client(self) -> None:
+        """Join: start the client instance, learn the subscribed topics' routes, heartbeat to their brokers."""
+        self.offset_store.load()
+        self.client.consumers[self.group] = self  # type: ignore[assignment]
+        await self.client.start()
+        self.started = True
+        for topic in self.subscriptions:
+            try:
+                await self.client.update_route(topic)
+            except Exception as exc:  # the topic may not exist yet: rebalancing retries
+                log.warning("no route for %s yet: %s", topic, exc)
+        await self.client.send_heartbeat_to_all()
+
     # == queue allocation =============================================================================
     async def allocate(self, topic: str) -> list[MessageQueue] | None:
         """This consumer's queues of ``topic``; None when the answer is unknown right now (no route yet)."""

@@ -94,17 +94,8 @@ class PullConsumer(ConsumerBase):
     async def start(self) -> PullConsumer:
         if self.started:
             return self
-        self.offset_store.load()
         self._ready = asyncio.Queue()
-        self.client.consumers[self.group] = self
-        await self.client.start()
-        self.started = True
-        for topic in self.subscriptions:
-            try:
-                await self.client.update_route(topic)
-            except Exception as exc:
-                log.warning("no route for %s yet: %s", topic, exc)
-        await self.client.send_heartbeat_to_all()
+        await self.start_client()
         if self._pending_assignment:
             await self._set_queues(self._pending_assignment)
             self._pending_assignment = None

@@ -85,19 +85,10 @@ class PushConsumer(ConsumerBase):
         if not self.subscriptions:
             raise ClientError("subscribe to at least one topic before starting the consumer")
         self._register_retry_subscription()
-        self.offset_store.load()
         self._executor = ThreadPoolExecutor(self.config.consume_thread_nums,
                                             thread_name_prefix=f"sluice-consume-{self.group}")
         self._consume_sem = asyncio.Semaphore(self.config.consume_thread_nums)
-        self.client.consumers[self.group] = self
-        await self.client.start()
-        self.started = True
-        for topic in self.subscriptions:
-            try:
-                await self.client.update_route(topic)
-            except (ClientError, RemotingError) as exc:
-                log.warning("no route for %s yet: %s", topic, exc)
-        await self.client.send_heartbeat_to_all()
+        await self.start_client()
         if self.orderly and self.clustering:
             self._timers.append(asyncio.get_running_loop().create_task(self._renew_locks_loop()))
         self.client.rebalance_now()
