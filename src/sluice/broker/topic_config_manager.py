@@ -9,21 +9,18 @@ import time
 
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import StoreConfigError
-from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC
+from sluice.common.naming import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    OFFSET_MOVED_EVENT,
+    SELF_TEST_TOPIC,
+)
 from sluice.common.structs import DataVersion, TopicConfig, perm_inherit
 from sluice.common.sysflag import PERM_INHERIT, PERM_READ, PERM_WRITE
 from sluice.store.config_file import load_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-# Producers may not send to these (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
-                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC}
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExt
-from sluice.common.naming import validate_topic
+from sluice.common.naming import NOT_ALLOWED_SEND_TOPICS, validate_topic
 from sluice.common.properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
@@ -47,11 +47,6 @@ RESERVED_PROPERTY_KEYS: frozenset[str] = frozenset({
 })
 """Property names a user may not set through ``Message.properties``."""
 
-NOT_ALLOWED_SEND_TOPICS: frozenset[str] = frozenset({
-    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-})
-"""System topics producers may not send to (RocketMQ's ``TopicValidator``)."""
 
 def _has_separator(s: str) -> bool:
     return NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s

@@ -7,11 +7,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sluice.broker.topic_config_manager import NOT_ALLOWED_SEND_TOPICS
 from sluice.common.batch_codec import decode_batch
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExtBrokerInner
-from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic, validate_topic
+from sluice.common.naming import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+    retry_topic,
+    validate_topic,
+)
 from sluice.common.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_RECONSUME_TIMES,
