@@ -1,8 +1,11 @@
 """The client benchmarks run end to end on small counts (so they cannot rot)."""
 
 import json
+import logging
 
+from sluice import Message, Producer
 from sluice.cli.main import main
+from tests.integration.helpers import wait_until
 
 
 def test_bench_produce_reports_tps_and_send_latency(cluster, capsys):
@@ -11,6 +14,14 @@ def test_bench_produce_reports_tps_and_send_latency(cluster, capsys):
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert r["bench"] == "produce" and r["messages"] >= 500 and r["failures"] == 0
     assert r["tps"] > 0 and 0 < r["send_rt"]["p50_ms"] <= r["send_rt"]["p99_ms"] <= r["send_rt"]["max_ms"]
+
+
+def test_bench_produce_async_mode_keeps_a_window_of_sends_in_flight(cluster, capsys):
+    assert main(["bench", "produce", "--namesrv", cluster.namesrv_addr, "--topic", "AsyncBench", "--count", "400",
+                 "--concurrency", "16", "--mode", "async", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["mode"] == "async" and r["messages"] == 400 and r["failures"] == 0
+    assert 0 < r["send_rt"]["p50_ms"] <= r["send_rt"]["max_ms"]
 
 
 def test_bench_produce_batches_then_consume_reads_them_back(cluster, capsys):
@@ -39,3 +50,17 @@ def test_bench_rejects_count_with_duration(capsys):
         assert "not both" in str(exc)
     else:
         raise AssertionError("expected an error")
+
+
+def test_broker_logs_a_stats_line_with_puts_gets_and_latencies(empty_cluster, caplog):
+    caplog.set_level(logging.INFO, logger="sluice.broker.stats")
+    empty_cluster.start_broker(stats_log_interval=300)
+    with Producer("stats_producer", namesrv=empty_cluster.namesrv_addr) as producer:
+        for i in range(20):
+            producer.send(Message("StatsTopic", b"m%d" % i))
+    wait_until(lambda: any("puts" in r.getMessage() and "puts 0.0/s" not in r.getMessage()
+                           for r in caplog.records if r.name == "sluice.broker.stats"), 10, "a stats line with puts")
+    line = next(r.getMessage() for r in caplog.records
+                if r.name == "sluice.broker.stats" and "puts 0.0/s" not in r.getMessage())
+    for part in ("gets", "put latency p50", "p99", "flushes", "behind flush", "behind dispatch"):
+        assert part in line, (part, line)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,25 +100,59 @@ async def bench_produce(opts: BenchOptions) -> dict[str, Any]:
         t0 = time.perf_counter()
         progress.start()
 
+        def one_send() -> Awaitable[Any]:
+            if opts.batch > 1:
+                return producer.send_batch([Message(opts.topic, body) for _ in range(opts.batch)])
+            if opts.mode == "oneway":
+                return producer.send_oneway(Message(opts.topic, body))
+            return producer.send(Message(opts.topic, body))
+
         async def worker() -> None:
+            """sync / oneway: each of ``concurrency`` senders awaits its send before the next."""
             nonlocal sent, failures
             while not _done(opts, sent, t0):
                 sent += opts.batch
                 start = time.perf_counter()
                 try:
-                    if opts.batch > 1:
-                        await producer.send_batch([Message(opts.topic, body) for _ in range(opts.batch)])
-                    elif opts.mode == "oneway":
-                        await producer.send_oneway(Message(opts.topic, body))
-                    else:
-                        await producer.send(Message(opts.topic, body))
+                    await one_send()
                 except Exception:
                     failures += opts.batch
                     continue
                 rts.append(time.perf_counter() - start)
                 progress.count += opts.batch
 
-        await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
+        async def pump() -> None:
+            """async: one loop starts sends without awaiting them (callbacks count the results), keeping at
+            most ``concurrency`` requests in flight, as RocketMQ's benchmark bounds its async sends."""
+            nonlocal sent, failures
+            window = asyncio.Semaphore(opts.concurrency)
+            loop = asyncio.get_running_loop()
+            pending: set[asyncio.Future[Any]] = set()
+
+            def done(fut: asyncio.Future[Any], start: float) -> None:
+                nonlocal failures
+                window.release()
+                pending.discard(fut)
+                if fut.cancelled() or fut.exception() is not None:
+                    failures += opts.batch
+                    return
+                rts.append(time.perf_counter() - start)
+                progress.count += opts.batch
+
+            while not _done(opts, sent, t0):
+                await window.acquire()
+                sent += opts.batch
+                start = time.perf_counter()
+                fut = asyncio.ensure_future(one_send(), loop=loop)
+                pending.add(fut)
+                fut.add_done_callback(lambda f, s=start: done(f, s))
+            if pending:
+                await asyncio.wait(pending)
+
+        if opts.mode == "async":
+            await pump()
+        else:
+            await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
         elapsed = time.perf_counter() - t0
         progress.stop()
     ok = sent - failures

@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from sluice.broker.broker_outer_api import BrokerOuterAPI
-from sluice.broker.broker_stats import BrokerStats
+from sluice.broker.broker_stats import BrokerStats, format_stats_line
+from sluice.broker.broker_stats import log as stats_log
 from sluice.broker.client_channel_info import ClientChannelInfo
 from sluice.broker.consumer_manager import ConsumerManager
 from sluice.broker.processors.admin_broker_processor import AdminBrokerProcessor
@@ -115,6 +116,8 @@ class BrokerController:
         self.schedule_service.start()
         self.running = True
         self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._scan_clients_loop())]
+        if c.stats_log_interval > 0:
+            self._tasks.append(loop.create_task(self._stats_loop()))
         log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,
                  c.store.store_path_root_dir, c.store.flush_disk_type.value)
         return self
@@ -177,6 +180,12 @@ class BrokerController:
                     await self._register_now.wait()
             except TimeoutError:
                 pass
+
+    async def _stats_loop(self) -> None:
+        """Log the stats line once a ``stats_log_interval`` (RocketMQ's per-minute stats)."""
+        while self.running:
+            await asyncio.sleep(self.config.stats_log_interval / 1000)
+            stats_log.info(format_stats_line(self.stats.snapshot(self.store)))
 
     # == clients =====================================================================================
     async def _scan_clients_loop(self) -> None:

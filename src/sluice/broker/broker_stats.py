@@ -1,23 +1,73 @@
-"""Counters of one broker (the start of RocketMQ's BrokerStatsManager)."""
+"""Counters of one broker (the start of RocketMQ's BrokerStatsManager) and its once-a-minute stats line."""
 
 from __future__ import annotations
 
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
 from sluice.store.results import PutMessageResult
+
+if TYPE_CHECKING:
+    from sluice.store.message_store import MessageStore
+
+log = logging.getLogger("sluice.broker.stats")
+
+PUT_LATENCY_SAMPLES = 65_536  # put latencies kept per stats interval (a ring: the newest win)
 
 
 class BrokerStats:
-    __slots__ = ("put_msgs", "put_failures", "get_msgs")
+    """Totals since start, plus put latencies of the current interval in a bounded ring."""
+
+    __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t")
 
     def __init__(self) -> None:
         self.put_msgs = 0
         self.put_failures = 0
         self.get_msgs = 0
+        self._lat = np.zeros(PUT_LATENCY_SAMPLES, dtype=np.float64)
+        self._lat_n = 0
+        self._last_puts = 0
+        self._last_gets = 0
+        self._last_t = time.monotonic()
 
-    def record_put(self, r: PutMessageResult) -> None:
+    def record_put(self, r: PutMessageResult, seconds: float | None = None) -> None:
         if r.ok:
             self.put_msgs += r.msg_num
         else:
             self.put_failures += 1
+        if seconds is not None:
+            self._lat[self._lat_n % PUT_LATENCY_SAMPLES] = seconds
+            self._lat_n += 1
 
     def record_get(self, n: int) -> None:
         self.get_msgs += n
+
+    def snapshot(self, store: MessageStore) -> dict[str, float]:
+        """The figures of the interval since the last snapshot, and resets the interval."""
+        now = time.monotonic()
+        dt = max(now - self._last_t, 1e-9)
+        lat = self._lat[:min(self._lat_n, PUT_LATENCY_SAMPLES)] * 1000
+        p50, p99, p999 = np.percentile(lat, [50, 99, 99.9]) if lat.size else (0.0, 0.0, 0.0)
+        flushes, flush_mean, flush_max = store.flush_stats.take()
+        cl = store.commit_log
+        out = {"puts_per_s": (self.put_msgs - self._last_puts) / dt,
+               "gets_per_s": (self.get_msgs - self._last_gets) / dt,
+               "put_p50_ms": float(p50), "put_p99_ms": float(p99), "put_p999_ms": float(p999),
+               "put_max_ms": float(lat.max()) if lat.size else 0.0, "put_failures": float(self.put_failures),
+               "flushes": float(flushes), "flush_mean_ms": flush_mean * 1000, "flush_max_ms": flush_max * 1000,
+               "behind_flush_bytes": float(cl.max_offset - cl.flushed_where),
+               "behind_dispatch_bytes": float(max(0, cl.max_offset - store.dispatched_offset))}
+        self._last_puts, self._last_gets, self._last_t, self._lat_n = self.put_msgs, self.get_msgs, now, 0
+        return out
+
+
+def format_stats_line(s: dict[str, float]) -> str:
+    """One log line, RocketMQ-stats style."""
+    return (f"[stats] puts {s['puts_per_s']:.1f}/s, gets {s['gets_per_s']:.1f}/s, put latency p50 "
+            f"{s['put_p50_ms']:.3f} ms p99 {s['put_p99_ms']:.3f} ms p99.9 {s['put_p999_ms']:.3f} ms max "
+            f"{s['put_max_ms']:.3f} ms, put failures {s['put_failures']:.0f}, flushes {s['flushes']:.0f} mean "
+            f"{s['flush_mean_ms']:.3f} ms max {s['flush_max_ms']:.3f} ms, behind flush "
+            f"{s['behind_flush_bytes']:.0f} B, behind dispatch {s['behind_dispatch_bytes']:.0f} B")

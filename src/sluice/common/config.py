@@ -190,6 +190,8 @@ class BrokerConfig:
     max_reconsume_times: int = 16
     retry_queue_nums: int = 1
     schedule_poll_interval: int = 100
+    # The "[stats]" log line (puts/s, gets/s, put and flush latency, bytes behind flush); 0 turns it off.
+    stats_log_interval: int = 60_000
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     remoting: RemotingConfig = field(default_factory=RemotingConfig)
 

@@ -19,6 +19,33 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class FlushStats:
+    """Commit-log flushes that wrote something: how many, how long in all, the slowest. Read and reset by
+    the broker's once-a-minute stats line (``take``)."""
+
+    __slots__ = ("count", "total_s", "max_s", "_lock")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total_s = 0.0
+        self.max_s = 0.0
+        self._lock = threading.Lock()
+
+    def record(self, seconds: float) -> None:
+        with self._lock:
+            self.count += 1
+            self.total_s += seconds
+            if seconds > self.max_s:
+                self.max_s = seconds
+
+    def take(self) -> tuple[int, float, float]:
+        """(flushes, mean seconds, max seconds) since the last ``take``."""
+        with self._lock:
+            n, total, mx = self.count, self.total_s, self.max_s
+            self.count, self.total_s, self.max_s = 0, 0.0, 0.0
+        return n, (total / n if n else 0.0), mx
+
+
 class FlushWaiter:
     """A put waiting until the commit log is durable up to ``end_offset``."""
 
@@ -83,11 +110,15 @@ class GroupCommitService(ServiceThread):
         with self._lock:
             requests, self._requests = self._requests, []
         queue = self.store.commit_log.queue
+        before = queue.flushed_where
+        t0 = time.perf_counter()
         try:
             flushed = queue.flush()
             if requests and flushed < max(w.end_offset for w in requests):
                 flushed = queue.flush()  # a put landed in a new segment meanwhile
             failed = False
+            if flushed > before:
+                self.store.flush_stats.record(time.perf_counter() - t0)
         except OSError:
             log.exception("commit log flush failed")
             flushed, failed = queue.flushed_where, True
@@ -139,7 +170,9 @@ class FlushRealTimeService(ServiceThread):
         cfg = self.store.config
         least = self._thorough.least_pages(cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval)
         before = self.store.commit_log.flushed_where
+        t0 = time.perf_counter()
         if self.store.commit_log.queue.flush(least) > before:
+            self.store.flush_stats.record(time.perf_counter() - t0)
             self.store.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
 
     def on_stop(self) -> None:

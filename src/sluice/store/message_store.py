@@ -36,7 +36,13 @@ from sluice.store.commit_log import (
 )
 from sluice.store.consume_queue import BLANK_ENTRY_SIZE, CQ_ENTRY_DTYPE, ConsumeQueue
 from sluice.store.consumer_offset_manager import ConsumerOffsetManager
-from sluice.store.flush import FlushConsumeQueueService, FlushRealTimeService, FlushWaiter, GroupCommitService
+from sluice.store.flush import (
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    FlushStats,
+    FlushWaiter,
+    GroupCommitService,
+)
 from sluice.store.index_file import IndexService
 from sluice.store.mapped_file import fsync_dir
 from sluice.store.recovery import recover
@@ -79,6 +85,7 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
         self.consumer_offsets = ConsumerOffsetManager(c.store_path_config)
         self.dispatched_offset = 0
+        self.flush_stats = FlushStats()
         self.arrival_listeners: list[MessageArrivalListener] = []
         self.disk_full = False
         self.disk_full_remark = ""

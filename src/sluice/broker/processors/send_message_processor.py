@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from sluice.common.batch_codec import decode_batch
@@ -254,13 +255,15 @@ class SendMessageProcessor:
         store = self.broker.store
         if store.sync_flush and any(m.wait_store_msg_ok for m in msgs):
             return self._put_async(msgs, respond)
+        t0 = perf_counter()
         r = store.put_messages(msgs)
-        self.broker.stats.record_put(r)
+        self.broker.stats.record_put(r, perf_counter() - t0)
         return respond(r, PUT_STATUS_CODES[r.status])
 
     async def _put_async(self, msgs: list[MessageExtBrokerInner], respond: ResponseBuilder) -> RemotingCommand:
+        t0 = perf_counter()
         r = await self.broker.store.put_messages_async(msgs)
-        self.broker.stats.record_put(r)
+        self.broker.stats.record_put(r, perf_counter() - t0)
         return respond(r, PUT_STATUS_CODES[r.status])
 
 
