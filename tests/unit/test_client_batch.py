@@ -22,7 +22,7 @@ _items = st.lists(st.builds(BatchItem, st.binary(max_size=64), st.dictionaries(_
 
 def _seq_ids():
     c = itertools.count()
-    return lambda: f"{next(c):032X}"
+    return lambda n: [f"{next(c):032X}" for _ in range(n)]
 
 
 def test_record_matches_the_observed_cpp_layout():
@@ -83,7 +83,7 @@ def test_empty_body_decodes_to_no_messages():
 
 def test_each_message_gets_its_own_uniq_key_and_properties():
     msgs = [Message("t", b"b1", tags="TagA"), Message("t", b"b2", keys=["k"], properties={"p": "v"}, flag=7)]
-    enc = encode_message_batch(msgs, new_id=_seq_ids())
+    enc = encode_message_batch(msgs, new_ids=_seq_ids())
     assert enc.topic == "t" and enc.properties == {"WAIT": "true"} and enc.wait_store_msg_ok
     assert enc.msg_ids == [f"{0:032X}", f"{1:032X}"]
     items = decode_batch(enc.body)

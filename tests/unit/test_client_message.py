@@ -144,3 +144,10 @@ def test_result_types_hold_their_fields():
     assert p.messages == [] and p.suggest_which_broker_id == 0
     assert {s.name for s in ConsumeStatus} == {"CONSUME_SUCCESS", "RECONSUME_LATER"}
     assert {s.name for s in ConsumeOrderlyStatus} == {"SUCCESS", "SUSPEND_CURRENT_QUEUE_A_MOMENT"}
+
+
+@pytest.mark.parametrize("m", [Message("t", b"x"), Message("t", b"x", tags="A", keys="k1 k2", properties={"p": "v"}),
+                               Message("t", b"x", wait_store_msg_ok=False, delay_level=3, properties={"é": "ü"})])
+def test_wire_properties_are_the_encoded_properties_for_wire(m):
+    assert m.wire_properties("U" * 32) == encode_properties(m.properties_for_wire("U" * 32))
+    assert m.wire_properties() == encode_properties(m.properties_for_wire())

@@ -107,3 +107,11 @@ def test_malformed_ids_are_refused(bad):
 def test_ip_must_be_ipv4():
     with pytest.raises(ValueError):
         MessageIdGenerator(ip=b"\0" * 16)
+
+
+def test_ids_made_many_at_once_are_distinct_and_read_back_the_same_time():
+    gen = MessageIdGenerator(ip="10.1.2.3", pid=7, salt=1)
+    ids = gen.create_many(70_000)  # wraps the 16-bit counter
+    assert len(ids) == 70_000 and all(len(i) == 32 and i[:20] == ids[0][:20] for i in ids)
+    assert len(set(ids[:65_536])) == 65_536
+    assert [int(i[-4:], 16) for i in ids[:3]] == [0, 1, 2] and gen.create()[-4:] == f"{70_000 & 0xFFFF:04X}"

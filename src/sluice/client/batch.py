@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sluice.client.message import DEFAULT_MAX_BODY_SIZE, Message
-from sluice.client.message_id import create_uniq_id
+from sluice.client.message import DEFAULT_MAX_BODY_SIZE, MAX_PROPERTIES_SIZE, Message
+from sluice.client.message_id import create_uniq_ids
 from sluice.common.batch_codec import encode_batch_record
 from sluice.common.errors import MessageFormatError
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
-from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK, encode_properties
+from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK
 
 
 @dataclass(slots=True)
@@ -37,50 +37,63 @@ def check_batch(messages: Sequence[Message], max_body_size: int = DEFAULT_MAX_BO
     """Raise ``MessageFormatError`` (or ``InvalidNameError``) unless ``messages`` may be sent as one batch."""
     if not messages:
         raise MessageFormatError("a batch needs at least one message")
-    first = messages[0]
     for i, msg in enumerate(messages):
-        if not isinstance(msg, Message):
-            raise MessageFormatError(f"batch item {i} is a {type(msg).__name__}, not a Message")
+        _check_member(i, msg, messages[0], max_body_size)
         msg.validate(max_body_size)
-        if msg.delay_level > 0:
-            raise MessageFormatError(f"batch message {i} has delay level {msg.delay_level}: "
-                                     "delayed messages cannot be sent in a batch")
-        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            raise MessageFormatError(f"batch message {i} is for retry topic {msg.topic!r}: "
-                                     "retry topics cannot be sent to in a batch")
-        if msg.topic != first.topic:
-            raise MessageFormatError(f"batch message {i} is for topic {msg.topic!r} but message 0 for "
-                                     f"{first.topic!r}: a batch goes to one topic")
-        if msg.wait_store_msg_ok != first.wait_store_msg_ok:
-            raise MessageFormatError(f"batch message {i} has wait_store_msg_ok={msg.wait_store_msg_ok} but "
-                                     f"message 0 has {first.wait_store_msg_ok}: a batch must agree on it")
+
+
+def _check_member(i: int, msg: Message, first: Message, max_body_size: int) -> None:
+    """The batch rules for message ``i`` (its own checks are ``Message._check`` / ``validate``)."""
+    if not isinstance(msg, Message):
+        raise MessageFormatError(f"batch item {i} is a {type(msg).__name__}, not a Message")
+    if msg.delay_level > 0:
+        raise MessageFormatError(f"batch message {i} has delay level {msg.delay_level}: "
+                                 "delayed messages cannot be sent in a batch")
+    if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        raise MessageFormatError(f"batch message {i} is for retry topic {msg.topic!r}: "
+                                 "retry topics cannot be sent to in a batch")
+    if msg.topic != first.topic:
+        raise MessageFormatError(f"batch message {i} is for topic {msg.topic!r} but message 0 for "
+                                 f"{first.topic!r}: a batch goes to one topic")
+    if msg.wait_store_msg_ok != first.wait_store_msg_ok:
+        raise MessageFormatError(f"batch message {i} has wait_store_msg_ok={msg.wait_store_msg_ok} but "
+                                 f"message 0 has {first.wait_store_msg_ok}: a batch must agree on it")
+    if len(msg.body) > max_body_size:
+        raise MessageFormatError(f"message body is {len(msg.body)} bytes, over the limit of {max_body_size}")
 
 
 def encode_message_batch(
     messages: Sequence[Message],
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-    new_id: Callable[[], str] = create_uniq_id,
+    new_ids: Callable[[int], list[str]] = create_uniq_ids,
 ) -> EncodedBatch:
-    """Check ``messages`` (``check_batch``) and encode them, giving each a fresh ``UNIQ_KEY`` from ``new_id``.
+    """Check ``messages`` (as ``check_batch`` does) and encode them, each with a fresh ``UNIQ_KEY`` from
+    ``new_ids``, in one pass.
 
     The header properties hold just ``WAIT`` (what the C++ client sends); each inner message carries its
     own TAGS / KEYS / WAIT / UNIQ_KEY / user properties.
     """
-    check_batch(messages, max_body_size)
-    ids: list[str] = []
+    if not messages:
+        raise MessageFormatError("a batch needs at least one message")
+    first = messages[0]
+    ids = new_ids(len(messages))
     parts: list[bytes] = []
     size = 0
-    for msg in messages:
-        uniq = new_id()
-        ids.append(uniq)
-        record = encode_batch_record(msg.body, encode_properties(msg.properties_for_wire(uniq)), msg.flag)
+    for i, (msg, uniq) in enumerate(zip(messages, ids, strict=True)):
+        _check_member(i, msg, first, max_body_size)
+        msg._check()  # fields are mutable: re-check what the constructor checked
+        props = msg.wire_properties(uniq)
+        if len(props) > MAX_PROPERTIES_SIZE:
+            raise MessageFormatError(f"message properties (tags, keys, user properties) take {len(props)} bytes "
+                                     f"encoded, over the limit of {MAX_PROPERTIES_SIZE}")
+        record = encode_batch_record(msg.body, props, msg.flag)
         size += len(record)
         if size > max_body_size:
             raise MessageFormatError(f"the batch's encoded body exceeds the limit of {max_body_size} bytes "
-                                     f"(at message {len(ids) - 1}); split it into smaller batches")
+                                     f"(at message {i}); split it into smaller batches")
         parts.append(record)
-    wait = "true" if messages[0].wait_store_msg_ok else "false"
-    return EncodedBatch(messages[0].topic, b"".join(parts), ids, {PROPERTY_WAIT_STORE_MSG_OK: wait})
+    wait = "true" if first.wait_store_msg_ok else "false"
+    return EncodedBatch(first.topic, b"".join(parts), ids, {PROPERTY_WAIT_STORE_MSG_OK: wait})
 
 
 def split_batches(messages: Sequence[Message], max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> list[list[Message]]:
@@ -93,7 +106,7 @@ def split_batches(messages: Sequence[Message], max_body_size: int = DEFAULT_MAX_
     current: list[Message] = []
     size = 0
     for msg in messages:
-        rec = len(encode_batch_record(b"", encode_properties(msg.properties_for_wire("0" * 32)), msg.flag))
+        rec = len(encode_batch_record(b"", msg.wire_properties("0" * 32), msg.flag))
         rec += len(msg.body)
         if current and size + rec > max_body_size:
             runs.append(current)

@@ -21,7 +21,6 @@ from sluice.common.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
-    encode_properties,
 )
 from sluice.common.structs import MessageQueue
 
@@ -136,10 +135,28 @@ class Message:
         if len(self.body) > max_body_size:
             raise MessageFormatError(f"message body is {len(self.body)} bytes, over the limit of {max_body_size}")
         # A stored record holds the properties behind a signed 16-bit length (leave room for a UNIQ_KEY).
-        size = len(encode_properties(self.properties_for_wire("0" * 32)))
+        size = len(self.wire_properties("0" * 32))
         if size > MAX_PROPERTIES_SIZE:
             raise MessageFormatError(f"message properties (tags, keys, user properties) take {size} bytes "
                                      f"encoded, over the limit of {MAX_PROPERTIES_SIZE}")
+
+    def wire_properties(self, uniq_key: str | None = None) -> bytes:
+        """``properties_for_wire`` encoded (spec §5.3), built directly: the send path's form."""
+        _check_user_properties(self.properties)
+        parts: list[str] = []
+        if self.tags:
+            parts.append(_TAGS_PREFIX + self.tags)
+        keys = self.key_list()
+        if keys:
+            parts.append(_KEYS_PREFIX + KEY_SEPARATOR.join(keys))
+        parts.append(_WAIT_TRUE if self.wait_store_msg_ok else _WAIT_FALSE)
+        if self.delay_level > 0:
+            parts.append(f"{PROPERTY_DELAY_TIME_LEVEL}{NAME_VALUE_SEPARATOR}{self.delay_level}")
+        if uniq_key:
+            parts.append(_UNIQ_PREFIX + uniq_key)
+        if self.properties:
+            parts.extend(map(NAME_VALUE_SEPARATOR.join, self.properties.items()))
+        return PROPERTY_SEPARATOR.join(parts).encode("utf-8")
 
     def properties_for_wire(self, uniq_key: str | None = None) -> dict[str, str]:
         """Every property the message carries on the wire: TAGS, KEYS, WAIT, DELAY, UNIQ_KEY, then user ones."""
@@ -157,6 +174,13 @@ class Message:
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
         props.update(self.properties)
         return props
+
+
+_TAGS_PREFIX = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
+_KEYS_PREFIX = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+_UNIQ_PREFIX = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
+_WAIT_TRUE = f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"
+_WAIT_FALSE = f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}false"
 
 
 def _check_user_properties(properties: Mapping[str, str]) -> None:

@@ -88,6 +88,18 @@ class MessageIdGenerator:
         # Java casts the span to int; it can exceed 2**31 late in a 31-day month, so keep the raw 32 bits.
         return f"{self.prefix}{(now_ms - start) & _U32:08X}{counter:04X}"
 
+    def create_many(self, n: int) -> list[str]:
+        """``n`` new ids from one clock read (a batch's messages), as ``n`` calls of ``create`` at that instant."""
+        now_ms = time.time_ns() // 1_000_000
+        with self._lock:
+            if not self._month_start_ms <= now_ms < self._next_month_ms:
+                self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms)
+            first = self._counter
+            self._counter = (first + n) & _U16
+            start = self._month_start_ms
+        head = f"{self.prefix}{(now_ms - start) & _U32:08X}"
+        return [f"{head}{c & _U16:04X}" for c in range(first, first + n)]
+
 
 _default: MessageIdGenerator | None = None
 _default_lock = threading.Lock()
@@ -109,6 +121,12 @@ def create_uniq_id() -> str:
     """A new ``UNIQ_KEY`` from the process-wide generator."""
     gen = _default or default_generator()
     return gen.create()
+
+
+def create_uniq_ids(n: int) -> list[str]:
+    """``n`` new ``UNIQ_KEY`` ids from the process-wide generator."""
+    gen = _default or default_generator()
+    return gen.create_many(n)
 
 
 def _id_bytes(uniq_id: str) -> bytes:

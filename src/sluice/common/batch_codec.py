@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 from sluice.common.errors import MessageFormatError
 from sluice.common.properties import decode_properties, encode_properties
@@ -44,14 +44,22 @@ def encode_batch(items: Iterable[BatchItem]) -> bytes:
     return b"".join(encode_batch_record(it.body, encode_properties(it.properties), it.flag) for it in items)
 
 
-def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
-    """Every message of a batch body. Raises ``MessageFormatError`` (with the byte position) on bad input.
+class BatchRecord(NamedTuple):
+    """Where one record of a batch body lies: ``body`` is ``[body_start, props_len_pos)``, and
+    ``[props_len_pos, end)`` is the properties with their 2-byte length, as a stored record's tail has them."""
 
-    Each record's TOTALSIZE must agree with its lengths; an empty body decodes to ``[]``.
-    """
+    body_start: int
+    props_len_pos: int
+    end: int
+    flag: int
+
+
+def scan_batch(data: bytes | bytearray | memoryview) -> list[BatchRecord]:
+    """The layout of every record of a batch body, checked; raises ``MessageFormatError`` (with the byte
+    position) on bad input. Each record's TOTALSIZE must agree with its lengths; an empty body gives ``[]``."""
     buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     end = len(buf)
-    out: list[BatchItem] = []
+    out: list[BatchRecord] = []
     pos = 0
     unpack_head = _HEAD.unpack_from
     unpack_props_len = _PROPS_LEN.unpack_from
@@ -63,26 +71,33 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
         if body_len < 0 or total < BATCH_RECORD_OVERHEAD or total > end - pos:
             raise MessageFormatError(f"batch record at byte {pos}: total size {total}, body length {body_len} "
                                      f"do not fit the {end - pos} bytes left")
-        body_start = pos + _HEAD.size
-        props_len_pos = body_start + body_len
+        props_len_pos = pos + _HEAD.size + body_len
         if props_len_pos + _PROPS_LEN.size > pos + total:
             raise MessageFormatError(f"batch record at byte {pos}: body length {body_len} overruns total size {total}")
         (props_len,) = unpack_props_len(buf, props_len_pos)
         if props_len < 0 or BATCH_RECORD_OVERHEAD + body_len + props_len != total:
             raise MessageFormatError(f"batch record at byte {pos}: total size {total} disagrees with body length "
                                      f"{body_len} + properties length {props_len} + {BATCH_RECORD_OVERHEAD}")
-        props_start = props_len_pos + _PROPS_LEN.size
-        body = bytes(buf[body_start:props_len_pos])
-        props = decode_properties(bytes(buf[props_start:props_start + props_len])) if props_len else {}
-        out.append(BatchItem(body, props, flag))
+        out.append(BatchRecord(pos + _HEAD.size, props_len_pos, pos + total, flag))
         pos += total
     return out
+
+
+def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
+    """Every message of a batch body (``scan_batch``'s checks), with its properties decoded."""
+    buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+    return [BatchItem(bytes(buf[r.body_start:r.props_len_pos]),
+                      decode_properties(bytes(buf[r.props_len_pos + 2:r.end])) if r.end > r.props_len_pos + 2 else {},
+                      r.flag)
+            for r in scan_batch(buf)]
 
 
 __all__ = [
     "BATCH_RECORD_OVERHEAD",
     "MAX_PROPERTIES_SIZE",
     "BatchItem",
+    "BatchRecord",
+    "scan_batch",
     "decode_batch",
     "encode_batch",
     "encode_batch_record",

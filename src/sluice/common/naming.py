@@ -1,5 +1,6 @@
 """Topic and group naming rules (RocketMQ's Validators)."""
 
+import functools
 import re
 
 from sluice.common.errors import InvalidNameError
@@ -24,12 +25,21 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_
 
 def validate_topic(topic: str) -> None:
     """Raise ``InvalidNameError`` unless ``topic`` is a legal topic name."""
+    problem = _topic_problem(topic) if isinstance(topic, str) else f"topic name must be a str, not {topic!r}"
+    if problem:
+        raise InvalidNameError(problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_problem(topic: str) -> str | None:
+    """What is wrong with a topic name (None: nothing); cached, as every send checks its topic."""
     if not topic:
-        raise InvalidNameError("topic name is empty")
+        return "topic name is empty"
     if len(topic.encode("utf-8")) > TOPIC_MAX_LENGTH:
-        raise InvalidNameError(f"topic name is longer than {TOPIC_MAX_LENGTH} bytes: {topic[:40]!r}...")
+        return f"topic name is longer than {TOPIC_MAX_LENGTH} bytes: {topic[:40]!r}..."
     if not _VALID_NAME.match(topic):
-        raise InvalidNameError(f"topic name {topic!r} may only contain letters, digits, '%', '|', '_' and '-'")
+        return f"topic name {topic!r} may only contain letters, digits, '%', '|', '_' and '-'"
+    return None
 
 
 def validate_group(group: str) -> None:

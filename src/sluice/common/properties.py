@@ -1,5 +1,7 @@
 """The message properties string: ``name \\x01 value`` pairs separated by ``\\x02`` (spec §5.3)."""
 
+import functools
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -26,6 +28,31 @@ def encode_properties(props: dict[str, str]) -> bytes:
     if not props:
         return b""
     return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items())).encode("utf-8")
+
+
+def property_value(data: bytes, name: str) -> str | None:
+    """The value of property ``name`` in an encoded properties string, without decoding the rest; None when
+    absent. Agrees with ``decode_properties(data).get(name)`` (for a repeated name, the last one wins)."""
+    marker = _marker(name)
+    i = data.rfind(marker)
+    while i > 0 and data[i - 1] != 2:  # not at a segment start: part of another value
+        i = data.rfind(marker, 0, i)
+    if i < 0:
+        return None
+    start = i + len(marker)
+    end = data.find(b"\x02", start)
+    return data[start:end if end >= 0 else len(data)].decode("utf-8", errors="replace")
+
+
+def has_property(data: bytes, name: str) -> bool:
+    """Whether an encoded properties string holds property ``name``."""
+    marker = _marker(name)
+    return data.startswith(marker) or b"\x02" + marker in data
+
+
+@functools.cache
+def _marker(name: str) -> bytes:
+    return f"{name}{NAME_VALUE_SEPARATOR}".encode()
 
 
 def decode_properties(data: bytes | str) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """The message store: CommitLog, ConsumeQueue, IndexFile, flush, checkpoint and recovery. No networking."""
 
+from sluice.store.commit_log import RawBatch
 from sluice.store.message_store import MessageStore
 from sluice.store.results import (
     GetMessageResult,
@@ -14,4 +15,5 @@ __all__ = [
     "MessageStore",
     "PutMessageResult",
     "PutMessageStatus",
+    "RawBatch",
 ]

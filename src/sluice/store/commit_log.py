@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
+from sluice.common.batch_codec import BatchRecord
 from sluice.common.config import MessageStoreConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.hashing import tag_hash_code
@@ -29,9 +30,14 @@ from sluice.common.message_codec import (
 )
 from sluice.common.properties import (
     KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    has_property,
+    property_value,
 )
 from sluice.common.sysflag import (
     BLANK_MAGIC_CODE,
@@ -76,7 +82,40 @@ class AppendResult(NamedTuple):
     queue_offset: int
     store_timestamp: int
     phys_offsets: list[int]
-    dispatch: list[DispatchRequest]
+    arrivals: dict[tuple[str, int], int]  # (topic, queue id) → the queue's new max offset
+
+
+class BatchDispatch(NamedTuple):
+    """A run of records of one queue, appended together (``CommitLog.append_raw_batch``)."""
+
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    phys_offsets: list[int]
+    sizes: list[int]
+    tags_codes: list[int]
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+    store_timestamp: int
+
+
+class RawBatch(NamedTuple):
+    """A batch body (spec §5.2) on its way into the store, stored without decoding it into messages.
+
+    Every record goes to ``queue_id`` of ``topic`` with the request's born timestamp / host, sys flag and
+    reconsume times; ``extra_properties`` (the request header's) are added to a record that lacks them.
+    """
+
+    topic: str
+    queue_id: int
+    data: bytes
+    records: list[BatchRecord]
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_host: str | None
+    reconsume_times: int
+    extra_properties: dict[str, str]
 
 
 class SegmentOverflow(Exception):
@@ -162,12 +201,7 @@ class CommitLog:
             store_ts = int(time.time() * 1000)
             self.begin_time_in_lock = time.monotonic()
             try:
-                mf = self.queue.last_or_create(0)
-                if batch_bytes + END_FILE_MIN_BLANK_LENGTH > mf.remaining():
-                    remaining = mf.remaining()
-                    mf.append(_BLANK.pack(remaining, BLANK_MAGIC_CODE))
-                    mf.wrote_position = self.file_size
-                    mf = self.queue.last_or_create(0)
+                mf = self._segment_for(batch_bytes)
                 phys = mf.file_from_offset + mf.wrote_position
                 first_phys = phys
                 parts: list[bytes] = []
@@ -201,7 +235,96 @@ class CommitLog:
                 dispatcher(dispatch)
             finally:
                 self.begin_time_in_lock = 0.0
-        return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, dispatch)
+        arrivals = {(d.topic, d.queue_id): d.queue_offset + 1 for d in dispatch if not no_queue_offset(d.sys_flag)}
+        return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, arrivals)
+
+    def append_raw_batch(self, batch: RawBatch, dispatcher: Callable[[BatchDispatch], None]) -> AppendResult:
+        """Append every record of ``batch`` to its queue: each stored record is the batch record's body and
+        properties bytes behind a new header, so nothing is decoded. Raises as ``append`` does."""
+        data = batch.data
+        view = memoryview(data)
+        topic_b = batch.topic.encode("utf-8")
+        topic_tail = _TAIL_TOPIC.pack(len(topic_b)) + topic_b
+        fixed = RECORD_FIXED_SIZE + len(topic_b)
+        max_props = self.config.max_properties_size
+        extra = list(batch.extra_properties.items())
+        crc32 = zlib.crc32
+        sizes: list[int] = []
+        crcs: list[int] = []
+        tails: list[bytes | memoryview] = []
+        tags_codes: list[int] = []
+        keys: list[str | None] = []
+        uniq_keys: list[str | None] = []
+        for body_start, props_pos, end, _flag in batch.records:
+            props = data[props_pos + 2:end]
+            if extra and not all(has_property(props, name) for name, _ in extra):
+                props, tail = _with_extra_properties(props, extra), None
+            else:
+                tail = view[props_pos:end]
+            if b"\0" in props:
+                raise MessageFormatError("message properties may not contain NUL characters")
+            if len(props) > max_props:
+                raise PropertiesTooLarge(f"properties of {len(props)} bytes exceed {max_props} bytes")
+            if b"DELAY\x01" in props and property_value(props, PROPERTY_DELAY_TIME_LEVEL) not in (None, "", "0"):
+                raise MessageFormatError("a batch message cannot carry a delay level")
+            if b"TAGS\x01" in props:
+                tags = property_value(props, PROPERTY_TAGS)
+                tags_codes.append(tag_hash_code(tags) if tags else 0)
+            else:
+                tags_codes.append(0)
+            keys.append(property_value(props, PROPERTY_KEYS) if b"KEYS\x01" in props else None)
+            uniq_keys.append(property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                             if b"UNIQ_KEY\x01" in props else None)
+            crcs.append(crc32(view[body_start:props_pos]) & 0x7FFFFFFF)
+            tails.append(tail if tail is not None else _TAIL_PROPS.pack(len(props)) + props)
+            sizes.append(fixed + (props_pos - body_start) + len(props))
+        batch_bytes = sum(sizes)
+        if batch_bytes + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise SegmentOverflow(f"{batch_bytes} bytes of records exceed a commit log segment of {self.file_size}")
+        born_addr, born_port = host_to_bytes(batch.born_host)
+        store_addr, store_port = host_to_bytes(batch.store_host) if batch.store_host else self.default_store_host
+        sys_flag = batch.sys_flag & _V6_MASK
+        queue_id, born_ts, reconsume = batch.queue_id, batch.born_timestamp, batch.reconsume_times
+        key = (batch.topic, queue_id)
+        pack = RECORD_HEADER.pack
+        with self.put_lock:
+            if self.closed:
+                raise CommitLogClosed("the message store is shut down")
+            store_ts = int(time.time() * 1000)
+            self.begin_time_in_lock = time.monotonic()
+            try:
+                mf = self._segment_for(batch_bytes)
+                phys = first_phys = mf.file_from_offset + mf.wrote_position
+                qoff = first_qoff = self.topic_queue_table.get(key, 0)
+                parts: list[bytes | memoryview] = []
+                phys_offsets: list[int] = []
+                for (body_start, props_pos, _end, flag), total, crc, tail in zip(
+                        batch.records, sizes, crcs, tails, strict=True):
+                    parts.append(pack(total, MESSAGE_MAGIC_CODE_V1, crc, queue_id, flag, qoff, phys, sys_flag,
+                                      born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume, 0,
+                                      props_pos - body_start))
+                    parts.append(view[body_start:props_pos])
+                    parts.append(topic_tail)
+                    parts.append(tail)
+                    phys_offsets.append(phys)
+                    phys += total
+                    qoff += 1
+                self.topic_queue_table[key] = qoff
+                mf.append(b"".join(parts))
+                dispatcher(BatchDispatch(batch.topic, queue_id, first_qoff, phys_offsets, sizes, tags_codes, keys,
+                                         uniq_keys, store_ts))
+            finally:
+                self.begin_time_in_lock = 0.0
+        return AppendResult(first_phys, batch_bytes, first_qoff, store_ts, phys_offsets, {key: qoff})
+
+    def _segment_for(self, nbytes: int) -> MappedFile:
+        """The segment the next ``nbytes`` go to: the last one, or a new one once a BLANK closes it."""
+        mf = self.queue.last_or_create(0)
+        if nbytes + END_FILE_MIN_BLANK_LENGTH > mf.remaining():
+            mf.append(_BLANK.pack(mf.remaining(), BLANK_MAGIC_CODE))
+            mf.wrote_position = self.file_size
+            mf = self.queue.last_or_create(0)
+        return mf
 
     # -- reading ------------------------------------------------------------------------------------
     def _locate(self, phys_offset: int, size: int) -> tuple[MappedFile, int] | None:
@@ -287,6 +410,15 @@ def dispatch_request_of(phys: int, record: memoryview) -> DispatchRequest:
     m = decode_record(record)
     return DispatchRequest(m.topic, m.queue_id, phys, m.store_size, tags_code_of(m.tags), m.store_timestamp,
                            m.queue_offset, m.properties.get(PROPERTY_KEYS), m.uniq_key, m.sys_flag)
+
+
+def _with_extra_properties(props: bytes, extra: list[tuple[str, str]]) -> bytes:
+    """``props`` plus each (name, value) of ``extra`` it does not already hold (the message's own win)."""
+    for name, value in extra:
+        if not has_property(props, name):
+            pair = f"{name}{NAME_VALUE_SEPARATOR}{value}".encode()
+            props = props + PROPERTY_SEPARATOR.encode() + pair if props else pair
+    return props
 
 
 def split_keys(keys: str | None) -> list[str]:

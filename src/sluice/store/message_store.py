@@ -23,13 +23,16 @@ from sluice.common.errors import InvalidNameError, MessageFormatError, StoreConf
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.message_codec import decode_record
 from sluice.common.naming import validate_topic
+from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK
 from sluice.store.checkpoint import StoreCheckpoint
 from sluice.store.commit_log import (
     AppendResult,
+    BatchDispatch,
     CommitLog,
     CommitLogClosed,
     DispatchRequest,
     PropertiesTooLarge,
+    RawBatch,
     SegmentOverflow,
     no_queue_offset,
     split_keys,
@@ -233,8 +236,12 @@ class MessageStore:
         rejected = self._check(msgs)
         if rejected is not None:
             return rejected
+        return self._guarded_append(lambda: self.commit_log.append(msgs, self._dispatch))
+
+    def _guarded_append(self, append: Callable[[], AppendResult]) -> PutMessageResult | AppendResult:
+        """Run an append, turning what it raises into the PutMessageResult the sender is told."""
         try:
-            return self.commit_log.append(msgs, self._dispatch)
+            return append()
         except SegmentOverflow as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
         except CommitLogClosed as exc:
@@ -263,9 +270,9 @@ class MessageStore:
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
             result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
         if self.arrival_listeners:
-            for d in r.dispatch:
+            for (topic, queue_id), max_offset in r.arrivals.items():
                 for listener in self.arrival_listeners:
-                    listener(d.topic, d.queue_id, d.queue_offset + 1)
+                    listener(topic, queue_id, max_offset)
         return result
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
@@ -279,6 +286,58 @@ class MessageStore:
         waiter = self._flush_waiter(msgs, r, None)
         ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
         return self._finish_put(r, len(msgs), ok)
+
+    def _append_raw(self, batch: RawBatch) -> PutMessageResult | AppendResult:
+        rejected = self._check_raw(batch)
+        if rejected is not None:
+            return rejected
+        return self._guarded_append(lambda: self.commit_log.append_raw_batch(batch, self._dispatch_batch))
+
+    def _check_raw(self, batch: RawBatch) -> PutMessageResult | None:
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
+        if self.disk_full:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
+        if not batch.records:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, "no message to put")
+        problem = _topic_problem(batch.topic)
+        if problem:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, problem)
+        if batch.queue_id < 0:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {batch.queue_id} is negative")
+        limit = self.config.max_message_size
+        for i, (body_start, props_pos, _end, _flag) in enumerate(batch.records):
+            if props_pos - body_start > limit:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                        f"message {i} of the batch has a body of {props_pos - body_start} bytes, "
+                                        f"over max_message_size {limit}")
+        return None
+
+    def put_raw_batch(self, batch: RawBatch) -> PutMessageResult:
+        """Store a batch body's records (``CommitLog.append_raw_batch``); in SYNC_FLUSH once fsynced."""
+        r = self._append_raw(batch)
+        if isinstance(r, PutMessageResult):
+            return r
+        waiter = self._raw_flush_waiter(batch, r, None)
+        ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
+        return self._finish_put(r, len(batch.records), ok)
+
+    async def put_raw_batch_async(self, batch: RawBatch) -> PutMessageResult:
+        """``put_raw_batch`` for asyncio: the flush wait does not block the event loop."""
+        r = self._append_raw(batch)
+        if isinstance(r, PutMessageResult):
+            return r
+        waiter = self._raw_flush_waiter(batch, r, asyncio.get_running_loop())
+        ok = waiter is None or await waiter.wait_async(self.config.sync_flush_timeout / 1000)
+        return self._finish_put(r, len(batch.records), ok)
+
+    def _raw_flush_waiter(self, batch: RawBatch, r: AppendResult,
+                          loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
+        if self._group_commit is None or batch.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+            return None
+        waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, loop)
+        self._group_commit.submit(waiter)
+        return waiter
 
     async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         return await self.put_messages_async([msg])
@@ -325,6 +384,22 @@ class MessageStore:
                 self.dispatch_one(r)
         last = reqs[-1]
         self.dispatched_offset = last.phys_offset + last.size
+
+    def _dispatch_batch(self, d: BatchDispatch) -> None:
+        """ConsumeQueue entries and index entries of a raw batch, each in one call."""
+        cq = self.find_consume_queue(d.topic, d.queue_id)
+        assert cq is not None
+        entries = np.empty(len(d.phys_offsets), CQ_ENTRY_DTYPE)
+        entries["offset"] = d.phys_offsets
+        entries["size"] = d.sizes
+        entries["tag"] = d.tags_codes
+        cq.put_entries(d.first_queue_offset, entries)
+        if self.config.message_index_enable:
+            ts, topic = d.store_timestamp, d.topic
+            self.index_service.build_index_batch([
+                (topic, split_keys(keys), uniq, phys, ts)
+                for phys, keys, uniq in zip(d.phys_offsets, d.keys, d.uniq_keys, strict=True) if uniq or keys])
+        self.dispatched_offset = d.phys_offsets[-1] + d.sizes[-1]
 
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
         if not no_queue_offset(r.sys_flag):

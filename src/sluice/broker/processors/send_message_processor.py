@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from sluice.common.batch_codec import decode_batch
+from sluice.common.batch_codec import scan_batch
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import (
@@ -32,6 +32,7 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.store.commit_log import RawBatch
 from sluice.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -210,16 +211,12 @@ class SendMessageProcessor:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be sent to a retry topic")
             try:
-                entries = decode_batch(req.body)
+                records = scan_batch(req.body)
             except MessageFormatError as exc:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
-            msgs = []
-            for e in entries:
-                props = {**header_props, **e.properties} if header_props else e.properties
-                if PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
-                    return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch message cannot carry a delay level")
-                msgs.append(MessageExtBrokerInner(h.topic, e.body, queue_id, e.flag, props, h.sys_flag,
-                                                  h.born_timestamp, born_host, b.broker_addr, h.reconsume_times))
+            body = req.body if isinstance(req.body, bytes) else bytes(req.body)
+            raw = RawBatch(h.topic, queue_id, body, records, h.sys_flag, h.born_timestamp, born_host, b.broker_addr,
+                           h.reconsume_times, header_props)
         else:
             topic = h.topic
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -248,23 +245,37 @@ class SendMessageProcessor:
                                              "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
                                              "TRACE_ON": "true"})
 
+        if h.batch:
+            return self._put_raw(raw, respond)
         return self._put(req, msgs, respond)
+
+    def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | Awaitable[RemotingCommand]:
+        store = self.broker.store
+        wait = store.sync_flush and raw.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        return self._store(wait, lambda: store.put_raw_batch(raw), lambda: store.put_raw_batch_async(raw), respond)
 
     def _put(self, req: RemotingCommand, msgs: list[MessageExtBrokerInner],
              respond: ResponseBuilder) -> RemotingCommand | Awaitable[RemotingCommand]:
         store = self.broker.store
-        if store.sync_flush and any(m.wait_store_msg_ok for m in msgs):
-            return self._put_async(msgs, respond)
+        wait = store.sync_flush and any(m.wait_store_msg_ok for m in msgs)
+        return self._store(wait, lambda: store.put_messages(msgs), lambda: store.put_messages_async(msgs), respond)
+
+    def _store(self, wait_flush: bool, put: Callable[[], PutMessageResult],
+               put_async: Callable[[], Awaitable[PutMessageResult]],
+               respond: ResponseBuilder) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Put, timed for the stats; when the sender waits for a group commit, without blocking the loop."""
+        if wait_flush:
+            return self._store_async(put_async, respond)
         t0 = perf_counter()
-        r = store.put_messages(msgs)
+        r = put()
         self.broker.stats.record_put(r, perf_counter() - t0)
         return respond(r, PUT_STATUS_CODES[r.status])
 
-    async def _put_async(self, msgs: list[MessageExtBrokerInner], respond: ResponseBuilder) -> RemotingCommand:
+    async def _store_async(self, put_async: Callable[[], Awaitable[PutMessageResult]],
+                           respond: ResponseBuilder) -> RemotingCommand:
         t0 = perf_counter()
-        r = await self.broker.store.put_messages_async(msgs)
+        r = await put_async()
         self.broker.stats.record_put(r, perf_counter() - t0)
         return respond(r, PUT_STATUS_CODES[r.status])
-
 
 __all__ = ["SendMessageProcessor", "SendMessageRequestHeader"]
