@@ -175,7 +175,7 @@ def decode_record(buf: memoryview | bytes, pos: int = 0) -> MessageExt:
         body = bytes(buf[p : p + body_len])
         p += body_len
         topic_len = buf[p]
-        topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode("utf-8")
+        topic = _topic_name(bytes(buf[p + 1 : p + 1 + topic_len]))
         p += 1 + topic_len
         props_len = _I16.unpack_from(buf, p)[0]
         props = decode_properties(bytes(buf[p + 2 : p + 2 + props_len]))
@@ -183,24 +183,20 @@ def decode_record(buf: memoryview | bytes, pos: int = 0) -> MessageExt:
         raise MessageFormatError(f"cannot decode record at {pos}: {exc}") from exc
     if record_size(body_len, topic_len, props_len) != total:
         raise MessageFormatError("field lengths do not add up to the record size")
-    return MessageExt(
-        topic=topic,
-        body=body,
-        queue_id=queue_id,
-        flag=flag,
-        queue_offset=queue_offset,
-        commit_log_offset=physical_offset,
-        sys_flag=sys_flag,
-        born_timestamp=born_ts,
-        born_host=bytes_to_host(born_addr, born_port),
-        store_timestamp=store_ts,
-        store_host=bytes_to_host(store_addr, store_port),
-        reconsume_times=reconsume_times,
-        prepared_transaction_offset=prepared_tx_offset,
-        properties=props,
-        store_size=total,
-        body_crc=crc,
-    )
+    # Positional (field order of MessageExt): this runs once per consumed message.
+    return MessageExt(topic, body, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
+                      _host(born_addr, born_port), store_ts, _host(store_addr, store_port), reconsume_times,
+                      prepared_tx_offset, props, total, crc)
+
+
+@lru_cache(maxsize=4096)
+def _host(addr: bytes, port: int) -> str:
+    return bytes_to_host(addr, port)
+
+
+@lru_cache(maxsize=4096)
+def _topic_name(raw: bytes) -> str:
+    return raw.decode("utf-8")
 
 
 def decode_records(buf: memoryview | bytes) -> list[MessageExt]:

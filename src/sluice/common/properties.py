@@ -1,9 +1,11 @@
 """The message properties string: ``name \\x01 value`` pairs separated by ``\\x02`` (spec §5.3)."""
 
 import functools
+from operator import methodcaller
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+_SPLIT_PAIR = methodcaller("split", NAME_VALUE_SEPARATOR, 1)
 
 # Well-known property keys (MessageConst)
 PROPERTY_KEYS = "KEYS"
@@ -61,9 +63,20 @@ def decode_properties(data: bytes | str) -> dict[str, str]:
     Like Java's parser, segments without a name/value separator are skipped.
     """
     text = data if isinstance(data, str) else bytes(data).decode("utf-8", errors="replace")
-    out: dict[str, str] = {}
     if not text:
-        return out
+        return {}
+    try:  # the usual shape, split in C: every segment "name\x01value"
+        out = dict(map(_SPLIT_PAIR, text.rstrip(PROPERTY_SEPARATOR).split(PROPERTY_SEPARATOR)))
+        if "" not in out:
+            return out
+    except ValueError:
+        pass
+    out = {}
+    for segment in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if sep and name:
+            out[name] = value
+    return out
     for segment in text.split(PROPERTY_SEPARATOR):
         name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
         if sep and name:
