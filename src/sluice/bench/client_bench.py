@@ -23,6 +23,7 @@ import numpy as np
 from sluice.client.aio import Producer, PushConsumer
 from sluice.client.message import ConsumeStatus, Message
 from sluice.common.message import MessageExt
+from sluice.common.runtime import tune_gc_for_throughput
 
 PROGRESS_EVERY = 5.0
 
@@ -282,6 +283,7 @@ def run_bench(name: str, opts: BenchOptions, embedded: bool = False, flush: str 
     import uvloop
 
     async def go() -> dict[str, Any]:
+        tune_gc_for_throughput()
         return await BENCHES[name](opts)
 
     if embedded:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sluice.common.config import BrokerConfig, FlushDiskType, MessageStoreConfig, NamesrvConfig
 from sluice.common.config_loader import ConfigError, load_toml, update_from_dict
+from sluice.common.runtime import tune_gc_for_throughput
 
 DEV_STORE = ".sluice"
 
@@ -39,6 +40,7 @@ def run_until_signalled(start: Any, stop: Any) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, done.set)
         await start()
+        tune_gc_for_throughput()
         try:
             await done.wait()
         finally:
