@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from sluice.common.batch_codec import scan_batch
+from sluice.common.batch_codec import inflate_batch, scan_batch
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import (
@@ -27,7 +27,7 @@ from sluice.common.properties import (
     decode_properties,
 )
 from sluice.common.structs import perm_writeable
-from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -210,12 +210,15 @@ class SendMessageProcessor:
         if h.batch:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be sent to a retry topic")
+            sys_flag = h.sys_flag
+            body = req.body if isinstance(req.body, bytes) else bytes(req.body)
             try:
-                records = scan_batch(req.body)
+                if sys_flag & COMPRESSED_FLAG:  # the C++ client deflates a whole batch of 4 KiB or more
+                    body, sys_flag = inflate_batch(body, b.config.remoting.max_frame_size), sys_flag & ~COMPRESSED_FLAG
+                records = scan_batch(body)
             except MessageFormatError as exc:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
-            body = req.body if isinstance(req.body, bytes) else bytes(req.body)
-            raw = RawBatch(h.topic, queue_id, body, records, h.sys_flag, h.born_timestamp, born_host, b.broker_addr,
+            raw = RawBatch(h.topic, queue_id, body, records, sys_flag, h.born_timestamp, born_host, b.broker_addr,
                            h.reconsume_times, header_props)
         else:
             topic = h.topic
