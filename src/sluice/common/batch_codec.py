@@ -8,6 +8,7 @@ the client encodes with ``encode_batch`` (``sluice.client.batch`` adds RocketMQ'
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -79,6 +80,24 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
     return out
 
 
+def inflate_batch(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """A zlib-compressed batch body, inflated (at most ``limit`` bytes). Raises ``MessageFormatError``.
+
+    The C++ 1.2.x producer compresses a whole batch body of 4 KiB or more and sets the compressed bit of the
+    request's sysFlag; the records inside are not compressed one by one.
+    """
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(bytes(data), limit + 1)
+    except zlib.error as exc:
+        raise MessageFormatError(f"compressed batch body does not inflate: {exc}") from None
+    if len(out) > limit:
+        raise MessageFormatError(f"compressed batch body inflates to more than {limit} bytes")
+    if not inflater.eof:
+        raise MessageFormatError("compressed batch body is truncated")
+    return out
+
+
 __all__ = [
     "BATCH_RECORD_OVERHEAD",
     "MAX_PROPERTIES_SIZE",
@@ -86,4 +105,5 @@ __all__ = [
     "decode_batch",
     "encode_batch",
     "encode_batch_record",
+    "inflate_batch",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sluice.common.batch_codec import decode_batch
+from sluice.common.batch_codec import decode_batch, inflate_batch
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import (
@@ -26,7 +26,7 @@ from sluice.common.properties import (
     decode_properties,
 )
 from sluice.common.structs import perm_writeable
-from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -208,8 +208,12 @@ class SendMessageProcessor:
         if h.batch:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be sent to a retry topic")
+            sys_flag = h.sys_flag
             try:
-                entries = decode_batch(req.body)
+                body = req.body
+                if sys_flag & COMPRESSED_FLAG:  # the C++ client deflates a whole batch of 4 KiB or more
+                    body, sys_flag = inflate_batch(body, b.config.remoting.max_frame_size), sys_flag & ~COMPRESSED_FLAG
+                entries = decode_batch(body)
             except MessageFormatError as exc:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
             msgs = []
@@ -217,7 +221,7 @@ class SendMessageProcessor:
                 props = {**header_props, **e.properties} if header_props else e.properties
                 if PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
                     return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch message cannot carry a delay level")
-                msgs.append(MessageExtBrokerInner(h.topic, e.body, queue_id, e.flag, props, h.sys_flag,
+                msgs.append(MessageExtBrokerInner(h.topic, e.body, queue_id, e.flag, props, sys_flag,
                                                   h.born_timestamp, born_host, b.broker_addr, h.reconsume_times))
         else:
             topic = h.topic
