@@ -1,164 +1,21 @@
-"""Fixtures of the integration tests: real name servers and brokers on 127.0.0.1, port 0, stores in tmp_path.
-
-``cluster`` runs servers in this process on a background event loop (its own thread, separate from the
-client's), so tests can stop and restart them. ``spawn_broker`` runs a broker as a child process
+"""Fixtures of the integration tests: ``spawn_broker`` runs a broker as a child process
 (``python -m sluice.cli.main broker``) for tests that SIGKILL or SIGSTOP it.
+
+The in-process servers (``cluster``, ``empty_cluster``, ``server_loop``) live in ``tests/conftest.py``; the
+interop tests use them too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
-import uvloop
-
-from sluice.broker.broker_controller import BrokerController
-from sluice.client.mq_client_api import MQClientAPI
-from sluice.common.config import BrokerConfig, MessageStoreConfig, NamesrvConfig
-from sluice.namesrv import NamesrvController
-from sluice.remoting.client import RemotingClient
-
-T = TypeVar("T")
-
-
-class ServerLoop:
-    """An event loop in a daemon thread; ``run(coro)`` waits for the result from the test's thread."""
-
-    def __init__(self) -> None:
-        self.loop = uvloop.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="test-servers", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
-class Cluster:
-    """One name server and any number of brokers in this process."""
-
-    def __init__(self, root: Path, loop: ServerLoop, namesrv_settings: dict[str, Any] | None = None) -> None:
-        self.root = root
-        self.loop = loop
-        cfg = NamesrvConfig(port=0, kv_config_path=str(root / "namesrv" / "kvConfig.json"))
-        for k, v in (namesrv_settings or {}).items():
-            setattr(cfg, k, v)
-        self.namesrv = loop.run(NamesrvController(cfg).start())
-        self.brokers: list[BrokerController] = []
-
-    @property
-    def namesrv_addr(self) -> str:
-        return self.namesrv.address
-
-    def broker_config(self, name: str = "broker-a", **settings: Any) -> BrokerConfig:
-        store = MessageStoreConfig(store_path_root_dir=str(self.root / name), mapped_file_size_commit_log=8 << 20,
-                                   mapped_file_size_consume_queue=20 * 20_000, max_hash_slot_num=20_000,
-                                   max_index_num=80_000)
-        cfg = BrokerConfig(broker_name=name, listen_port=0, namesrv_addr=self.namesrv_addr, store=store)
-        for k, v in settings.items():
-            if k.startswith("store_"):
-                setattr(cfg.store, k[len("store_"):], v)
-            else:
-                setattr(cfg, k, v)
-        return cfg
-
-    def start_broker(self, name: str = "broker-a", **settings: Any) -> BrokerController:
-        """Start a broker (store in tmp_path/<name>) and wait until the name server routes to it."""
-        broker = self.loop.run(BrokerController(self.broker_config(name, **settings)).start())
-        self.brokers.append(broker)
-        self.wait_registered(broker)
-        return broker
-
-    def create_topic(self, topic: str, queues: int, order: bool = False) -> None:
-        """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
-
-        async def go() -> None:
-            remoting = RemotingClient()
-            api = MQClientAPI(remoting, [self.namesrv_addr])
-            try:
-                for b in self.brokers:
-                    await api.create_topic(b.broker_addr, topic, queues, queues, 6, order=order)
-                while True:
-                    route = await api.get_topic_route(topic)
-                    if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == \
-                            queues * len(self.brokers):
-                        return
-                    await asyncio.sleep(0.02)
-            finally:
-                await remoting.close()
-
-        self.loop.run(asyncio.wait_for(go(), 10))
-
-    def wait_registered(self, broker: BrokerController, timeout: float = 10) -> None:
-        async def wait() -> None:
-            while broker.broker_addr not in {a for b in self.namesrv.route_info.broker_addr_table.values()
-                                             for a in b.broker_addrs.values()}:
-                await asyncio.sleep(0.01)
-
-        self.loop.run(asyncio.wait_for(wait(), timeout))
-
-    def stop_broker(self, broker: BrokerController) -> None:
-        self.loop.run(broker.stop())
-        if broker in self.brokers:
-            self.brokers.remove(broker)
-
-    def restart_broker(self, broker: BrokerController) -> BrokerController:
-        """Stop ``broker`` gracefully and start a new one on the same store (it gets a new port)."""
-        cfg = broker.config
-        self.stop_broker(broker)
-        again = self.loop.run(BrokerController(cfg).start())
-        self.brokers.append(again)
-        self.wait_registered(again)
-        return again
-
-    def close(self) -> None:
-        for b in list(self.brokers):
-            self.loop.run(b.stop())
-        self.brokers.clear()
-        self.loop.run(self.namesrv.stop())
-
-
-@pytest.fixture
-def server_loop() -> Iterator[ServerLoop]:
-    loop = ServerLoop()
-    try:
-        yield loop
-    finally:
-        loop.close()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, server_loop: ServerLoop) -> Iterator[Cluster]:
-    """A name server plus one broker ``broker-a`` (auto-create on); ``cluster.start_broker`` adds more."""
-    c = Cluster(tmp_path, server_loop)
-    try:
-        c.start_broker()
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture
-def empty_cluster(tmp_path: Path, server_loop: ServerLoop) -> Iterator[Cluster]:
-    """A name server alone; start brokers with ``start_broker(name, **settings)``."""
-    c = Cluster(tmp_path, server_loop)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 class BrokerProcess:

@@ -13,7 +13,7 @@ from sluice import ConsumeStatus, Message, Producer, PushConsumer
 from sluice.common.structs import TopicRouteData
 from sluice.namesrv.default_request_processor import monotonic_ms
 from sluice.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from tests.integration.conftest import Cluster
+from tests.conftest import Cluster
 from tests.integration.helpers import wait_until
 
 # == helpers ==========================================================================================

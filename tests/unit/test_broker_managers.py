@@ -44,6 +44,16 @@ def test_unlock_only_releases_the_owners_locks():
     assert m.try_lock_batch("g", [MQ0], "c2", now=2) == [MQ0]
 
 
+def test_unlock_all_releases_every_lock_of_one_client_in_one_group():
+    m = RebalanceLockManager(max_live_ms=60_000)
+    m.try_lock_batch("g", [MQ0, MQ1], "c1", now=0)
+    m.try_lock_batch("other-group", [MQ0], "c1", now=0)
+    assert m.unlock_all("g", "c2") == [] and m.owner("g", MQ0, now=1) == "c1"
+    assert sorted(m.unlock_all("g", "c1"), key=lambda mq: mq.queue_id) == [MQ0, MQ1]
+    assert m.try_lock_batch("g", [MQ0, MQ1], "c2", now=2) == [MQ0, MQ1]
+    assert m.owner("other-group", MQ0, now=2) == "c1"
+
+
 def _register(m: ConsumerManager, group: str, cid: str, conn: FakeConn, subs: list[SubscriptionData],
               now: int = 0) -> bool:
     return m.register_consumer(group, ClientChannelInfo(cid, conn, last_update=now),  # type: ignore[arg-type]

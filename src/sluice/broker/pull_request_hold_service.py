@@ -75,6 +75,10 @@ class PullRequestHoldService:
         else:
             del self._held[(topic, queue_id)]
 
+    def held_queues(self, topic: str) -> dict[int, int]:
+        """Queue id → number of pulls held on it, for one topic (tests wait on this to know consumers are in)."""
+        return {qid: len(w) for (t, qid), w in self._held.items() if t == topic}
+
     def wake_all(self) -> None:
         """At shutdown: let every held pull answer now."""
         for waiters in self._held.values():

@@ -45,6 +45,16 @@ class RebalanceLockManager:
             if entry is not None and entry.client_id == client_id:
                 del locks[mq]
 
+    def unlock_all(self, group: str, client_id: str) -> list[MessageQueue]:
+        """Release every lock ``client_id`` holds in ``group`` (it unregistered: it consumes no more); those queues."""
+        locks = self.table.get(group)
+        if not locks:
+            return []
+        mine = [mq for mq, entry in locks.items() if entry.client_id == client_id]
+        for mq in mine:
+            del locks[mq]
+        return mine
+
     def owner(self, group: str, mq: MessageQueue, now: int | None = None) -> str | None:
         now = monotonic_ms() if now is None else now
         entry = self.table.get(group, {}).get(mq)

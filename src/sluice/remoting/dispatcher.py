@@ -12,7 +12,11 @@ log = logging.getLogger(__name__)
 
 
 class RequestDispatcher:
-    """Calls the handler registered for a request's code; unknown codes get REQUEST_CODE_NOT_SUPPORTED."""
+    """Calls the handler registered for a request's code; unknown codes get REQUEST_CODE_NOT_SUPPORTED.
+
+    Unknown codes are logged (WARNING) and counted per code in ``unsupported_seen``: a client sending one means a
+    feature it relies on is missing here (the interop tests assert that the RocketMQ C++ client never does).
+    """
 
     def __init__(self) -> None:
         self.handlers: dict[int, RequestHandler] = {}
@@ -35,7 +39,8 @@ class RequestDispatcher:
         handler = self.handlers.get(request.code)
         if handler is None:
             self.unsupported_seen[request.code] = self.unsupported_seen.get(request.code, 0) + 1
-            log.info("request code %d from %s is not supported", request.code, conn.remote_addr)
+            log.warning("request code %d from %s (%s client, version %d) is not supported", request.code,
+                        conn.remote_addr, request.language, request.version)
             return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                     f" request type {request.code} not supported")
         return handler(conn, request)

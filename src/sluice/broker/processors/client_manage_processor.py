@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING
 
 from sluice.broker.client_channel_info import ClientChannelInfo
@@ -16,6 +17,8 @@ from sluice.remoting.errors import BadRequestError
 
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
 
 
 def parse_json_body(req: RemotingCommand, what: str) -> dict:
@@ -62,6 +65,13 @@ class ClientManageProcessor:
             b.producer_manager.unregister_producer(producer_group, client_id)
         if consumer_group:
             b.consumer_manager.unregister_consumer(consumer_group, client_id)
+            # A client that unregisters has stopped consuming, so its orderly-queue locks go too. Java brokers keep
+            # them until they expire (60 s), and the C++ 1.2.x client's shutdown leaves the first queue of each
+            # broker locked (its unlockAll skips it): a restarted orderly consumer would wait a minute for it.
+            released = b.lock_manager.unlock_all(consumer_group, client_id)
+            if released:
+                log.info("released %d queue locks of %s in group %s as it unregistered", len(released), client_id,
+                         consumer_group)
         return req.response(ResponseCode.SUCCESS)
 
     def check_client_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

@@ -1,0 +1,239 @@
+"""Fixtures of the interop tests: the real RocketMQ C++ client (PyPI ``rocketmq==0.4.4``) against Sluice.
+
+The wheel bundles ``librocketmq.so`` (rocketmq-client-cpp 1.2.x) behind ctypes. It lives in a virtualenv of its
+own, never the project's (its module name ``rocketmq`` clashes with other packages), created on first use and
+reused afterwards: ``$SLUICE_INTEROP_VENV``, else ``$XDG_CACHE_HOME/sluice-interop/venv-rocketmq-0.4.4`` (default
+``~/.cache``). Creating it needs PyPI; when that fails every interop test errors with the reason — they are never
+skipped.
+
+The client scripts in ``clients/`` run as child processes of the test, one ``$HOME`` each (the library writes its
+logs under ``$HOME/logs/rocketmq-cpp``, broadcasting offsets under ``$HOME/.rocketmq_offsets``), and write what they
+sent or received as JSON lines. Every process ends by itself; one still running when its test ends is killed by its
+PID. A process that exits non-zero or dies of a signal fails the test.
+
+``sluice`` is a name server and one broker in this process (``tests/conftest.py``); at the end of each test it
+asserts that neither answered any request with REQUEST_CODE_NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.broker.broker_controller import BrokerController
+from sluice.remoting.codes import RequestCode
+from tests.conftest import Cluster
+
+ROCKETMQ_REQUIREMENT = "rocketmq==0.4.4"
+CLIENTS = Path(__file__).parent / "clients"
+# Short delay levels: a message sent back after a failed consume (level 3 on its first retry) returns in moments.
+DELAY_LEVELS = "100ms 200ms 300ms 500ms 1s 2s 3s"
+
+
+# == the dedicated virtualenv ========================================================================
+def venv_dir() -> Path:
+    override = os.environ.get("SLUICE_INTEROP_VENV")
+    if override:
+        return Path(override)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "sluice-interop" / "venv-rocketmq-0.4.4"
+
+
+def _setup_step(what: str, argv: list[str], timeout: float) -> None:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"{what} failed: {exc}") from None
+    if r.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit code {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+
+
+def ensure_rocketmq_venv(venv: Path) -> Path:
+    """The venv's Python, after creating the venv and installing the wheel unless a finished one is there."""
+    python = venv / "bin" / "python"
+    ready = venv / ".sluice-interop-ready"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs on one machine build it once
+        if ready.exists() and python.exists():
+            return python
+        shutil.rmtree(venv, ignore_errors=True)
+        _setup_step(f"creating the virtualenv {venv}", [sys.executable, "-m", "venv", str(venv)], 300)
+        _setup_step(f"pip install {ROCKETMQ_REQUIREMENT} into {venv}",
+                    [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                     ROCKETMQ_REQUIREMENT], 600)
+        _setup_step("loading librocketmq.so (a system library missing? see `ldd` of it)",
+                    [str(python), "-c", "import rocketmq.client"], 60)
+        ready.write_text(ROCKETMQ_REQUIREMENT + "\n")
+        return python
+
+
+@pytest.fixture(scope="session")
+def rocketmq_python() -> Path:
+    try:
+        return ensure_rocketmq_venv(venv_dir())
+    except RuntimeError as exc:
+        pytest.fail(f"cannot set up the RocketMQ C++ client for the interop tests: {exc}", pytrace=False)
+
+
+# == C++ client processes ===========================================================================
+class CppClient:
+    """One client script running in the rocketmq venv; ``records()`` are the JSON lines it wrote so far."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], out: Path, err: Path, home: Path) -> None:
+        self.name = name
+        self.proc = proc
+        self.out = out
+        self.err = err
+        self.home = home
+
+    def records(self, event: str | None = None) -> list[dict[str, Any]]:
+        if not self.out.exists():
+            return []
+        lines = self.out.read_text(encoding="utf-8").split("\n")[:-1]  # a line is whole once its newline is there
+        recs = [json.loads(line) for line in lines]
+        return [r for r in recs if event is None or r.get("event") == event]
+
+    def received(self) -> list[dict[str, Any]]:
+        return self.records("received")
+
+    def wait(self, timeout: float) -> list[dict[str, Any]]:
+        """Wait for the process to end by itself; fail if it does not, or if it did not exit with 0."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"C++ client {self.name} did not end within {timeout} s{self.diagnostics()}") from None
+        self.check_exit()
+        return self.records()
+
+    def check_exit(self) -> None:
+        rc = self.proc.returncode
+        if rc is None or rc == 0:
+            return
+        how = f"died of {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
+        raise AssertionError(f"C++ client {self.name} {how}{self.diagnostics()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def diagnostics(self) -> str:
+        err = self.err.read_text(errors="replace")[-3000:] if self.err.exists() else ""
+        logs = sorted((self.home / "logs" / "rocketmq-cpp").glob("*"))
+        tail = "".join(p.read_text(errors="replace")[-3000:] for p in logs[-1:])
+        return f"\n--- stderr ---\n{err}\n--- librocketmq log tail ---\n{tail}"
+
+
+class CppClients:
+    """Starts the scripts of ``clients/``: ``start("push_consumer", topic="t", expect=10, orderly=True)`` passes
+    ``--topic t --expect 10 --orderly`` (plus ``--out``); every process is ended when the test ends."""
+
+    def __init__(self, python: Path, root: Path) -> None:
+        self.python = python
+        self.root = root
+        self.started: list[CppClient] = []
+
+    def start(self, script: str, **options: Any) -> CppClient:
+        name = f"{script}-{len(self.started)}"
+        home = self.root / name
+        home.mkdir(parents=True)
+        out, err = home / "out.jsonl", home / "stderr.txt"
+        argv = [str(self.python), str(CLIENTS / f"{script}.py"), "--out", str(out)]
+        for key, value in options.items():
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                argv.append(flag)
+            elif value not in (None, False):
+                argv += [flag, str(value)]
+        env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1",
+               "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        with open(err, "wb") as err_file:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err_file, stderr=subprocess.STDOUT,
+                                    env=env, cwd=home)
+        client = CppClient(name, proc, out, err, home)
+        self.started.append(client)
+        return client
+
+    def run(self, script: str, timeout: float = 60, **options: Any) -> list[dict[str, Any]]:
+        """Start a script and wait for it to end; its records."""
+        return self.start(script, **options).wait(timeout)
+
+    def close(self) -> None:
+        for c in self.started:
+            c.kill()
+
+
+# == Sluice ===========================================================================================
+class Sluice:
+    """The name server and broker the C++ clients talk to, with a few looks inside the broker."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.broker: BrokerController = cluster.start_broker(message_delay_level=DELAY_LEVELS)
+
+    @property
+    def namesrv(self) -> str:
+        return self.cluster.namesrv_addr
+
+    def create_topic(self, topic: str, queues: int = 4) -> None:
+        self.cluster.create_topic(topic, queues)
+
+    def on_loop(self, fn: Any) -> Any:
+        """Run ``fn()`` on the servers' event loop (the broker's state is not thread-safe)."""
+
+        async def call() -> Any:
+            return fn()
+
+        return self.cluster.loop.run(call())
+
+    def held_pulls(self, topic: str) -> dict[int, int]:
+        """Queue id → pulls the broker holds (long polling) on that queue of ``topic``."""
+        return self.on_loop(lambda: self.broker.hold_service.held_queues(topic))
+
+    def group_members(self, group: str) -> list[str]:
+        return self.on_loop(lambda: self.broker.consumer_manager.consumer_ids(group))
+
+    def unsupported_requests(self) -> dict[str, dict[str, int]]:
+        """Request codes answered REQUEST_CODE_NOT_SUPPORTED so far, per server."""
+        seen = {"namesrv": dict(self.cluster.namesrv.dispatcher.unsupported_seen)}
+        seen |= {b.config.broker_name: dict(b.dispatcher.unsupported_seen) for b in self.cluster.brokers}
+        return {server: {_code_name(c): n for c, n in codes.items()} for server, codes in seen.items() if codes}
+
+
+def _code_name(code: int) -> str:
+    try:
+        return f"{RequestCode(code).name} ({code})"
+    except ValueError:
+        return str(code)
+
+
+@pytest.fixture
+def sluice(empty_cluster: Cluster) -> Iterator[Sluice]:
+    s = Sluice(empty_cluster)
+    yield s
+    unsupported = s.unsupported_requests()
+    assert not unsupported, f"Sluice answered REQUEST_CODE_NOT_SUPPORTED to: {unsupported}"
+
+
+@pytest.fixture
+def cpp(rocketmq_python: Path, tmp_path: Path, sluice: Sluice) -> Iterator[CppClients]:
+    """C++ client processes (they end before ``sluice`` checks what they sent)."""
+    clients = CppClients(rocketmq_python, tmp_path / "cpp")
+    try:
+        yield clients
+    finally:
+        clients.close()
+    for c in clients.started:  # a crash the test did not look at still fails it
+        c.check_exit()
