@@ -64,3 +64,12 @@ def test_broker_logs_a_stats_line_with_puts_gets_and_latencies(empty_cluster, ca
                 if r.name == "sluice.broker.stats" and "puts 0.0/s" not in r.getMessage())
     for part in ("gets", "put latency p50", "p99", "flushes", "behind flush", "behind dispatch"):
         assert part in line, (part, line)
+
+
+def test_bench_targets_runs_a_case_on_an_embedded_broker_and_reports_the_median(capsys):
+    assert main(["bench", "targets", "--runs", "1", "--scale", "0.001", "--case", "4"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    run = json.loads(out[0])
+    assert run["bench"] == "consume" and run["case"] == 4 and run["messages"] >= 1_000
+    row = out[-1]
+    assert row.startswith("| consume a 1,000-message 128 B backlog |") and "≥ 300,000 msgs/s" in row

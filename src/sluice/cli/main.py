@@ -40,6 +40,15 @@ def _cmd_bench_client(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_targets(args: argparse.Namespace) -> int:
+    from sluice.bench.targets import run_targets
+
+    if args.runs < 1 or args.scale <= 0:
+        raise SystemExit("sluice: --runs must be >= 1 and --scale > 0")
+    run_targets(args.runs, args.scale, args.case)
+    return 0
+
+
 def _add_client_bench(bench: argparse._SubParsersAction) -> None:
     helps = {"produce": "send messages as fast as the broker takes them: TPS, MB/s, send RT percentiles",
              "consume": "consume a topic with a clustering PushConsumer: TPS and delivery latency",
@@ -60,6 +69,11 @@ def _add_client_bench(bench: argparse._SubParsersAction) -> None:
         b.add_argument("--embedded", action="store_true", help="start a name server and broker in a child process")
         b.add_argument("--flush", default="async", help="sync or async: the embedded broker's flush mode")
         b.set_defaults(func=_cmd_bench_client)
+    t = bench.add_parser("targets", help="issue #5's five cases on fresh embedded brokers; medians vs targets")
+    t.add_argument("--runs", type=int, default=3, help="runs of each case (the median is reported)")
+    t.add_argument("--scale", type=float, default=1.0, help="scale durations and the backlog (tests use 0.01)")
+    t.add_argument("--case", type=int, action="append", help="run only case N (1-5, repeatable)")
+    t.set_defaults(func=_cmd_bench_targets)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -143,6 +143,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         broker = BrokerController(bcfg)
         try:
             await broker.start()
+            await broker.register_broker_all()  # routes exist before "ready": clients may send at once
         except BaseException:
             await ns.stop()
             raise
