@@ -7,6 +7,7 @@ records plus 8 bytes, a BLANK filler ``[remaining][0xCBD43194]`` closes it (spec
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 import threading
@@ -191,50 +192,39 @@ class CommitLog:
             prepared.append((m, total, zlib.crc32(body) & 0x7FFFFFFF, tail, born_addr, born_port, store_addr,
                              store_port, tag_hash_code(tags) if tags else 0))
         batch_bytes = sum(p[1] for p in prepared)
-        if batch_bytes + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise SegmentOverflow(f"{batch_bytes} bytes of records exceed a commit log segment of {self.file_size}")
-
         table = self.topic_queue_table
-        with self.put_lock:
-            if self.closed:
-                raise CommitLogClosed("the message store is shut down")
-            store_ts = int(time.time() * 1000)
-            self.begin_time_in_lock = time.monotonic()
-            try:
-                mf = self._segment_for(batch_bytes)
-                phys = mf.file_from_offset + mf.wrote_position
-                first_phys = phys
-                parts: list[bytes] = []
-                phys_offsets: list[int] = []
-                dispatch: list[DispatchRequest] = []
-                first_queue_offset = -1
-                for (m, total, crc, tail, born_addr, born_port, store_addr, store_port, tags_code) in prepared:
-                    key = (m.topic, m.queue_id)
-                    sys_flag = m.sys_flag & _V6_MASK
-                    if no_queue_offset(sys_flag):
-                        qoff = 0
-                    else:
-                        qoff = table.get(key, 0)
-                        table[key] = qoff + 1
-                    if first_queue_offset < 0:
-                        first_queue_offset = qoff
-                    body = m.body
-                    parts.append(RECORD_HEADER.pack(
-                        total, MESSAGE_MAGIC_CODE_V1, crc, m.queue_id, m.flag, qoff, phys, sys_flag,
-                        m.born_timestamp, born_addr, born_port, store_ts, store_addr, store_port,
-                        m.reconsume_times, m.prepared_transaction_offset, len(body)))
-                    parts.append(body)
-                    parts.append(tail)
-                    props = m.properties
-                    dispatch.append(DispatchRequest(
-                        m.topic, m.queue_id, phys, total, tags_code, store_ts, qoff, props.get(PROPERTY_KEYS),
-                        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag))
-                    phys_offsets.append(phys)
-                    phys += total
-                mf.append(b"".join(parts))
-                dispatcher(dispatch)
-            finally:
-                self.begin_time_in_lock = 0.0
+        with self._append_section(batch_bytes) as (mf, store_ts):
+            phys = mf.file_from_offset + mf.wrote_position
+            first_phys = phys
+            parts: list[bytes] = []
+            phys_offsets: list[int] = []
+            dispatch: list[DispatchRequest] = []
+            first_queue_offset = -1
+            for (m, total, crc, tail, born_addr, born_port, store_addr, store_port, tags_code) in prepared:
+                key = (m.topic, m.queue_id)
+                sys_flag = m.sys_flag & _V6_MASK
+                if no_queue_offset(sys_flag):
+                    qoff = 0
+                else:
+                    qoff = table.get(key, 0)
+                    table[key] = qoff + 1
+                if first_queue_offset < 0:
+                    first_queue_offset = qoff
+                body = m.body
+                parts.append(RECORD_HEADER.pack(
+                    total, MESSAGE_MAGIC_CODE_V1, crc, m.queue_id, m.flag, qoff, phys, sys_flag,
+                    m.born_timestamp, born_addr, born_port, store_ts, store_addr, store_port,
+                    m.reconsume_times, m.prepared_transaction_offset, len(body)))
+                parts.append(body)
+                parts.append(tail)
+                props = m.properties
+                dispatch.append(DispatchRequest(
+                    m.topic, m.queue_id, phys, total, tags_code, store_ts, qoff, props.get(PROPERTY_KEYS),
+                    props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag))
+                phys_offsets.append(phys)
+                phys += total
+            mf.append(b"".join(parts))
+            dispatcher(dispatch)
         arrivals = {(d.topic, d.queue_id): d.queue_offset + 1 for d in dispatch if not no_queue_offset(d.sys_flag)}
         return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, arrivals)
 
@@ -279,43 +269,48 @@ class CommitLog:
             tails.append(tail if tail is not None else _TAIL_PROPS.pack(len(props)) + props)
             sizes.append(fixed + (props_pos - body_start) + len(props))
         batch_bytes = sum(sizes)
-        if batch_bytes + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise SegmentOverflow(f"{batch_bytes} bytes of records exceed a commit log segment of {self.file_size}")
         born_addr, born_port = host_to_bytes(batch.born_host)
         store_addr, store_port = host_to_bytes(batch.store_host) if batch.store_host else self.default_store_host
         sys_flag = batch.sys_flag & _V6_MASK
         queue_id, born_ts, reconsume = batch.queue_id, batch.born_timestamp, batch.reconsume_times
         key = (batch.topic, queue_id)
         pack = RECORD_HEADER.pack
+        with self._append_section(batch_bytes) as (mf, store_ts):
+            phys = first_phys = mf.file_from_offset + mf.wrote_position
+            qoff = first_qoff = self.topic_queue_table.get(key, 0)
+            parts: list[bytes | memoryview] = []
+            phys_offsets: list[int] = []
+            for (body_start, props_pos, _end, flag), total, crc, tail in zip(
+                    batch.records, sizes, crcs, tails, strict=True):
+                parts.append(pack(total, MESSAGE_MAGIC_CODE_V1, crc, queue_id, flag, qoff, phys, sys_flag,
+                                  born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume, 0,
+                                  props_pos - body_start))
+                parts.append(view[body_start:props_pos])
+                parts.append(topic_tail)
+                parts.append(tail)
+                phys_offsets.append(phys)
+                phys += total
+                qoff += 1
+            self.topic_queue_table[key] = qoff
+            mf.append(b"".join(parts))
+            dispatcher(BatchDispatch(batch.topic, queue_id, first_qoff, phys_offsets, sizes, tags_codes, keys,
+                                     uniq_keys, store_ts))
+        return AppendResult(first_phys, batch_bytes, first_qoff, store_ts, phys_offsets, {key: qoff})
+
+    @contextlib.contextmanager
+    def _append_section(self, nbytes: int) -> Iterator[tuple[MappedFile, int]]:
+        """Under the put lock: the segment that takes the next ``nbytes`` and the store timestamp."""
+        if nbytes + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise SegmentOverflow(f"{nbytes} bytes of records exceed a commit log segment of {self.file_size}")
         with self.put_lock:
             if self.closed:
                 raise CommitLogClosed("the message store is shut down")
             store_ts = int(time.time() * 1000)
             self.begin_time_in_lock = time.monotonic()
             try:
-                mf = self._segment_for(batch_bytes)
-                phys = first_phys = mf.file_from_offset + mf.wrote_position
-                qoff = first_qoff = self.topic_queue_table.get(key, 0)
-                parts: list[bytes | memoryview] = []
-                phys_offsets: list[int] = []
-                for (body_start, props_pos, _end, flag), total, crc, tail in zip(
-                        batch.records, sizes, crcs, tails, strict=True):
-                    parts.append(pack(total, MESSAGE_MAGIC_CODE_V1, crc, queue_id, flag, qoff, phys, sys_flag,
-                                      born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume, 0,
-                                      props_pos - body_start))
-                    parts.append(view[body_start:props_pos])
-                    parts.append(topic_tail)
-                    parts.append(tail)
-                    phys_offsets.append(phys)
-                    phys += total
-                    qoff += 1
-                self.topic_queue_table[key] = qoff
-                mf.append(b"".join(parts))
-                dispatcher(BatchDispatch(batch.topic, queue_id, first_qoff, phys_offsets, sizes, tags_codes, keys,
-                                         uniq_keys, store_ts))
+                yield self._segment_for(nbytes), store_ts
             finally:
                 self.begin_time_in_lock = 0.0
-        return AppendResult(first_phys, batch_bytes, first_qoff, store_ts, phys_offsets, {key: qoff})
 
     def _segment_for(self, nbytes: int) -> MappedFile:
         """The segment the next ``nbytes`` go to: the last one, or a new one once a BLANK closes it."""
