@@ -8,6 +8,8 @@ import json
 import time
 from collections import Counter, defaultdict
 
+import pytest
+
 from sluice import ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from sluice.cli.main import main as sluice_cli
 from tests.integration.helpers import FAST, wait_until
@@ -187,21 +189,25 @@ def test_a_restarted_cpp_orderly_consumer_resumes_every_queue_at_once(sluice, cp
     assert sorted(r["body"] for r in consumer.received()) == sorted(second)  # from where the first one stopped
 
 
-def test_cpp_pull_consumer_reads_every_message_once(sluice, cpp):
+@pytest.mark.parametrize("expression", ["*", "TagA || TagC"])
+def test_cpp_pull_consumer_reads_every_matching_message_once(sluice, cpp, expression):
     topic = "cpp-pull"
     sluice.create_topic(topic, 4)
     sent = produce(sluice.namesrv, topic, 100)
+    matching = {b for b, m in sent.items() if expression == "*" or m["tags"] in expression.split(" || ")}
     consumer = cpp.start("pull_consumer", namesrv=sluice.namesrv, topic=topic, group="cpp-pull-group",
-                         expect=len(sent), timeout=60)
+                         expression=expression, expect=len(matching), timeout=60)
     records = consumer.wait(70)
     assert records[-1] == {"event": "end", "reason": "complete"}
     got = consumer.received()
-    assert sorted(r["body"] for r in got) == sorted(sent)
+    assert sorted(r["body"] for r in got) == sorted(matching)
     assert all(as_sent(r) == sent[r["body"]] for r in got)
     per_queue: dict[int, list[int]] = defaultdict(list)
     for r in got:
         per_queue[r["queue_id"]].append(r["queue_offset"])
-    assert all(offsets == list(range(len(offsets))) for offsets in per_queue.values())
+    assert sorted(per_queue) == [0, 1, 2, 3]
+    for offsets in per_queue.values():  # in queue order; with "*" every offset from 0
+        assert offsets == sorted(offsets) and (expression != "*" or offsets == list(range(len(offsets))))
 
 
 def test_offsets_committed_by_a_cpp_consumer_show_in_sluice_group_progress(sluice, cpp, capsys):
