@@ -110,7 +110,7 @@ class CppClient:
     def records(self, event: str | None = None) -> list[dict[str, Any]]:
         if not self.out.exists():
             return []
-        lines = self.out.read_text(encoding="utf-8").split("\n")[:-1]  # a line is whole once its newline is there
+        lines = self.out.read_bytes().split(b"\n")[:-1]  # a line is whole once its newline is there
         recs = [json.loads(line) for line in lines]
         return [r for r in recs if event is None or r.get("event") == event]
 
