@@ -42,11 +42,16 @@ DELAY_LEVELS = "100ms 200ms 300ms 500ms 1s 2s 3s"
 
 # == the dedicated virtualenv ========================================================================
 def venv_dir() -> Path:
+    """``$SLUICE_INTEROP_VENV``, else the user's cache directory, else ``.interop-venv`` in the checkout."""
     override = os.environ.get("SLUICE_INTEROP_VENV")
     if override:
         return Path(override)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "sluice-interop" / "venv-rocketmq-0.4.4"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice-interop"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no writable home (some CI runners)
+        return Path(__file__).resolve().parents[2] / ".interop-venv"
+    return cache / "venv-rocketmq-0.4.4"
 
 
 def _setup_step(what: str, argv: list[str], timeout: float) -> None:
@@ -66,7 +71,11 @@ def ensure_rocketmq_venv(venv: Path) -> Path:
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs on one machine build it once
         if ready.exists() and python.exists():
-            return python
+            try:  # still usable? (its base Python may have gone)
+                _setup_step("loading the cached client", [str(python), "-c", "import rocketmq.client"], 60)
+                return python
+            except RuntimeError:
+                pass
         shutil.rmtree(venv, ignore_errors=True)
         _setup_step(f"creating the virtualenv {venv}", [sys.executable, "-m", "venv", str(venv)], 300)
         _setup_step(f"pip install {ROCKETMQ_REQUIREMENT} into {venv}",
@@ -83,7 +92,8 @@ def rocketmq_python() -> Path:
     try:
         return ensure_rocketmq_venv(venv_dir())
     except RuntimeError as exc:
-        pytest.fail(f"cannot set up the RocketMQ C++ client for the interop tests: {exc}", pytrace=False)
+        problem = str(exc)
+    pytest.fail(f"cannot set up the RocketMQ C++ client for the interop tests: {problem}", pytrace=False)
 
 
 # == C++ client processes ===========================================================================
@@ -100,7 +110,7 @@ class CppClient:
     def records(self, event: str | None = None) -> list[dict[str, Any]]:
         if not self.out.exists():
             return []
-        lines = self.out.read_text(encoding="utf-8").split("\n")[:-1]  # a line is whole once its newline is there
+        lines = self.out.read_bytes().split(b"\n")[:-1]  # a line is whole once its newline is there
         recs = [json.loads(line) for line in lines]
         return [r for r in recs if event is None or r.get("event") == event]
 

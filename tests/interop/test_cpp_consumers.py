@@ -8,9 +8,11 @@ import json
 import time
 from collections import Counter, defaultdict
 
-from sluice import Message, Producer
+import pytest
+
+from sluice import ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from sluice.cli.main import main as sluice_cli
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import FAST, wait_until
 
 TAGS = ("TagA", "TagB", "TagC")
 
@@ -70,6 +72,42 @@ def test_cpp_clustering_consumers_share_the_queues_and_get_exactly_the_matching_
     queues_of = [{r["queue_id"] for r in c.received()} for c in consumers]
     assert not queues_of[0] & queues_of[1]  # ... and no queue was read by both
     assert max(Counter(r["body"] for r in got).values()) == 1
+
+
+def test_a_cpp_and_a_sluice_consumer_in_one_group_split_the_queues_between_them(sluice, cpp, tmp_path):
+    """Both allocate "averagely" over the sorted member ids the broker lists: each takes its own half."""
+    topic, group = "cpp-mixed", "cpp-mixed-group"
+    sluice.create_topic(topic, 4)
+    got: list[MessageExt] = []
+    ours = PushConsumer(group, namesrv=sluice.namesrv, **FAST)
+    ours.subscribe(topic, "*")
+
+    @ours.listener
+    def handle(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    ours.start()
+    stop = tmp_path / "stop"
+    try:
+        wait_until(lambda: len([mq for mq in ours.aio.process_queues if mq.topic == topic]) == 4, 30,
+                   "the Sluice consumer on all four queues")
+        theirs = cpp.start("push_consumer", namesrv=sluice.namesrv, topic=topic, group=group, stop_file=stop,
+                           timeout=90)
+        wait_until(lambda: len([mq for mq in ours.aio.process_queues if mq.topic == topic]) == 2, 30,
+                   "the Sluice consumer handing two queues over")
+        time.sleep(1)
+        sent = produce(sluice.namesrv, topic, 100)
+        wait_until(lambda: {m.body.decode() for m in got} | bodies(theirs) >= set(sent), 30, "every message")
+        time.sleep(0.5)
+    finally:
+        stop.touch()
+        ours.shutdown()
+    theirs.wait(30)
+    both = [m.body.decode() for m in got] + [r["body"] for r in theirs.received()]
+    assert sorted(both) == sorted(sent)  # every message once, across both
+    assert {m.queue_id for m in got} and {r["queue_id"] for r in theirs.received()}
+    assert not {m.queue_id for m in got} & {r["queue_id"] for r in theirs.received()}
 
 
 def test_every_cpp_broadcasting_consumer_gets_every_matching_message(sluice, cpp, tmp_path):
@@ -151,21 +189,25 @@ def test_a_restarted_cpp_orderly_consumer_resumes_every_queue_at_once(sluice, cp
     assert sorted(r["body"] for r in consumer.received()) == sorted(second)  # from where the first one stopped
 
 
-def test_cpp_pull_consumer_reads_every_message_once(sluice, cpp):
+@pytest.mark.parametrize("expression", ["*", "TagA || TagC"])
+def test_cpp_pull_consumer_reads_every_matching_message_once(sluice, cpp, expression):
     topic = "cpp-pull"
     sluice.create_topic(topic, 4)
     sent = produce(sluice.namesrv, topic, 100)
+    matching = {b for b, m in sent.items() if expression == "*" or m["tags"] in expression.split(" || ")}
     consumer = cpp.start("pull_consumer", namesrv=sluice.namesrv, topic=topic, group="cpp-pull-group",
-                         expect=len(sent), timeout=60)
+                         expression=expression, expect=len(matching), timeout=60)
     records = consumer.wait(70)
     assert records[-1] == {"event": "end", "reason": "complete"}
     got = consumer.received()
-    assert sorted(r["body"] for r in got) == sorted(sent)
+    assert sorted(r["body"] for r in got) == sorted(matching)
     assert all(as_sent(r) == sent[r["body"]] for r in got)
     per_queue: dict[int, list[int]] = defaultdict(list)
     for r in got:
         per_queue[r["queue_id"]].append(r["queue_offset"])
-    assert all(offsets == list(range(len(offsets))) for offsets in per_queue.values())
+    assert sorted(per_queue) == [0, 1, 2, 3]
+    for offsets in per_queue.values():  # in queue order; with "*" every offset from 0
+        assert offsets == sorted(offsets) and (expression != "*" or offsets == list(range(len(offsets))))
 
 
 def test_offsets_committed_by_a_cpp_consumer_show_in_sluice_group_progress(sluice, cpp, capsys):

@@ -62,7 +62,7 @@ def pull_consume(namesrv: str, group: str, topic: str, expect: int) -> list[Mess
     return got
 
 
-@pytest.mark.parametrize("mode", ["sync", "oneway", "orderly", "batch"])
+@pytest.mark.parametrize("mode", ["sync", "async", "oneway", "orderly", "batch"])
 def test_every_message_the_cpp_producer_sends_reaches_sluice_consumers_intact(sluice, cpp, mode):
     topic = f"cpp-send-{mode}"  # not created beforehand: the client sends through TBW102 and the broker creates it
     records = cpp.run("producer", namesrv=sluice.namesrv, topic=topic, group="cpp-producers", mode=mode, count=COUNT)
@@ -79,10 +79,10 @@ def test_every_message_the_cpp_producer_sends_reaches_sluice_consumers_intact(sl
             assert as_sent(m) == expected[m.body.decode()], consume.__name__
 
     by_body = {m.body.decode(): m for m in got}
-    if mode in ("sync", "orderly"):  # the id the client returned is the id consumers see (its UNIQ_KEY)
+    if mode in ("sync", "async", "orderly"):  # the id the client returned is the id consumers see (its UNIQ_KEY)
         assert all(by_body[r["body"]].msg_id == r["msg_id"] for r in sent)
         assert len({r["msg_id"] for r in sent}) == COUNT
-    if mode in ("sync", "orderly", "batch"):  # the offset the client returned is where the message was stored
+    if mode in ("sync", "async", "orderly", "batch"):  # the offset the client returned is where the message was stored
         offsets = {r["body"]: r["offset"] for r in sent}
         if mode == "batch":  # a batch reports its first message's offset
             for i in range(0, COUNT, 10):

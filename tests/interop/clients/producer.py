@@ -2,12 +2,14 @@
 
 Message i has body ``<mode>-<i>-…`` (every ``--big-every``-th one 6000 bytes, which the client compresses),
 tag ``TagA``/``TagB``/``TagC`` in turn, keys ``<mode>-key-<i> <mode>-alt-<i>`` and the user properties
-``seq``, ``mode`` and ``note``. ``orderly`` sends key i % ``--keys`` with ``send_orderly(msg, i % keys)``.
+``seq``, ``mode``, ``note`` and ``shard``. ``orderly`` sends with ``send_orderly(msg, i % keys)``; ``async`` waits
+for each callback before the next send.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 
 from _common import Journal, parser
 from rocketmq.client import Message, Producer
@@ -32,7 +34,7 @@ def build(topic: str, mode: str, i: int, big_every: int, keys: int) -> tuple[Mes
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--mode", choices=("sync", "oneway", "orderly", "batch"), required=True)
+    p.add_argument("--mode", choices=("sync", "async", "oneway", "orderly", "batch"), required=True)
     p.add_argument("--count", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--keys", type=int, default=4, help="sharding keys of orderly sends")
@@ -44,6 +46,7 @@ def main() -> int:
     producer.start()
     try:
         pending: list[tuple[Message, dict]] = []
+        answered = threading.Semaphore(0)
         for i in range(a.count):
             msg, record = build(a.topic, a.mode, i, a.big_every, a.keys)
             if a.mode == "batch":
@@ -53,6 +56,19 @@ def main() -> int:
                     for _, rec in pending:
                         out.write(event="sent", status=r.status.name, msg_id=r.msg_id, offset=r.offset, **rec)
                     pending = []
+                continue
+            if a.mode == "async":  # one send in flight at a time: the callbacks report in sending order
+                def ok(r: object, record: dict = record) -> None:
+                    out.write(event="sent", status=r.status.name, msg_id=r.msg_id, offset=r.offset, **record)
+                    answered.release()
+
+                def failed(exc: Exception, record: dict = record) -> None:
+                    out.write(event="send-failed", error=str(exc), **record)
+                    answered.release()
+
+                producer.send_async(msg, ok, failed)
+                if not answered.acquire(timeout=30):
+                    out.write(event="send-unanswered", **record)
                 continue
             if a.mode == "sync":
                 r = producer.send_sync(msg)
