@@ -82,3 +82,18 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     return f"{base}_{int(time.time() * 1000) % 100000}"
 
 
+
+
+@pytest.fixture
+def small_segment_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A cluster of its own whose broker rolls 64 KiB commit-log segments and 100-entry consume-queue files,
+    so retention can expire old messages in a test."""
+    loop = ServerLoop()
+    cluster = Cluster(tmp_path_factory.mktemp("sluice-small"), loop)
+    try:
+        cluster.start_broker(store_mapped_file_size_commit_log=64 * 1024,
+                             store_mapped_file_size_consume_queue=20 * 100)
+        yield cluster
+    finally:
+        cluster.close()
+        loop.close()

@@ -247,12 +247,13 @@ def parse_sink_options(options: Mapping[str, str], streaming: bool) -> SinkOptio
 def check_sink_columns(columns: Mapping[str, str], topic_option: str | None) -> None:
     """``columns`` maps each input column name to its Spark type name (``binary``, ``string``, ``map``...)."""
     lowered = {k.lower(): v for k, v in columns.items()}
+    if "value" not in lowered:
+        raise OptionError(f"the sluice sink needs a 'value' column (binary or string); the input has "
+                          f"{', '.join(repr(c) for c in columns) or 'no columns'}")
     unknown = sorted(set(lowered) - set(SINK_COLUMNS))
     if unknown:
         raise OptionError(f"the sluice sink takes columns {', '.join(SINK_COLUMNS)}; the input also has "
                           f"{', '.join(repr(u) for u in unknown)} (select or drop it first)")
-    if "value" not in lowered:
-        raise OptionError("the sluice sink needs a 'value' column (binary or string)")
     wanted = {"value": ("binary", "string"), "keys": ("string",), "tags": ("string",), "topic": ("string",),
               "properties": ("map<string,string>",)}
     for name, kind in lowered.items():
