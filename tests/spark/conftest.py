@@ -7,9 +7,7 @@ background loop, like the integration tests' ``cluster`` fixture.
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 
@@ -21,41 +19,14 @@ if shutil.which("java") is None:  # pragma: no cover - `make setup` installs a J
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from sluice.spark import register  # noqa: E402
+from sluice.spark.session import local_spark  # noqa: E402
 from tests.integration.conftest import Cluster, ServerLoop  # noqa: E402
-
-LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
-"""
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """local[2], UI and progress bars off, 2 shuffle partitions, logs at ERROR, workers on this interpreter."""
-    conf_dir = tmp_path_factory.mktemp("spark-conf")
-    log4j = conf_dir / "log4j2.properties"
-    log4j.write_text(LOG4J2)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (SparkSession.builder.master("local[2]").appName("sluice-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-               .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = local_spark("sluice-tests", work_dir=tmp_path_factory.mktemp("spark"))
     try:
         yield session
     finally:

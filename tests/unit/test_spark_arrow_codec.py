@@ -112,10 +112,9 @@ def test_encoded_rows_decode_to_the_messages_the_sink_means():
     assert len(chunks) == 1 and chunks[0].count == 3
     items = decode_batch(chunks[0].body)
     assert [i.body for i in items] == [b"v0", b"v1", b"v2"]
-    assert items[0].properties == {"KEYS": "k1 k2", "TAGS": "paid", "WAIT": "true", "region": "eu",
-                                   WRITE_KEY_PROPERTY: "q-1:7:3:10"}
-    assert items[1].properties == {"WAIT": "true", WRITE_KEY_PROPERTY: "q-1:7:3:11"}
-    assert items[2].properties == {"TAGS": "x", "WAIT": "true", WRITE_KEY_PROPERTY: "q-1:7:3:12"}
+    assert items[0].properties == {"KEYS": "k1 k2", "TAGS": "paid", "region": "eu", WRITE_KEY_PROPERTY: "q-1:7:3:10"}
+    assert items[1].properties == {WRITE_KEY_PROPERTY: "q-1:7:3:11"}
+    assert items[2].properties == {"TAGS": "x", WRITE_KEY_PROPERTY: "q-1:7:3:12"}
 
 
 def test_chunks_respect_row_and_byte_limits_and_keep_every_row_once():

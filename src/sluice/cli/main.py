@@ -7,6 +7,7 @@ import sys
 
 from sluice import __version__
 from sluice.cli.admin_commands import add_admin_commands
+from sluice.cli.pipeline import add_pipeline_commands
 from sluice.cli.servers import add_server_commands
 
 
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     add_server_commands(sub)
     add_admin_commands(sub)
+    add_pipeline_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     st = bench.add_parser("store", help="benchmark the message store on its own (one JSON line per case)")
     st.add_argument("--case", action="append", help="run only this case (repeatable)")

@@ -40,7 +40,6 @@ from sluice.common.properties import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    PROPERTY_WAIT_STORE_MSG_OK,
 )
 from sluice.common.sysflag import COMPRESSED_FLAG, MESSAGE_MAGIC_CODE_V1
 
@@ -303,8 +302,9 @@ def _properties_text(props: pa.MapArray) -> pa.Array:
 
 
 def rows_to_properties(batch: pa.RecordBatch, write_keys: pa.Array) -> pa.Array:
-    """The encoded properties string of every row: KEYS, TAGS, WAIT, the user's properties, the write key."""
-    n = batch.num_rows
+    """The encoded properties string of every row: KEYS, TAGS, the user's properties, the write key.
+
+    No per-message WAIT: the batch request's header properties carry it for every message."""
     parts: list[pa.Array | pa.Scalar] = []
     keys = _column(batch, "keys")
     if keys is not None:
@@ -321,7 +321,6 @@ def rows_to_properties(batch: pa.RecordBatch, write_keys: pa.Array) -> pa.Array:
             raise RowError("column 'tags' holds '|', which is reserved for 'a || b' subscriptions")
         tags = pc.if_else(pc.equal(pc.utf8_length(tags), 0), pa.scalar(None, pa.string()), tags)
         parts.append(pc.binary_join_element_wise(f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}", tags, ""))
-    parts.append(pa.repeat(pa.scalar(f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"), n))
     props = _column(batch, "properties")
     if props is not None:
         parts.append(_properties_text(props))

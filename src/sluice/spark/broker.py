@@ -1,7 +1,8 @@
 """What the Spark source and sink ask of Sluice, as blocking calls. Plain Python (no pyspark).
 
-``QueueClient`` runs the asyncio client on a private event loop of its own (Spark calls the source's
-methods from one thread of a long-lived driver process, and ``read`` / ``write`` from executor threads):
+``QueueClient`` runs the asyncio client on a private event loop in a thread of its own (Spark calls the
+source's methods from a long-lived driver process, and ``read`` / ``write`` in executor workers), so pulls
+run ahead while the calling thread decodes:
 queues of topics, min / max offsets, offsets by timestamp, raw pulls, consumer-offset reports.
 It holds sockets, so it is made lazily where it is used and never pickled.
 """
@@ -9,9 +10,13 @@ It holds sockets, so it is made lazily where it is used and never pickled.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import queue
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 from sluice.client.mq_client import MQClientInstance
@@ -52,24 +57,51 @@ def new_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
-class QueueClient:
-    """Blocking access to name servers and brokers for one thread (see the module doc)."""
+class LoopThread:
+    """An event loop of one's own in a daemon thread, so network I/O goes on while the caller's thread
+    decodes or encodes; ``run(coro)`` blocks until the coroutine is done."""
 
-    def __init__(self, namesrv: str, timeout_ms: int = 10_000) -> None:
-        self.timeout_ms = timeout_ms
+    def __init__(self, name: str) -> None:
         self.loop = new_loop()
-        self.instance = MQClientInstance(ClientConfig(namesrv_addr=namesrv))
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, fn: Callable[[], object]) -> None:
+        self.loop.call_soon_threadsafe(fn)
 
     def close(self) -> None:
         if self.loop.is_closed():
             return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class QueueClient:
+    """Blocking access to name servers and brokers (see the module doc)."""
+
+    def __init__(self, namesrv: str, timeout_ms: int = 10_000) -> None:
+        self.timeout_ms = timeout_ms
+        self.thread = LoopThread("sluice-spark-client")
+        self.instance = MQClientInstance(ClientConfig(namesrv_addr=namesrv))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.thread.run(coro)
+
+    def close(self) -> None:
+        if self.thread.loop.is_closed():
+            return
         try:
             self.run(self.instance.remoting.close())
         finally:
-            self.loop.close()
+            self.thread.close()
 
     def __enter__(self) -> QueueClient:
         return self
@@ -155,43 +187,82 @@ class QueueClient:
 
     # == pulls ======================================================================================
     def pull_range(self, ref: QueueRef, start: int, end: int, group: str, pull_batch: int,
-                   window: int = 4) -> Iterator[tuple[int, RawPull]]:
+                   window: int = 16, buffered: int = 64) -> Iterator[tuple[int, RawPull]]:
         """Pull ``[start, end)`` of one queue in order, ``window`` requests in flight at once.
 
         Yields (offset pulled from, result) for each pull; a pull that ends early (the broker caps messages
         and bytes per pull, or messages expired) is followed by one from where it stopped. The caller sees
-        ``next_begin_offset`` and the status of each, and decides what a gap means.
+        ``next_begin_offset`` and the status of each, and decides what a gap means. Pulls run ahead on the
+        client's loop thread while the caller works, up to ``buffered`` results not yet taken.
         """
-        addr = self.run(self.addr_of(ref))
+        out: queue.SimpleQueue[tuple[int, RawPull] | BaseException | None] = queue.SimpleQueue()
+        slots: asyncio.Semaphore | None = None
+
+        async def produce() -> None:
+            nonlocal slots
+            slots = asyncio.Semaphore(buffered)
+            try:
+                async for item in self._pulls(ref, start, end, group, pull_batch, window):
+                    await slots.acquire()
+                    out.put(item)
+                out.put(None)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                out.put(exc)
+
+        def release() -> None:
+            if slots is not None:
+                slots.release()
+
+        future = self.thread.submit(produce())
+        try:
+            while True:
+                item = out.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                self.thread.call(release)
+                yield item
+        finally:
+            future.cancel()
+
+    async def _pulls(self, ref: QueueRef, start: int, end: int, group: str, pull_batch: int,
+                     window: int) -> AsyncIterator[tuple[int, RawPull]]:
+        addr = await self.addr_of(ref)
         mq = MessageQueue(ref.topic, ref.broker, ref.queue_id)
         api = self.instance.api
-        pending: list[tuple[int, int, asyncio.Task[RawPull]]] = []
+        chunk_size = pull_batch  # shrinks to what the broker hands out per pull, so chunks go one pull each
+
+        async def fetch(lo: int, hi: int) -> list[tuple[int, RawPull]]:
+            """Every pull needed to cover ``[lo, hi)`` (or until no progress is possible)."""
+            nonlocal chunk_size
+            results = []
+            while True:
+                result = await api.pull_message(addr, group, mq, lo, hi - lo, self.timeout_ms)
+                results.append((lo, result))
+                nxt = result.next_begin_offset
+                if result.body and lo < nxt < hi:
+                    chunk_size = min(chunk_size, nxt - lo)  # the broker caps messages / bytes per pull
+                if nxt >= hi or nxt <= lo or not result.body:
+                    return results
+                lo = nxt
+
+        pending: deque[asyncio.Task[list[tuple[int, RawPull]]]] = deque()
         next_chunk = start
-
-        def fill() -> None:
-            nonlocal next_chunk
-            while len(pending) < window and next_chunk < end:
-                hi = min(end, next_chunk + pull_batch)
-                task = self.loop.create_task(api.pull_message(addr, group, mq, next_chunk, hi - next_chunk,
-                                                              self.timeout_ms))
-                pending.append((next_chunk, hi, task))
-                next_chunk = hi
-
         try:
-            fill()
-            while pending:
-                lo, hi, task = pending.pop(0)
-                while True:
-                    result = self.run(task)
-                    yield lo, result
-                    nxt = result.next_begin_offset
-                    if nxt >= hi or nxt <= lo or not result.body:
-                        break  # chunk done, or no progress possible: the caller checks coverage
-                    lo = nxt
-                    task = self.loop.create_task(api.pull_message(addr, group, mq, lo, hi - lo, self.timeout_ms))
-                fill()
+            while True:
+                while len(pending) < window and next_chunk < end:
+                    hi = min(end, next_chunk + chunk_size)
+                    pending.append(asyncio.ensure_future(fetch(next_chunk, hi)))
+                    next_chunk = hi
+                if not pending:
+                    return
+                for item in await pending.popleft():
+                    yield item
         finally:
-            for _, _, task in pending:
-                task.cancel()
+            for t in pending:
+                t.cancel()
             if pending:
-                self.run(asyncio.gather(*(t for _, _, t in pending), return_exceptions=True))
+                await asyncio.gather(*pending, return_exceptions=True)

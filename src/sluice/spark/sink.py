@@ -10,8 +10,9 @@ micro-batch is replayed, so a consumer can drop duplicates.
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import logging
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import pyarrow as pa
 
 from sluice.client.aio.producer import Producer
 from sluice.spark.arrow_codec import chunk_records, encode_rows, split_by_topic, write_keys
-from sluice.spark.broker import new_loop
+from sluice.spark.broker import LoopThread
 from sluice.spark.options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -40,22 +41,16 @@ def key_prefix(sink_id: str, batch_id: int | str, partition: int) -> str:
 
 
 def write_batches(opts: SinkOptions, batches: Iterable[pa.RecordBatch], prefix: str) -> WriteSummary:
-    """Send every row of ``batches``; write keys are ``<prefix>:<seq>`` with seq counting rows from 0."""
-    loop = new_loop()
+    """Send every row of ``batches``; write keys are ``<prefix>:<seq>`` with seq counting rows from 0.
+
+    Encoding runs in the calling thread while earlier sends are on the wire (a loop thread of their own).
+    """
+    thread = LoopThread("sluice-spark-sink")
     summary = WriteSummary()
     producer = Producer(opts.producer_group, namesrv=opts.namesrv, send_msg_timeout=opts.request_timeout_ms)
-    inflight: set[asyncio.Task] = set()
-
-    def settle(block_until: int) -> None:
-        """Wait until at most ``block_until`` sends are in flight; raise the first failure."""
-        while len(inflight) > block_until:
-            done, _ = loop.run_until_complete(asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED))
-            for task in done:
-                inflight.discard(task)
-                task.result()
-
+    inflight: deque[concurrent.futures.Future] = deque()
     try:
-        loop.run_until_complete(producer.start())
+        thread.run(producer.start())
         seq = 0
         for batch in batches:
             if batch.num_rows == 0:
@@ -63,19 +58,19 @@ def write_batches(opts: SinkOptions, batches: Iterable[pa.RecordBatch], prefix: 
             for topic, rows, positions in split_by_topic(batch, opts.topic):
                 records = encode_rows(rows, write_keys(prefix, seq + positions.astype(np.int64)))
                 for chunk in chunk_records(records, topic, opts.send_batch_size, MAX_BATCH_BODY):
-                    settle(opts.max_inflight_sends - 1)
-                    inflight.add(loop.create_task(producer.send_batch_body(chunk.topic, chunk.body)))
+                    while len(inflight) >= opts.max_inflight_sends:
+                        inflight.popleft().result()  # raises the send's error: Spark retries the task
+                    inflight.append(thread.submit(producer.send_batch_body(chunk.topic, chunk.body)))
                     summary.sends += 1
                     summary.rows += chunk.count
             seq += batch.num_rows
-        settle(0)
+        while inflight:
+            inflight.popleft().result()
         return summary
     finally:
-        for task in inflight:
-            task.cancel()
-        if inflight:
-            loop.run_until_complete(asyncio.gather(*inflight, return_exceptions=True))
+        for f in inflight:
+            f.cancel()
         try:
-            loop.run_until_complete(producer.shutdown())
+            thread.run(producer.shutdown(), timeout=30)
         finally:
-            loop.close()
+            thread.close()
