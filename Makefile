@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed
 .PHONY: setup dev test lint bench-store clean
 
 $(STAMP): pyproject.toml
+	bash scripts/ensure_java.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $(STAMP)
 
 setup: $(STAMP)

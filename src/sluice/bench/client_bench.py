@@ -246,11 +246,13 @@ async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
 
 # == embedded cluster ===============================================================================
 @contextlib.contextmanager
-def embedded_cluster(flush: str = "async") -> Iterator[str]:
-    """A name server + broker child process (``sluice dev``) on free ports with a temporary store."""
+def embedded_cluster(flush: str = "async", config: str | None = None) -> Iterator[str]:
+    """A name server + broker child process (``sluice dev``) on free ports with a temporary store
+    (``config``: a TOML file of settings, as ``sluice dev --config``)."""
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as store:
+        extra = ["--config", config] if config else []
         proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--store", store, "--namesrv-port",
-                                 "0", "--broker-port", "0", "--flush", flush, "--log-level", "warning"],
+                                 "0", "--broker-port", "0", "--flush", flush, "--log-level", "warning", *extra],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None

@@ -7,6 +7,7 @@ import sys
 
 from sluice import __version__
 from sluice.cli.admin_commands import add_admin_commands
+from sluice.cli.pipeline import add_pipeline_commands
 from sluice.cli.servers import add_server_commands
 
 
@@ -49,6 +50,37 @@ def _cmd_bench_targets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_spark(args: argparse.Namespace) -> int:
+    try:
+        from sluice.bench.spark_bench import SparkBenchOptions, run_spark_bench
+    except ImportError as exc:
+        raise SystemExit(f"sluice: the Spark benchmarks need pyspark: pip install 'sluice[spark]' ({exc})") from None
+    if args.broker_max_pull and not args.embedded:
+        raise SystemExit("sluice: --broker-max-pull configures the --embedded broker only")
+    opts = SparkBenchOptions(namesrv=args.namesrv, topic=args.topic, count=args.count, size=args.size,
+                             queues=args.queues, runs=args.runs, json=args.json)
+    run_spark_bench(args.bench_command, opts, embedded=args.embedded, broker_max_pull=args.broker_max_pull)
+    return 0
+
+
+def _add_spark_bench(bench: argparse._SubParsersAction) -> None:
+    helps = {"spark-read": "streaming read of a topic into Spark's noop sink (AvailableNow): rows/s",
+             "spark-write": "write a DataFrame to a topic with the sluice Spark sink: rows/s"}
+    for name, text in helps.items():
+        b = bench.add_parser(name, help=text)
+        b.add_argument("--namesrv", default="127.0.0.1:9876", help="name server address")
+        b.add_argument("--topic", default="SparkBench" if name == "spark-read" else "SparkBenchWrite")
+        b.add_argument("--count", type=int, default=1_000_000, help="rows (messages) per run")
+        b.add_argument("--size", type=int, default=128, help="message body bytes")
+        b.add_argument("--queues", type=int, default=4, help="queues of the topic (created if missing)")
+        b.add_argument("--runs", type=int, default=3, help="measured runs (the median is reported)")
+        b.add_argument("--json", action="store_true", help="one JSON line of results")
+        b.add_argument("--embedded", action="store_true", help="start a name server and broker in a child process")
+        b.add_argument("--broker-max-pull", type=int, default=None,
+                       help="with --embedded: the broker's max_transfer_count_on_message_in_memory (default 32)")
+        b.set_defaults(func=_cmd_bench_spark)
+
+
 def _add_client_bench(bench: argparse._SubParsersAction) -> None:
     helps = {"produce": "send messages as fast as the broker takes them: TPS, MB/s, send RT percentiles",
              "consume": "consume a topic with a clustering PushConsumer: TPS and delivery latency",
@@ -82,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     add_server_commands(sub)
     add_admin_commands(sub)
+    add_pipeline_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     st = bench.add_parser("store", help="benchmark the message store on its own (one JSON line per case)")
     st.add_argument("--case", action="append", help="run only this case (repeatable)")
@@ -94,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--no-index", action="store_true", help="messages without UNIQ_KEY (no index work)")
     st.set_defaults(func=_cmd_bench_store)
     _add_client_bench(bench)
+    _add_spark_bench(bench)
     return p
 
 

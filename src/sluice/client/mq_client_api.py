@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from typing import Any
 
+from sluice.client.message import PullStatus
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.message_codec import decode_records
 from sluice.common.structs import HeartbeatData, MessageQueue, TopicRouteData
@@ -13,6 +15,19 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
+
+_PULL_FLAG_SUBSCRIPTION = 0x4  # the subscription travels with the pull (no registered consumer needed)
+
+
+@dataclass(slots=True)
+class RawPull:
+    """A pull's outcome with its records as the broker sent them (``sluice.common.message_codec`` layout)."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes
 
 
 def _json(resp: RemotingCommand) -> Any:
@@ -123,6 +138,21 @@ class MQClientAPI:
             await self.remoting.invoke_oneway(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))
         else:
             await self.invoke_ok(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, timeout_ms=timeout_ms)
+
+    async def pull_message(self, addr: str, group: str, mq: MessageQueue, offset: int, max_nums: int,
+                           timeout_ms: int = 10_000, expression: str = "*") -> RawPull:
+        """One PULL_MESSAGE, not held by the broker (no long polling) and committing nothing: the stored
+        records come back undecoded, for callers that decode in bulk (the Spark source)."""
+        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
+               "maxMsgNums": str(max_nums), "sysFlag": str(_PULL_FLAG_SUBSCRIPTION), "commitOffset": "-1",
+               "suspendTimeoutMillis": "0", "subscription": expression, "subVersion": "0", "expressionType": "TAG"}
+        resp = await self.invoke(addr, RequestCode.PULL_MESSAGE, ext, timeout_ms=timeout_ms)
+        status = PullStatus.from_response_code(resp.code)
+        if status is None:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        e = resp.ext_fields
+        return RawPull(status, int(e.get("nextBeginOffset", offset)), int(e.get("minOffset", 0)),
+                       int(e.get("maxOffset", 0)), resp.body if status is PullStatus.FOUND else b"")
 
     async def _queue_offset(self, code: int, addr: str, mq: MessageQueue, extra: dict[str, str] | None = None,
                             field: str = "offset") -> int:

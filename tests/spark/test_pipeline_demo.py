@@ -1,0 +1,104 @@
+"""The example pipeline (examples/revenue_pipeline.py): revenue per region per minute to parquet and to a
+topic, resumed from its checkpoints on the next run. A short form of ``sluice pipeline demo``."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from sluice import Producer
+from sluice.cli.main import main as cli_main
+from sluice.cli.pipeline import load_example
+from tests.spark.helpers import read_all
+
+pytestmark = pytest.mark.spark
+
+MINUTE = 60_000
+
+
+def revenue(orders: list[dict], watermark_ms: int) -> dict[tuple[int, str], tuple[float, int]]:
+    """(minute start ms, region) → (revenue, orders) for the minutes that end at or before the watermark."""
+    out: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    for o in orders:
+        minute = o["ts"] - o["ts"] % MINUTE
+        if minute + MINUTE <= watermark_ms:
+            out[(minute, o["region"])][0] += o["amount"]
+            out[(minute, o["region"])][1] += 1
+    return {k: (round(v[0], 2), int(v[1])) for k, v in out.items()}
+
+
+@pytest.fixture
+def utc(spark):
+    """Session time zone UTC for the test (minutes read back from parquet are compared as UTC)."""
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    yield
+    spark.conf.set("spark.sql.session.timeZone", zone)
+
+
+def test_revenue_pipeline_writes_each_finished_minute_once_and_resumes_from_its_checkpoints(
+        spark, spark_cluster, topic_name, tmp_path: Path, utc):
+    demo = load_example("revenue_pipeline.py")
+    ns = spark_cluster.namesrv_addr
+    orders_topic, revenue_topic = f"{topic_name}_orders", f"{topic_name}_revenue"
+    spark_cluster.create_topic(orders_topic, 4)
+    spark_cluster.create_topic(revenue_topic, 2)
+    start = 1_800_000_000_000 - 1_800_000_000_000 % MINUTE
+    sent: list[dict] = []
+
+    def produce(count: int) -> None:
+        first = sent[-1]["ts"] + 250 if sent else start
+        orders = list(demo.order_events(count, first, 250, seed=len(sent)))  # 4 orders a second of event time
+        with Producer("pipeline-test-pg", namesrv=ns) as producer:
+            for i in range(0, count, 200):
+                demo.send_orders(producer, orders_topic, orders[i:i + 200])
+        sent.extend(orders)
+
+    def run() -> dict[tuple[int, str], tuple[float, int]]:
+        queries = demo.start_pipeline(spark, ns, tmp_path, orders_topic, revenue_topic, trigger={"availableNow": True})
+        for q in queries:
+            assert q.awaitTermination(180), "AvailableNow ends by itself"
+            assert q.exception() is None
+        rows = spark.read.parquet(str(tmp_path / "revenue")).collect()
+        keys = [(int(r.minute.replace(tzinfo=UTC).timestamp() * 1000), r.region) for r in rows]
+        assert len(keys) == len(set(keys)), "each minute and region is written once"
+        return {(int(r.minute.replace(tzinfo=UTC).timestamp() * 1000), r.region): (r.revenue, r.orders)
+                for r in rows}
+
+    produce(1_200)  # five minutes of orders
+    watermark = sent[-1]["ts"] - 10_000
+    first = run()
+    expected = revenue(sent, watermark)
+    assert len(expected) == 4 * 4  # minutes 0-3 are finished; minute 4 waits for the watermark
+    assert first.keys() == expected.keys()
+    for key, (amount, count) in expected.items():
+        assert first[key][0] == pytest.approx(amount, abs=0.011) and first[key][1] == count
+
+    produce(720)  # three more minutes: minute 4 finishes, and minutes 5-6
+    second = run()
+    expected = revenue(sent, sent[-1]["ts"] - 10_000)
+    assert len(expected) == 7 * 4
+    assert second.keys() == expected.keys()
+    assert all(second[k] == v for k, v in first.items()), "minutes written by the first run are unchanged"
+
+    messages = read_all(ns, revenue_topic, len(expected))
+    published = {}
+    for m in messages:
+        doc = json.loads(m.body)
+        minute = int(datetime.fromisoformat(doc["minute"]).timestamp() * 1000)
+        assert m.tags == doc["region"]
+        published[(minute, doc["region"])] = (doc["revenue"], doc["orders"])
+    assert len(messages) == len(expected)
+    assert published == second
+
+
+def test_pipeline_demo_command_shows_the_demos_options(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli_main(["pipeline", "demo", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "--namesrv" in out and "--duration" in out and "revenue per region per minute" in out
