@@ -20,7 +20,7 @@ if shutil.which("java") is None:  # pragma: no cover - `make setup` installs a J
 from pyspark.sql import SparkSession  # noqa: E402
 
 from sluice.spark.session import local_spark  # noqa: E402
-from tests.integration.conftest import Cluster, ServerLoop  # noqa: E402
+from tests.conftest import Cluster, ServerLoop  # noqa: E402
 
 
 @pytest.fixture(scope="session")
