@@ -19,11 +19,11 @@ dev: $(STAMP)
 	$(BIN)/sluice dev
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests examples
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests examples
 
 bench-store: $(STAMP)
 	$(BIN)/sluice bench store

@@ -11,6 +11,7 @@ pa = pytest.importorskip("pyarrow", reason="needs the sluice[spark] extra")
 from sluice import Message, Producer, PullConsumer  # noqa: E402
 from sluice.common.structs import MessageQueue  # noqa: E402
 from sluice.spark.arrow_codec import WRITE_KEY_PROPERTY  # noqa: E402
+from sluice.spark.broker import QueueClient  # noqa: E402
 from sluice.spark.offsets import OffsetRange, QueueRef  # noqa: E402
 from sluice.spark.options import OptionError, parse_sink_options, parse_source_options  # noqa: E402
 from sluice.spark.sink import write_batches  # noqa: E402
@@ -60,6 +61,17 @@ def test_planner_starts_caps_and_picks_up_new_queues(cluster):
         assert planner.latest_offsets({a0: 300, a1: 100}, None) == {a0: 300, a1: 100}, "AvailableNow is frozen"
     finally:
         planner.close()
+
+
+def test_topic_pattern_matches_data_topics_only(cluster):
+    for t in ("pat-a", "pat-b", "other"):
+        cluster.create_topic(t, 1)
+    client = QueueClient(cluster.namesrv_addr)
+    try:
+        assert {r.topic for r in client.queues(pattern="pat-.*")} == {"pat-a", "pat-b"}
+        assert {r.topic for r in client.queues(pattern=".*")} == {"pat-a", "pat-b", "other"}  # no TBW102, broker-a...
+    finally:
+        client.close()
 
 
 def test_unknown_topic_is_refused_naming_the_option(cluster):

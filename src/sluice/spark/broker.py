@@ -28,7 +28,7 @@ from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
 )
-from sluice.common.structs import MessageQueue
+from sluice.common.structs import ClusterInfo, MessageQueue
 from sluice.spark.offsets import QueueRef
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,11 @@ class QueueClient:
             else:
                 assert pattern is not None
                 regex = re.compile(pattern)
+                cluster = ClusterInfo.from_json(await self.instance.api.get_cluster_info())
+                # RocketMQ lists each cluster and broker name as a topic too: never data to read.
+                names_of_servers = set(cluster.broker_addr_table) | set(cluster.cluster_addr_table)
                 names = [t for t in await self.instance.api.get_all_topic_list()
-                         if regex.fullmatch(t) and not is_system_topic(t)]
+                         if regex.fullmatch(t) and not is_system_topic(t) and t not in names_of_servers]
             found = await asyncio.gather(*(self._queues_of(t) for t in names))
             out: list[QueueRef] = []
             for name, refs in zip(names, found, strict=True):
