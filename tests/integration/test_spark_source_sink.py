@@ -75,10 +75,16 @@ def test_topic_pattern_matches_data_topics_only(cluster):
         client.close()
 
 
-def test_unknown_topic_is_refused_naming_the_option(cluster):
+def test_unknown_topic_or_unreachable_name_server_is_refused_naming_the_option(cluster):
     planner = SourcePlanner(source(cluster.namesrv_addr, "plain-no-such-topic"))
     try:
         with pytest.raises(OptionError, match="option 'topics': topic 'plain-no-such-topic' does not exist"):
+            planner.initial_offsets()
+    finally:
+        planner.close()
+    planner = SourcePlanner(source("127.0.0.1:1", "plain-topic", requestTimeoutMs="1000"))
+    try:
+        with pytest.raises(OptionError, match="option 'namesrv': cannot reach the name server at 127.0.0.1:1"):
             planner.initial_offsets()
     finally:
         planner.close()
