@@ -16,6 +16,7 @@ from sluice.spark.offsets import OffsetRange, QueueRef  # noqa: E402
 from sluice.spark.options import OptionError, parse_sink_options, parse_source_options  # noqa: E402
 from sluice.spark.sink import write_batches  # noqa: E402
 from sluice.spark.source import DataLossError, SourcePlanner, read_range  # noqa: E402
+from tests.integration.helpers import wait_until  # noqa: E402
 
 
 def produce(namesrv: str, topic: str, per_queue: dict[int, int], size: int = 20, batch: int = 200) -> None:
@@ -74,10 +75,16 @@ def test_topic_pattern_matches_data_topics_only(cluster):
         client.close()
 
 
-def test_unknown_topic_is_refused_naming_the_option(cluster):
+def test_unknown_topic_or_unreachable_name_server_is_refused_naming_the_option(cluster):
     planner = SourcePlanner(source(cluster.namesrv_addr, "plain-no-such-topic"))
     try:
         with pytest.raises(OptionError, match="option 'topics': topic 'plain-no-such-topic' does not exist"):
+            planner.initial_offsets()
+    finally:
+        planner.close()
+    planner = SourcePlanner(source("127.0.0.1:1", "plain-topic", requestTimeoutMs="1000"))
+    try:
+        with pytest.raises(OptionError, match="option 'namesrv': cannot reach the name server at 127.0.0.1:1"):
             planner.initial_offsets()
     finally:
         planner.close()
@@ -131,3 +138,27 @@ def test_written_rows_are_acknowledged_messages_with_their_write_keys(cluster):
     keys = {m.body: m.properties[WRITE_KEY_PROPERTY] for m in got}
     assert keys[b"w-0"] == "sink-1:5:2:0" and keys[b"w-2999"] == "sink-1:5:2:2999"
     assert all(m.tags == "t" for m in got)
+
+
+def test_committed_offsets_are_reported_as_the_consumer_groups_progress_when_asked(cluster):
+    cluster.create_topic("plain-progress", 2)
+    produce(cluster.namesrv_addr, "plain-progress", {0: 30, 1: 20})
+    a0, a1 = QueueRef("plain-progress", "broker-a", 0), QueueRef("plain-progress", "broker-a", 1)
+    silent = SourcePlanner(source(cluster.namesrv_addr, "plain-progress"))
+    planner = SourcePlanner(source(cluster.namesrv_addr, "plain-progress", consumerGroup="spark-progress"))
+    try:
+        silent.commit({a0: 30, a1: 20})  # no consumerGroup option: nothing is written
+        planner.commit({a0: 30, a1: 20})
+        api = planner.client.instance.api
+        addr = cluster.brokers[0].broker_addr
+
+        def committed(group: str, q: int) -> int:
+            mq = MessageQueue("plain-progress", "broker-a", q)
+            return planner.client.run(api.query_consumer_offset(addr, group, mq, zero_if_not_found=False))
+
+        wait_until(lambda: committed("spark-progress", 0) == 30 and committed("spark-progress", 1) == 20, 10,
+                   "the reported offsets")
+        assert committed("SLUICE_SPARK", 0) == -1
+    finally:
+        planner.close()
+        silent.close()

@@ -54,22 +54,9 @@ _TOTAL = struct.Struct(">i")
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-# The row schema of the source, field by field (all nullable; see schema_ddl).
-SOURCE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("topic", "STRING"), ("broker", "STRING"), ("queue_id", "INT"), ("queue_offset", "BIGINT"),
-    ("msg_id", "STRING"), ("keys", "STRING"), ("tags", "STRING"), ("value", "BINARY"),
-    ("born_timestamp", "TIMESTAMP"), ("store_timestamp", "TIMESTAMP"),
-)
-PROPERTIES_FIELD = ("properties", "MAP<STRING, STRING>")
-
-
-def schema_ddl(include_properties: bool) -> str:
-    fields = SOURCE_FIELDS + ((PROPERTIES_FIELD,) if include_properties else ())
-    return ", ".join(f"{name} {kind}" for name, kind in fields)
-
-
 def arrow_schema(include_properties: bool) -> pa.Schema:
-    """The Arrow schema of the rows ``records_to_batch`` builds (Spark's mapping of ``schema_ddl``)."""
+    """The Arrow schema of the rows ``records_to_batch`` builds: what Spark maps the source's schema
+    (``datasource.source_schema``) to, and checks every batch against."""
     fields = [pa.field("topic", pa.string()), pa.field("broker", pa.string()), pa.field("queue_id", pa.int32()),
               pa.field("queue_offset", pa.int64()), pa.field("msg_id", pa.string()), pa.field("keys", pa.string()),
               pa.field("tags", pa.string()), pa.field("value", pa.binary()),

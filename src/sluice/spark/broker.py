@@ -116,9 +116,8 @@ class QueueClient:
             return None
         return [QueueRef(topic, mq.broker_name, mq.queue_id) for mq in route.subscribe_queues(topic)]
 
-    def queues(self, topics: Iterable[str] | None = None, pattern: str | None = None,
-               require: bool = True) -> list[QueueRef]:
-        """Readable queues of ``topics`` (each must exist when ``require``), or of every topic matching
+    def queues(self, topics: Iterable[str] | None = None, pattern: str | None = None) -> list[QueueRef]:
+        """Readable queues of ``topics`` (each must exist: ``TopicNotFoundError``), or of every topic matching
         ``pattern`` (system topics excluded), sorted."""
 
         async def go() -> list[QueueRef]:
@@ -136,9 +135,9 @@ class QueueClient:
             out: list[QueueRef] = []
             for name, refs in zip(names, found, strict=True):
                 if refs is None:
-                    if require and topics is not None:
+                    if topics is not None:
                         raise TopicNotFoundError(name)
-                    continue
+                    continue  # deleted since it was listed
                 out.extend(refs)
             return sorted(out)
 
@@ -148,23 +147,25 @@ class QueueClient:
         return await self.instance.master_addr_of(MessageQueue(ref.topic, ref.broker, ref.queue_id))
 
     def _each(self, refs: Iterable[QueueRef],
-              call: Callable[[str, MessageQueue], Awaitable[int]]) -> dict[QueueRef, int]:
-        async def one(ref: QueueRef) -> int:
+              *calls: Callable[[str, MessageQueue], Awaitable[int]]) -> list[dict[QueueRef, int]]:
+        """For each of ``calls``, its answer for every queue of ``refs``; all asked concurrently."""
+        refs_list = sorted(refs)
+
+        async def one(ref: QueueRef, call: Callable[[str, MessageQueue], Awaitable[int]]) -> int:
             return await call(await self.addr_of(ref), MessageQueue(ref.topic, ref.broker, ref.queue_id))
 
-        async def go() -> dict[QueueRef, int]:
-            refs_list = sorted(refs)
-            values = await asyncio.gather(*(one(r) for r in refs_list))
-            return dict(zip(refs_list, values, strict=True))
+        async def go() -> list[dict[QueueRef, int]]:
+            values = await asyncio.gather(*(one(r, c) for c in calls for r in refs_list))
+            n = len(refs_list)
+            return [dict(zip(refs_list, values[i * n:(i + 1) * n], strict=True)) for i in range(len(calls))]
 
         return self.run(go())
 
     def bounds(self, refs: Iterable[QueueRef]) -> dict[QueueRef, tuple[int, int]]:
         """(min offset, max offset) of every queue, asked concurrently."""
-        refs = list(refs)
-        lo = self._each(refs, self.instance.api.get_min_offset)
-        hi = self._each(refs, self.instance.api.get_max_offset)
-        return {r: (lo[r], hi[r]) for r in sorted(refs)}
+        api = self.instance.api
+        lo, hi = self._each(refs, api.get_min_offset, api.get_max_offset)
+        return {r: (lo[r], hi[r]) for r in sorted(lo)}
 
     def offsets_by_time(self, refs: Iterable[QueueRef], timestamp_ms: int) -> dict[QueueRef, int]:
         """Per queue, the first offset stored at or after ``timestamp_ms`` (the max offset if none is)."""
@@ -173,7 +174,7 @@ class QueueClient:
         async def search(addr: str, mq: MessageQueue) -> int:
             return await api.search_offset(addr, mq, timestamp_ms)
 
-        return self._each(refs, search)
+        return self._each(refs, search)[0]
 
     def report_offsets(self, group: str, offsets: dict[QueueRef, int]) -> None:
         """Write ``offsets`` as ``group``'s consumer offsets (for lag monitoring only)."""

@@ -11,7 +11,7 @@ Also here: resolving ``startingOffsets`` / ``endingOffsets`` against the broker'
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -262,11 +262,3 @@ def below_min(start: Mapping[QueueRef, int],
     """Queues whose start offset has expired: (queue, start, min offset) for each start below the min."""
     return [(ref, off, bounds[ref][0]) for ref, off in sorted(start.items())
             if ref in bounds and off < bounds[ref][0]]
-
-
-def total_rows(start: Mapping[QueueRef, int], end: Mapping[QueueRef, int]) -> int:
-    return sum(max(end.get(ref, off) - off, 0) for ref, off in start.items())
-
-
-def topics_of(refs: Iterable[QueueRef]) -> list[str]:
-    return sorted({r.topic for r in refs})

@@ -50,7 +50,6 @@ def write_batches(opts: SinkOptions, batches: Iterable[pa.RecordBatch], prefix: 
     producer = Producer(opts.producer_group, namesrv=opts.namesrv, send_msg_timeout=opts.request_timeout_ms)
     inflight: deque[concurrent.futures.Future] = deque()
     try:
-        thread.run(producer.start())
         seq = 0
         for batch in batches:
             if batch.num_rows == 0:
@@ -58,6 +57,8 @@ def write_batches(opts: SinkOptions, batches: Iterable[pa.RecordBatch], prefix: 
             for topic, rows, positions in split_by_topic(batch, opts.topic):
                 records = encode_rows(rows, write_keys(prefix, seq + positions.astype(np.int64)))
                 for chunk in chunk_records(records, topic, opts.send_batch_size, MAX_BATCH_BODY):
+                    if not producer.started:  # an empty task never connects
+                        thread.run(producer.start())
                     while len(inflight) >= opts.max_inflight_sends:
                         inflight.popleft().result()  # raises the send's error: Spark retries the task
                     inflight.append(thread.submit(producer.send_batch_body(chunk.topic, chunk.body)))

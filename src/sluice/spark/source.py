@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.client.message import PullStatus
+from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.spark.arrow_codec import arrow_schema, records_to_batch
 from sluice.spark.broker import QueueClient, TopicNotFoundError
 from sluice.spark.offsets import (
@@ -78,6 +79,11 @@ class SourcePlanner:
         except TopicNotFoundError as exc:
             raise OptionError(f"option 'topics': topic '{exc.args[0]}' does not exist (the name server at "
                               f"{self.opts.namesrv} has no route for it)") from None
+        except BrokerResponseError:
+            raise
+        except ClientError as exc:  # no name server answered
+            raise OptionError(f"option 'namesrv': cannot reach the name server at {self.opts.namesrv}: {exc}") \
+                from None
         return self.client.bounds(refs)
 
     def latest(self) -> Offsets:

@@ -24,7 +24,7 @@ from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.hashing import java_string_hash
 from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC, validate_group
-from sluice.common.properties import PROPERTY_SHARDING_KEY, PROPERTY_WAIT_STORE_MSG_OK, encode_properties
+from sluice.common.properties import PROPERTY_SHARDING_KEY, encode_properties
 from sluice.common.structs import MessageQueue, TopicRouteData, perm_writeable
 from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -38,8 +38,6 @@ RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SER
                                   ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID,
                                   ResponseCode.NOT_IN_CURRENT_UNIT, ResponseCode.SYSTEM_BUSY})
 DEFAULT_TOPIC_QUEUE_NUMS = 4
-
-_BATCH_HEADER_PROPS = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true"}).decode()
 
 QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 
@@ -144,14 +142,16 @@ class Producer:
                               timeout: float | None = None) -> SendResult:
         """Send an already encoded batch body (``sluice.common.batch_codec`` records, each message with its own
         properties) as one request; like ``send_batch`` but for callers that encode in bulk (the Spark sink).
-        Messages without a ``UNIQ_KEY`` property get none: their id is the broker's offset id."""
+        Messages without a ``UNIQ_KEY`` property get none: their id is the broker's offset id. The request
+        carries no header properties, so the broker stores each record's own as they are (a message without
+        ``WAIT`` waits for the store, the default)."""
         self._check_started()
         if not body:
             raise ClientError("a batch needs at least one message")
         born = int(time.time() * 1000)
 
         def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
-            header = self._header(mq, via_default, 0, born, 0, _BATCH_HEADER_PROPS, batch=True)
+            header = self._header(mq, via_default, 0, born, 0, "", batch=True)
             return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header, body)
 
         resp, mq = await self._send_with_retries(topic, request, None, None, queue, None, None, timeout,
