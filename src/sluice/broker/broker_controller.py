@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -219,10 +220,21 @@ class BrokerController:
         return tc
 
     def message_id(self, commit_log_offset: int) -> str:
-        addr, port = host_to_bytes(self.broker_addr)
-        return f"{addr.hex().upper()}{port:08X}{commit_log_offset:016X}"
+        return f"{_store_host_hex(self.broker_addr)}{commit_log_offset:016X}"
+
+    def message_ids(self, commit_log_offsets: list[int]) -> str:
+        """The offset message ids of a put, comma-separated (a batch's SEND_OK ``msgId``)."""
+        host = _store_host_hex(self.broker_addr)
+        return ",".join([f"{host}{off:016X}" for off in commit_log_offsets])
 
     def swapped_out(self, topic: str, queue_id: int, queue_offset: int) -> bool:
         """Whether the message at ``queue_offset`` is too far behind the log's end to be in memory."""
         phys = self.store.get_commit_log_offset_in_queue(topic, queue_id, queue_offset)
         return self.store.get_max_phy_offset() - phys > self._memory * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO
+
+
+@functools.lru_cache(maxsize=16)
+def _store_host_hex(addr: str) -> str:
+    """The STOREHOST part of an offset message id: IPv4 address and port as 24 hex digits."""
+    ip, port = host_to_bytes(addr)
+    return f"{ip.hex().upper()}{port:08X}"

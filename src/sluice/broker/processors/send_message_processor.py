@@ -243,7 +243,7 @@ class SendMessageProcessor:
         def respond(r: PutMessageResult, code: int) -> RemotingCommand:
             if code not in STORED_CODES:
                 return req.response(code, r.remark or None)
-            ids = ",".join(b.message_id(off) for off in r.phys_offsets)
+            ids = b.message_ids(r.phys_offsets)
             return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
                                              "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
                                              "TRACE_ON": "true"})
