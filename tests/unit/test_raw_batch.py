@@ -3,20 +3,28 @@ its messages had been put one by one."""
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import tempfile
 
-from sluice.common.batch_codec import BatchItem, encode_batch, scan_batch
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.common.batch_codec import BatchItem, encode_batch, scan_batch_columns
 from sluice.common.hashing import tag_hash_code
 from sluice.common.message import MessageExtBrokerInner
+from sluice.common.message_codec import decode_records
 from sluice.common.properties import decode_properties, property_value
 from sluice.store import MessageStore, PutMessageStatus, RawBatch
+from sluice.store.index_file import INDEX_ENTRY_DTYPE, INDEX_HEADER_SIZE
 
 from .helpers import read_queue
 
 
 def raw(topic: str, items: list[BatchItem], queue_id: int = 0, extra: dict[str, str] | None = None) -> RawBatch:
     data = encode_batch(items)
-    return RawBatch(topic, queue_id, data, scan_batch(data), 0, 1_700_000_000_000, "10.0.0.1:5000", None, 0,
+    return RawBatch(topic, queue_id, data, scan_batch_columns(data), 0, 1_700_000_000_000, "10.0.0.1:5000", None, 0,
                     extra or {})
 
 
@@ -85,3 +93,61 @@ def test_batches_roll_over_segments_without_splitting_a_record(store: MessageSto
                                   b"TAGS\x01first\x02TAGS\x01last", b"KTAGS\x01no\x02", b"TAGS\x01"])
 def test_property_value_agrees_with_decoding_everything(data):
     assert property_value(data, "TAGS") == decode_properties(data).get("TAGS")
+
+
+_NAMES = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAYX", "XTAGS", "user", "a"])
+_TEXT = st.lists(st.sampled_from(["a", "b", " ", "é", "\x01", "TAGS", "KEYS\x01", "UNIQ_KEY", "0F"]),
+                 max_size=6).map("".join)
+_HEX32 = st.integers(0, 2**128 - 1).map(lambda i: f"{i:032X}")
+_BODY = st.lists(st.sampled_from([b"x", b"\x02", b"\x00", b"TAGS\x01t", b"\x02UNIQ_KEY\x01", b"KEYS\x01k"]),
+                 max_size=8).map(b"".join)
+
+
+@st.composite
+def _batch_items(draw: st.DrawFn) -> list[BatchItem]:
+    out = []
+    for _ in range(draw(st.integers(1, 30))):
+        props = draw(st.dictionaries(_NAMES, _TEXT, max_size=4))
+        if draw(st.booleans()):
+            props["UNIQ_KEY"] = draw(_HEX32)
+        out.append(BatchItem(draw(_BODY), props, draw(st.integers(0, 7))))
+    return out
+
+
+def _index_tables(store: MessageStore) -> list[tuple[bytes, bytes]]:
+    """Each index file's slots and (hash, offset, previous entry) columns: all but the stored times."""
+    out = []
+    for f in store.index_service.files:
+        slots = bytes(f.mf.buf[INDEX_HEADER_SIZE:f._entries_base])
+        entries = np.frombuffer(f.mf.buf, INDEX_ENTRY_DTYPE, count=f.index_count, offset=f._entries_base)
+        out.append((slots, entries[["hash", "phy", "prev"]].tobytes()))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(_batch_items(), min_size=1, max_size=3))
+def test_a_raw_batch_stores_the_same_records_cq_entries_and_index_as_putting_its_messages(batches):
+    geometry = {"max_hash_slot_num": 8, "max_index_num": 24}
+    with (tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b,
+          MessageStore(store_path_root_dir=a, **geometry).start() as raw_store,
+          MessageStore(store_path_root_dir=b, **geometry).start() as oracle):
+        for n, batch in enumerate(batches):
+            raw_batch = RawBatch("Raw", 1, encode_batch(batch), scan_batch_columns(encode_batch(batch)), 0,
+                                 1_700_000_000_000 + n, "10.0.0.1:5000", "10.0.0.2:10911", 0, {})
+            assert raw_store.put_raw_batch(raw_batch).ok
+            assert oracle.put_messages([
+                MessageExtBrokerInner("Raw", it.body, 1, it.flag, it.properties, 0, 1_700_000_000_000 + n,
+                                      "10.0.0.1:5000", "10.0.0.2:10911") for it in batch]).ok
+        for s in (raw_store, oracle):
+            s.commit_log.queue.flush()
+        got, expected = (decode_records(_log_bytes(s)) for s in (raw_store, oracle))
+        assert [dataclasses.replace(m, store_timestamp=0) for m in got] == [
+            dataclasses.replace(m, store_timestamp=0) for m in expected]
+        n = sum(map(len, batches))
+        assert (raw_store.find_consume_queue("Raw", 1).get_entries(0, n).tobytes()
+                == oracle.find_consume_queue("Raw", 1).get_entries(0, n).tobytes())
+        assert _index_tables(raw_store) == _index_tables(oracle)
+
+
+def _log_bytes(store: MessageStore) -> bytes:
+    return bytes(store.commit_log.get_data(0, store.get_max_phy_offset()))

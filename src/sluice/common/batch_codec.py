@@ -13,11 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
+import numpy as np
+
 from sluice.common.errors import MessageFormatError
 from sluice.common.properties import decode_properties, encode_properties
 
 _HEAD: Final = struct.Struct(">iiiii")  # TOTALSIZE MAGICCODE BODYCRC FLAG BODYLENGTH
 _PROPS_LEN: Final = struct.Struct(">h")
+_TOTAL: Final = struct.Struct(">i")
 BATCH_RECORD_OVERHEAD: Final = _HEAD.size + _PROPS_LEN.size  # 22
 MAX_PROPERTIES_SIZE: Final = 32767
 
@@ -55,33 +58,74 @@ class BatchRecord(NamedTuple):
     flag: int
 
 
-def scan_batch(data: bytes | bytearray | memoryview) -> list[BatchRecord]:
+class BatchColumns(NamedTuple):
+    """``scan_batch``'s layout as int64 arrays, one element per record: what the store needs to turn a
+    whole batch body into stored records at once."""
+
+    body_start: np.ndarray
+    props_len_pos: np.ndarray
+    end: np.ndarray
+    flag: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.body_start)
+
+    def records(self) -> list[BatchRecord]:
+        return [BatchRecord(*r) for r in zip(self.body_start.tolist(), self.props_len_pos.tolist(),
+                                             self.end.tolist(), self.flag.tolist(), strict=True)]
+
+
+_HEAD_WORDS: Final = np.arange(_HEAD.size)
+_PROPS_LEN_BYTES: Final = np.arange(_PROPS_LEN.size)
+
+
+def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
     """The layout of every record of a batch body, checked; raises ``MessageFormatError`` (with the byte
-    position) on bad input. Each record's TOTALSIZE must agree with its lengths; an empty body gives ``[]``."""
+    position) on bad input. Each record's TOTALSIZE must agree with its lengths; an empty body has no records.
+
+    Only the walk from one TOTALSIZE to the next is a Python loop; the other fields are read and checked
+    for all records at once.
+    """
     buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     end = len(buf)
-    out: list[BatchRecord] = []
+    starts: list[int] = []
+    add = starts.append
+    unpack_total = _TOTAL.unpack_from
     pos = 0
-    unpack_head = _HEAD.unpack_from
-    unpack_props_len = _PROPS_LEN.unpack_from
     while pos < end:
         if end - pos < BATCH_RECORD_OVERHEAD:
             raise MessageFormatError(f"batch body truncated at byte {pos}: {end - pos} bytes left, "
                                      f"a record needs at least {BATCH_RECORD_OVERHEAD}")
-        total, _magic, _crc, flag, body_len = unpack_head(buf, pos)
-        if body_len < 0 or total < BATCH_RECORD_OVERHEAD or total > end - pos:
-            raise MessageFormatError(f"batch record at byte {pos}: total size {total}, body length {body_len} "
-                                     f"do not fit the {end - pos} bytes left")
-        props_len_pos = pos + _HEAD.size + body_len
-        if props_len_pos + _PROPS_LEN.size > pos + total:
-            raise MessageFormatError(f"batch record at byte {pos}: body length {body_len} overruns total size {total}")
-        (props_len,) = unpack_props_len(buf, props_len_pos)
-        if props_len < 0 or BATCH_RECORD_OVERHEAD + body_len + props_len != total:
-            raise MessageFormatError(f"batch record at byte {pos}: total size {total} disagrees with body length "
-                                     f"{body_len} + properties length {props_len} + {BATCH_RECORD_OVERHEAD}")
-        out.append(BatchRecord(pos + _HEAD.size, props_len_pos, pos + total, flag))
+        (total,) = unpack_total(buf, pos)
+        if total < BATCH_RECORD_OVERHEAD or total > end - pos:
+            raise MessageFormatError(f"batch record at byte {pos}: total size {total} does not fit the "
+                                     f"{end - pos} bytes left")
+        add(pos)
         pos += total
-    return out
+    start = np.array(starts, dtype=np.int64)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    head = arr[start[:, None] + _HEAD_WORDS].view(">i4").astype(np.int64)  # TOTALSIZE MAGIC CRC FLAG BODYLENGTH
+    total, flag, body_len = head[:, 0], head[:, 3], head[:, 4]
+    props_len_pos = start + _HEAD.size + body_len
+    bad = (body_len < 0) | (props_len_pos + _PROPS_LEN.size > start + total)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise MessageFormatError(f"batch record at byte {starts[i]}: body length {int(body_len[i])} overruns "
+                                 f"total size {int(total[i])}")
+    props_len = arr[props_len_pos[:, None] + _PROPS_LEN_BYTES].view(">i2").astype(np.int64)[:, 0]
+    bad = (props_len < 0) | (BATCH_RECORD_OVERHEAD + body_len + props_len != total)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise MessageFormatError(f"batch record at byte {starts[i]}: total size {int(total[i])} disagrees with "
+                                 f"body length {int(body_len[i])} + properties length {int(props_len[i])} + "
+                                 f"{BATCH_RECORD_OVERHEAD}")
+    return BatchColumns(start + _HEAD.size, props_len_pos, start + total, flag)
+
+
+def scan_batch(data: bytes | bytearray | memoryview) -> list[BatchRecord]:
+    """``scan_batch_columns`` as one ``BatchRecord`` per record."""
+    return scan_batch_columns(data).records()
 
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
@@ -115,8 +159,10 @@ __all__ = [
     "BATCH_RECORD_OVERHEAD",
     "MAX_PROPERTIES_SIZE",
     "BatchItem",
+    "BatchColumns",
     "BatchRecord",
     "scan_batch",
+    "scan_batch_columns",
     "decode_batch",
     "encode_batch",
     "encode_batch_record",

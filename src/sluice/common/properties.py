@@ -35,7 +35,7 @@ def encode_properties(props: dict[str, str]) -> bytes:
 def property_value(data: bytes, name: str) -> str | None:
     """The value of property ``name`` in an encoded properties string, without decoding the rest; None when
     absent. Agrees with ``decode_properties(data).get(name)`` (for a repeated name, the last one wins)."""
-    marker = _marker(name)
+    marker = property_marker(name)
     i = data.rfind(marker)
     while i > 0 and data[i - 1] != 2:  # not at a segment start: part of another value
         i = data.rfind(marker, 0, i)
@@ -48,12 +48,13 @@ def property_value(data: bytes, name: str) -> str | None:
 
 def has_property(data: bytes, name: str) -> bool:
     """Whether an encoded properties string holds property ``name``."""
-    marker = _marker(name)
+    marker = property_marker(name)
     return data.startswith(marker) or b"\x02" + marker in data
 
 
 @functools.cache
-def _marker(name: str) -> bytes:
+def property_marker(name: str) -> bytes:
+    """``name`` and the name/value separator: what starts property ``name`` in an encoded string."""
     return f"{name}{NAME_VALUE_SEPARATOR}".encode()
 
 

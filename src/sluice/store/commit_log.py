@@ -16,7 +16,9 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
-from sluice.common.batch_codec import BatchRecord
+import numpy as np
+
+from sluice.common.batch_codec import MAX_PROPERTIES_SIZE, BatchColumns, encode_batch_record, scan_batch_columns
 from sluice.common.config import MessageStoreConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.hashing import tag_hash_code
@@ -38,7 +40,6 @@ from sluice.common.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     has_property,
-    property_value,
 )
 from sluice.common.sysflag import (
     BLANK_MAGIC_CODE,
@@ -49,6 +50,7 @@ from sluice.common.sysflag import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from sluice.store.batch_encoder import HEADER_DTYPE, BatchBody, crc32s, encode_records, index_entries, tags_codes
 from sluice.store.mapped_file import MappedFile
 from sluice.store.mapped_file_queue import MappedFileQueue
 
@@ -87,16 +89,16 @@ class AppendResult(NamedTuple):
 
 
 class BatchDispatch(NamedTuple):
-    """A run of records of one queue, appended together (``CommitLog.append_raw_batch``)."""
+    """A run of records of one queue, appended together (``CommitLog.append_raw_batch``), as arrays."""
 
     topic: str
     queue_id: int
     first_queue_offset: int
-    phys_offsets: list[int]
-    sizes: list[int]
-    tags_codes: list[int]
-    keys: list[str | None]
-    uniq_keys: list[str | None]
+    phys_offsets: np.ndarray
+    sizes: np.ndarray
+    tags_codes: np.ndarray
+    index_hashes: np.ndarray  # IndexFile key hashes ...
+    index_records: np.ndarray  # ... and the record (index into the arrays above) each one points at
     store_timestamp: int
 
 
@@ -110,7 +112,7 @@ class RawBatch(NamedTuple):
     topic: str
     queue_id: int
     data: bytes
-    records: list[BatchRecord]
+    columns: BatchColumns
     sys_flag: int
     born_timestamp: int
     born_host: str
@@ -230,72 +232,60 @@ class CommitLog:
 
     def append_raw_batch(self, batch: RawBatch, dispatcher: Callable[[BatchDispatch], None]) -> AppendResult:
         """Append every record of ``batch`` to its queue: each stored record is the batch record's body and
-        properties bytes behind a new header, so nothing is decoded. Raises as ``append`` does."""
-        data = batch.data
-        view = memoryview(data)
+        properties bytes behind a new header, so nothing is decoded, and every per-record field is computed
+        for the whole batch at once (``batch_encoder``). Raises as ``append`` does."""
+        extra = batch.extra_properties
+        if extra and any(len(BatchBody(batch.data, batch.columns).property_spans(name).record) < batch.columns.count
+                         for name in extra):
+            batch = _with_extra_properties(batch)
+        body = BatchBody(batch.data, batch.columns)
+        cols = batch.columns
+        n = cols.count
+        props_len = body.props_lengths()
+        max_props = self.config.max_properties_size
+        if (props_len > max_props).any():
+            raise PropertiesTooLarge(f"properties of {int(props_len.max())} bytes exceed {max_props} bytes")
+        if body.props_have_nul():
+            raise MessageFormatError("message properties may not contain NUL characters")
+        if b"DELAY\x01" in batch.data and any(
+                v not in ("", "0") for v in body.values(body.property_spans(PROPERTY_DELAY_TIME_LEVEL))):
+            raise MessageFormatError("a batch message cannot carry a delay level")
         topic_b = batch.topic.encode("utf-8")
         topic_tail = _TAIL_TOPIC.pack(len(topic_b)) + topic_b
-        fixed = RECORD_FIXED_SIZE + len(topic_b)
-        max_props = self.config.max_properties_size
-        extra = list(batch.extra_properties.items())
-        crc32 = zlib.crc32
-        sizes: list[int] = []
-        crcs: list[int] = []
-        tails: list[bytes | memoryview] = []
-        tags_codes: list[int] = []
-        keys: list[str | None] = []
-        uniq_keys: list[str | None] = []
-        for body_start, props_pos, end, _flag in batch.records:
-            props = data[props_pos + 2:end]
-            if extra and not all(has_property(props, name) for name, _ in extra):
-                props, tail = _with_extra_properties(props, extra), None
-            else:
-                tail = view[props_pos:end]
-            if b"\0" in props:
-                raise MessageFormatError("message properties may not contain NUL characters")
-            if len(props) > max_props:
-                raise PropertiesTooLarge(f"properties of {len(props)} bytes exceed {max_props} bytes")
-            if b"DELAY\x01" in props and property_value(props, PROPERTY_DELAY_TIME_LEVEL) not in (None, "", "0"):
-                raise MessageFormatError("a batch message cannot carry a delay level")
-            if b"TAGS\x01" in props:
-                tags = property_value(props, PROPERTY_TAGS)
-                tags_codes.append(tag_hash_code(tags) if tags else 0)
-            else:
-                tags_codes.append(0)
-            keys.append(property_value(props, PROPERTY_KEYS) if b"KEYS\x01" in props else None)
-            uniq_keys.append(property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-                             if b"UNIQ_KEY\x01" in props else None)
-            crcs.append(crc32(view[body_start:props_pos]) & 0x7FFFFFFF)
-            tails.append(tail if tail is not None else _TAIL_PROPS.pack(len(props)) + props)
-            sizes.append(fixed + (props_pos - body_start) + len(props))
-        batch_bytes = sum(sizes)
+        sizes = (RECORD_FIXED_SIZE - 2 + len(topic_b)) + (cols.end - cols.body_start)
+        batch_bytes = int(sizes.sum())
+        tags = tags_codes(body)
+        if self.config.message_index_enable:
+            index_hashes, index_records = index_entries(body, batch.topic)
+        else:
+            index_hashes = index_records = np.zeros(0, dtype=np.int64)
+        bodies, crcs = crc32s(body)
         born_addr, born_port = host_to_bytes(batch.born_host)
         store_addr, store_port = host_to_bytes(batch.store_host) if batch.store_host else self.default_store_host
-        sys_flag = batch.sys_flag & _V6_MASK
-        queue_id, born_ts, reconsume = batch.queue_id, batch.born_timestamp, batch.reconsume_times
-        key = (batch.topic, queue_id)
-        pack = RECORD_HEADER.pack
+        headers = np.empty(n, HEADER_DTYPE)
+        headers[:] = np.frombuffer(RECORD_HEADER.pack(
+            0, MESSAGE_MAGIC_CODE_V1, 0, batch.queue_id, 0, 0, 0, batch.sys_flag & _V6_MASK, batch.born_timestamp,
+            born_addr, born_port, 0, store_addr, store_port, batch.reconsume_times, 0, 0), HEADER_DTYPE)[0]
+        headers["total"] = sizes
+        headers["crc"] = crcs
+        headers["flag"] = cols.flag
+        headers["body_len"] = cols.props_len_pos - cols.body_start
+        key = (batch.topic, batch.queue_id)
         with self._append_section(batch_bytes) as (mf, store_ts):
-            phys = first_phys = mf.file_from_offset + mf.wrote_position
-            qoff = first_qoff = self.topic_queue_table.get(key, 0)
-            parts: list[bytes | memoryview] = []
-            phys_offsets: list[int] = []
-            for (body_start, props_pos, _end, flag), total, crc, tail in zip(
-                    batch.records, sizes, crcs, tails, strict=True):
-                parts.append(pack(total, MESSAGE_MAGIC_CODE_V1, crc, queue_id, flag, qoff, phys, sys_flag,
-                                  born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume, 0,
-                                  props_pos - body_start))
-                parts.append(view[body_start:props_pos])
-                parts.append(topic_tail)
-                parts.append(tail)
-                phys_offsets.append(phys)
-                phys += total
-                qoff += 1
-            self.topic_queue_table[key] = qoff
-            mf.append(b"".join(parts))
-            dispatcher(BatchDispatch(batch.topic, queue_id, first_qoff, phys_offsets, sizes, tags_codes, keys,
-                                     uniq_keys, store_ts))
-        return AppendResult(first_phys, batch_bytes, first_qoff, store_ts, phys_offsets, {key: qoff})
+            first_phys = mf.file_from_offset + mf.wrote_position
+            first_qoff = self.topic_queue_table.get(key, 0)
+            phys = np.empty(n, dtype=np.int64)
+            phys[0] = first_phys
+            np.cumsum(sizes[:-1], out=phys[1:])
+            phys[1:] += first_phys
+            headers["queue_offset"] = np.arange(first_qoff, first_qoff + n)
+            headers["phys"] = phys
+            headers["store_ts"] = store_ts
+            mf.append(encode_records(body, bodies, headers, topic_tail))
+            self.topic_queue_table[key] = first_qoff + n
+            dispatcher(BatchDispatch(batch.topic, batch.queue_id, first_qoff, phys, sizes, tags, index_hashes,
+                                     index_records, store_ts))
+        return AppendResult(first_phys, batch_bytes, first_qoff, store_ts, phys.tolist(), {key: first_qoff + n})
 
     @contextlib.contextmanager
     def _append_section(self, nbytes: int) -> Iterator[tuple[MappedFile, int]]:
@@ -407,13 +397,22 @@ def dispatch_request_of(phys: int, record: memoryview) -> DispatchRequest:
                            m.queue_offset, m.properties.get(PROPERTY_KEYS), m.uniq_key, m.sys_flag)
 
 
-def _with_extra_properties(props: bytes, extra: list[tuple[str, str]]) -> bytes:
-    """``props`` plus each (name, value) of ``extra`` it does not already hold (the message's own win)."""
-    for name, value in extra:
-        if not has_property(props, name):
-            pair = f"{name}{NAME_VALUE_SEPARATOR}{value}".encode()
-            props = props + PROPERTY_SEPARATOR.encode() + pair if props else pair
-    return props
+def _with_extra_properties(batch: RawBatch) -> RawBatch:
+    """``batch`` with the header's properties added to each record that lacks them (the record's own win)."""
+    data = batch.data
+    extra = list(batch.extra_properties.items())
+    parts = []
+    for body_start, props_pos, end, flag in batch.columns.records():
+        props = data[props_pos + 2:end]
+        for name, value in extra:
+            if not has_property(props, name):
+                pair = f"{name}{NAME_VALUE_SEPARATOR}{value}".encode()
+                props = props + PROPERTY_SEPARATOR.encode() + pair if props else pair
+        if len(props) > MAX_PROPERTIES_SIZE:
+            raise PropertiesTooLarge(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_SIZE} bytes")
+        parts.append(encode_batch_record(data[body_start:props_pos], props, flag))
+    out = b"".join(parts)
+    return batch._replace(data=out, columns=scan_batch_columns(out))
 
 
 def split_keys(keys: str | None) -> list[str]:

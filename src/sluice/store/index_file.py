@@ -16,6 +16,8 @@ import struct
 import threading
 from typing import Final
 
+import numpy as np
+
 from sluice.common.hashing import index_key_hash, index_key_hashes
 from sluice.store.mapped_file import MappedFile
 
@@ -26,6 +28,7 @@ INDEX_HEADER_SIZE: Final = INDEX_HEADER.size  # 40
 HASH_SLOT_SIZE: Final = 4
 INDEX_ENTRY: Final = struct.Struct(">iqii")
 INDEX_ENTRY_SIZE: Final = INDEX_ENTRY.size  # 20
+INDEX_ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
 _SLOT: Final = struct.Struct(">i")
 _INDEX_NAME = re.compile(r"^\d{17}$")
 _INT_MAX = 0x7FFFFFFF
@@ -88,6 +91,50 @@ class IndexFile:
                                self.end_phy_offset, self.hash_slot_count, self.index_count)
         self.dirty = True
         return True
+
+    def put_many(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamp: int) -> int:
+        """``put_hashed`` for many keys stored at one timestamp, in order, in bulk; returns how many fit."""
+        k = min(len(key_hashes), self.index_num - self.index_count)
+        if k <= 0:
+            return 0
+        hashes, phys = key_hashes[:k], phy_offsets[:k]
+        n0 = self.index_count
+        if n0 == 1:
+            self.begin_timestamp = store_timestamp
+            self.begin_phy_offset = int(phys[0])
+        time_diff = max(0, min((store_timestamp - self.begin_timestamp) // 1000, _INT_MAX))
+        buf = self.mf.buf
+        slots = np.frombuffer(buf, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
+        slot_no = hashes % self.hash_slot_num
+        current = slots[slot_no].astype(np.int64)
+        for i in np.flatnonzero(current >= n0).tolist():
+            current[i] = self._repair_chain(int(current[i]))
+        np.maximum(current, 0, out=current)
+        numbers = np.arange(n0, n0 + k, dtype=np.int64)
+        # Keys sharing a slot chain to each other in order; the first one to what the slot held.
+        order = np.argsort(slot_no, kind="stable")
+        sorted_slots = slot_no[order]
+        sorted_numbers = numbers[order]
+        first = np.empty(k, dtype=bool)
+        first[0] = True
+        np.not_equal(sorted_slots[1:], sorted_slots[:-1], out=first[1:])
+        prev = np.empty(k, dtype=np.int64)
+        prev[order] = np.where(first, current[order], np.roll(sorted_numbers, 1))
+        self.hash_slot_count += int((first & (current[order] == 0)).sum())
+        entries = np.frombuffer(buf, dtype=INDEX_ENTRY_DTYPE, count=k,
+                                offset=self._entries_base + n0 * INDEX_ENTRY_SIZE)
+        entries["hash"] = hashes
+        entries["phy"] = phys
+        entries["time_diff"] = time_diff
+        entries["prev"] = prev
+        last = np.append(first[1:], True)
+        slots[sorted_slots[last]] = sorted_numbers[last]
+        self.index_count = n0 + k
+        self.end_phy_offset = max(self.end_phy_offset, int(phys.max()))
+        self.end_timestamp = max(self.end_timestamp, store_timestamp)
+        self.write_header()
+        self.dirty = True
+        return k
 
     def _repair_chain(self, n: int) -> int:
         """A slot pointing at or past the entry count (a header older than the slots, after a crash):
@@ -203,30 +250,33 @@ class IndexService:
         for k in keys:
             self._put(prefix + k, phy_offset, store_timestamp)
 
-    def build_index_batch(self, items: list[tuple[str, list[str], str | None, int, int]]) -> None:
-        """Index many messages: (topic, keys, uniq key, commit-log offset, store timestamp) each.
-
-        Key hashes are computed for the whole batch at once (``index_key_hashes``).
-        """
+    def build_index_batch(self, items: list[tuple[str, list[str], str | None, int]], store_timestamp: int) -> None:
+        """Index many messages stored at one timestamp: (topic, keys, uniq key, commit-log offset) each."""
         keys: list[str] = []
-        where: list[tuple[int, int]] = []
-        for topic, msg_keys, uniq_key, phy, ts in items:
+        phys: list[int] = []
+        for topic, msg_keys, uniq_key, phy in items:
             prefix = topic + "#"
             if uniq_key:
                 keys.append(prefix + uniq_key)
-                where.append((phy, ts))
+                phys.append(phy)
             for k in msg_keys:
                 keys.append(prefix + k)
-                where.append((phy, ts))
-        if not keys:
-            return
-        hashes = index_key_hashes(keys).tolist() if len(keys) > 4 else [index_key_hash(k) for k in keys]
+                phys.append(phy)
+        if keys:
+            self.put_hashes(index_key_hashes(keys), np.array(phys, dtype=np.int64), store_timestamp)
+
+    def put_hashes(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamp: int) -> None:
+        """Index entries for keys already hashed (``index_key_hash``), starting new files as they fill."""
+        done = 0
         f = self.files[-1] if self.files else self._new_file()
-        for h, (phy, ts) in zip(hashes, where, strict=True):
-            if not f.put_hashed(h, phy, ts):
+        while done < len(key_hashes):
+            put = f.put_many(key_hashes[done:], phy_offsets[done:], store_timestamp)
+            done += put
+            if done < len(key_hashes):
+                if put == 0 and f.index_count <= 1:
+                    raise ValueError(f"an index file of {self.index_num} entries cannot hold any key")
                 f.flush()
                 f = self._new_file()
-                f.put_hashed(h, phy, ts)
 
     def _put(self, key: str, phy_offset: int, store_timestamp: int) -> None:
         f = self.files[-1] if self.files else self._new_file()

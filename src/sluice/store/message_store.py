@@ -298,7 +298,8 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
         if self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
-        if not batch.records:
+        cols = batch.columns
+        if not cols.count:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, "no message to put")
         problem = _topic_problem(batch.topic)
         if problem:
@@ -306,11 +307,13 @@ class MessageStore:
         if batch.queue_id < 0:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {batch.queue_id} is negative")
         limit = self.config.max_message_size
-        for i, (body_start, props_pos, _end, _flag) in enumerate(batch.records):
-            if props_pos - body_start > limit:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                        f"message {i} of the batch has a body of {props_pos - body_start} bytes, "
-                                        f"over max_message_size {limit}")
+        too_big = np.flatnonzero(cols.props_len_pos - cols.body_start > limit)
+        if len(too_big):
+            i = int(too_big[0])
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    f"message {i} of the batch has a body of "
+                                    f"{int(cols.props_len_pos[i] - cols.body_start[i])} bytes, over max_message_size "
+                                    f"{limit}")
         return None
 
     def put_raw_batch(self, batch: RawBatch) -> PutMessageResult:
@@ -320,7 +323,7 @@ class MessageStore:
             return r
         waiter = self._raw_flush_waiter(batch, r, None)
         ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
-        return self._finish_put(r, len(batch.records), ok)
+        return self._finish_put(r, batch.columns.count, ok)
 
     async def put_raw_batch_async(self, batch: RawBatch) -> PutMessageResult:
         """``put_raw_batch`` for asyncio: the flush wait does not block the event loop."""
@@ -329,7 +332,7 @@ class MessageStore:
             return r
         waiter = self._raw_flush_waiter(batch, r, asyncio.get_running_loop())
         ok = waiter is None or await waiter.wait_async(self.config.sync_flush_timeout / 1000)
-        return self._finish_put(r, len(batch.records), ok)
+        return self._finish_put(r, batch.columns.count, ok)
 
     def _raw_flush_waiter(self, batch: RawBatch, r: AppendResult,
                           loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
@@ -377,8 +380,8 @@ class MessageStore:
             cq.put_entries(first.queue_offset, entries)
             if self.config.message_index_enable:
                 self.index_service.build_index_batch([
-                    (r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset, r.store_timestamp)
-                    for r in reqs if (r.uniq_key or r.keys) and (r.sys_flag & 0xC) != 0xC])
+                    (r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset)
+                    for r in reqs if (r.uniq_key or r.keys) and (r.sys_flag & 0xC) != 0xC], first.store_timestamp)
         else:
             for r in reqs:
                 self.dispatch_one(r)
@@ -394,12 +397,9 @@ class MessageStore:
         entries["size"] = d.sizes
         entries["tag"] = d.tags_codes
         cq.put_entries(d.first_queue_offset, entries)
-        if self.config.message_index_enable:
-            ts, topic = d.store_timestamp, d.topic
-            self.index_service.build_index_batch([
-                (topic, split_keys(keys), uniq, phys, ts)
-                for phys, keys, uniq in zip(d.phys_offsets, d.keys, d.uniq_keys, strict=True) if uniq or keys])
-        self.dispatched_offset = d.phys_offsets[-1] + d.sizes[-1]
+        if len(d.index_hashes):
+            self.index_service.put_hashes(d.index_hashes, d.phys_offsets[d.index_records], d.store_timestamp)
+        self.dispatched_offset = int(d.phys_offsets[-1] + d.sizes[-1])
 
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
         if not no_queue_offset(r.sys_flag):

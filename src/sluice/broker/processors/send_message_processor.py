@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from sluice.common.batch_codec import inflate_batch, scan_batch
+from sluice.common.batch_codec import inflate_batch, scan_batch_columns
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import (
@@ -215,10 +215,10 @@ class SendMessageProcessor:
             try:
                 if sys_flag & COMPRESSED_FLAG:  # the C++ client deflates a whole batch of 4 KiB or more
                     body, sys_flag = inflate_batch(body, b.config.remoting.max_frame_size), sys_flag & ~COMPRESSED_FLAG
-                records = scan_batch(body)
+                columns = scan_batch_columns(body)
             except MessageFormatError as exc:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
-            raw = RawBatch(h.topic, queue_id, body, records, sys_flag, h.born_timestamp, born_host, b.broker_addr,
+            raw = RawBatch(h.topic, queue_id, body, columns, sys_flag, h.born_timestamp, born_host, b.broker_addr,
                            h.reconsume_times, header_props)
         else:
             topic = h.topic
