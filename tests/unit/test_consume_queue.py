@@ -23,7 +23,7 @@ def test_reads_cross_consume_queue_file_boundaries(store: MessageStore):
     assert r.status is GetMessageStatus.FOUND
     assert r.queue_offsets == list(range(90, 100)) and r.next_begin_offset == 100
     r = store.get_messages("g", "T", 0, 100, 32)
-    assert r.queue_offsets[0] == 100 and len(r.buffers) == 32
+    assert r.queue_offsets[0] == 100 and r.message_count == 32
     assert store.get_commit_log_offset_in_queue("T", 0, 250) == store.consume_queues[("T", 0)].get_entry(250)[0]
 
 
@@ -59,10 +59,10 @@ def test_transfer_limits_bound_a_pull(store_config: MessageStoreConfig):
         for _ in range(10):
             store.put_message(msg(body=b"x" * 300))
         r = store.get_messages("g", "T", 0, 0, 32)
-        assert len(r.buffers) == 2 and r.next_begin_offset == 2  # 392-byte records: two fit in 1000
+        assert r.message_count == 2 and r.next_begin_offset == 2  # 392-byte records: two fit in 1000
         big = store.put_message(msg(queue_id=1, body=b"y" * 5000))
         assert big.ok
-        assert len(store.get_messages("g", "T", 1, 0, 32).buffers) == 1  # the first always goes
+        assert store.get_messages("g", "T", 1, 0, 32).message_count == 1  # the first always goes
 
 
 def test_offset_by_time_finds_first_message_at_or_after(store: MessageStore):
@@ -101,3 +101,15 @@ def test_deleted_topic_loses_its_queues(store: MessageStore):
     assert store.get_messages("g", "gone", 0, 0, 32).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
     assert store.get_max_offset_in_queue("kept", 0) == 1
     assert store.put_message(msg(topic="gone")).queue_offset == 0
+
+
+def test_a_pull_serves_records_lying_end_to_end_as_one_view(store: MessageStore):
+    assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(5)]).ok  # queue 0: 0..4
+    assert store.put_message(msg(body=b"other", queue_id=1)).ok
+    assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(5, 8)]).ok  # queue 0: 5..7
+    r = store.get_messages("g", "T", 0, 2, 32)
+    assert r.status is GetMessageStatus.FOUND and r.message_count == 6 and r.next_begin_offset == 8
+    assert len(r.buffers) == 2  # offsets 2..4, then 5..7 after queue 1's record
+    assert [m.body for m in decode_records(b"".join(r.buffers))] == [f"a{i}".encode() for i in range(2, 8)]
+    assert [m.queue_offset for m in decode_records(b"".join(r.buffers))] == r.queue_offsets == list(range(2, 8))
+    assert r.buffer_total_size == sum(len(b) for b in r.buffers)

@@ -177,7 +177,7 @@ def bench_read(root: str, o: BenchOptions) -> dict[str, object]:
         r = get("bench", "BenchTopic", 0, offset, 32)
         if r.status is not GetMessageStatus.FOUND:
             break
-        got += len(r.buffers)
+        got += r.message_count
         nbytes += r.buffer_total_size
         offset = r.next_begin_offset
         if (got & 0xFFFF) == 0:

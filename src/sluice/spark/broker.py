@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import queue
 import re
@@ -215,19 +216,33 @@ class QueueClient:
             except BaseException as exc:
                 out.put(exc)
 
-        def release() -> None:
+        def release(n: int) -> None:
             if slots is not None:
-                slots.release()
+                for _ in range(n):
+                    slots.release()
 
+        # Slots go back to the loop thread in groups (each hand-over wakes that thread), and always before
+        # this thread would wait for the next result.
+        give_back_every = max(1, buffered // 4)
+        taken = 0
         future = self.thread.submit(produce())
         try:
             while True:
-                item = out.get()
+                try:
+                    item = out.get_nowait()
+                except queue.Empty:
+                    if taken:
+                        self.thread.call(functools.partial(release, taken))
+                        taken = 0
+                    item = out.get()
                 if item is None:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                self.thread.call(release)
+                taken += 1
+                if taken >= give_back_every:
+                    self.thread.call(functools.partial(release, taken))
+                    taken = 0
                 yield item
         finally:
             future.cancel()

@@ -51,7 +51,8 @@ class GetMessageStatus(enum.Enum):
 
 @dataclass(slots=True)
 class GetMessageResult:
-    """A pull's worth of stored records, as zero-copy views of the mapped commit log."""
+    """A pull's worth of stored records, as zero-copy views of the mapped commit log: one view per run of
+    records that lie end to end, ``queue_offsets`` one per record."""
 
     status: GetMessageStatus
     next_begin_offset: int
@@ -63,7 +64,8 @@ class GetMessageResult:
 
     @property
     def message_count(self) -> int:
-        return len(self.buffers)
+        """Records found (``buffers`` may hold several records back to back in one view)."""
+        return len(self.queue_offsets)
 
     def release(self) -> None:
         """Drop the views (lets retention unmap deleted segments at once)."""

@@ -136,7 +136,7 @@ class PullMessageProcessor:
         resp = req.response(code, None if code == ResponseCode.SUCCESS else status.name, ext)
         if r.buffers:
             resp.body_parts = r.buffers
-            b.stats.record_get(len(r.buffers))
+            b.stats.record_get(r.message_count)
         return resp
 
     async def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
