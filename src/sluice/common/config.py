@@ -117,6 +117,9 @@ class RemotingConfig:
     write_buffer_high: int = 4 * 1024 * 1024
     write_buffer_low: int = 1024 * 1024
     write_buffer_max: int = 64 * 1024 * 1024
+    # Frames written in one event-loop iteration leave in one syscall at its end, but no more than this many
+    # wait: past it they go at once, so the peer starts on the first answers while later ones are made.
+    write_coalesce_frames: int = 8
     # Requests of one connection being processed at once; above this its reading pauses.
     max_inflight_requests: int = 65_536
     # A connection silent this long is closed (Java servers: 120 s).
