@@ -8,6 +8,7 @@ from sluice.common.config import MessageStoreConfig
 from sluice.common.hashing import tag_hash_code
 from sluice.common.message_codec import decode_records
 from sluice.store import GetMessageStatus, MessageStore
+from sluice.store.message_store import BULK_READ_MIN_ENTRIES
 
 from .helpers import msg, read_queue
 
@@ -103,13 +104,19 @@ def test_deleted_topic_loses_its_queues(store: MessageStore):
     assert store.put_message(msg(topic="gone")).queue_offset == 0
 
 
-def test_a_pull_serves_records_lying_end_to_end_as_one_view(store: MessageStore):
-    assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(5)]).ok  # queue 0: 0..4
-    assert store.put_message(msg(body=b"other", queue_id=1)).ok
-    assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(5, 8)]).ok  # queue 0: 5..7
-    r = store.get_messages("g", "T", 0, 2, 32)
-    assert r.status is GetMessageStatus.FOUND and r.message_count == 6 and r.next_begin_offset == 8
-    assert len(r.buffers) == 2  # offsets 2..4, then 5..7 after queue 1's record
-    assert [m.body for m in decode_records(b"".join(r.buffers))] == [f"a{i}".encode() for i in range(2, 8)]
-    assert [m.queue_offset for m in decode_records(b"".join(r.buffers))] == r.queue_offsets == list(range(2, 8))
-    assert r.buffer_total_size == sum(len(b) for b in r.buffers)
+def test_a_large_pull_serves_records_lying_end_to_end_as_one_view(tmp_path):
+    with MessageStore(store_path_root_dir=str(tmp_path), max_transfer_count_on_message_in_memory=1000) as store:
+        n = BULK_READ_MIN_ENTRIES
+        assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(n)]).ok  # queue 0: 0..n-1
+        assert store.put_message(msg(body=b"other", queue_id=1)).ok
+        assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(n, 2 * n)]).ok  # queue 0: n..2n-1
+        r = store.get_messages("g", "T", 0, 2, 1000)
+        assert r.status is GetMessageStatus.FOUND and r.message_count == 2 * n - 2 and r.next_begin_offset == 2 * n
+        assert len(r.buffers) == 2  # offsets 2..n-1, then n..2n-1 after queue 1's record
+        got = decode_records(b"".join(r.buffers))
+        assert [m.body for m in got] == [f"a{i}".encode() for i in range(2, 2 * n)]
+        assert [m.queue_offset for m in got] == r.queue_offsets == list(range(2, 2 * n))
+        assert r.buffer_total_size == sum(len(b) for b in r.buffers)
+        small = store.get_messages("g", "T", 0, 2, 32)
+        assert small.queue_offsets == list(range(2, 34)) and b"".join(small.buffers) == b"".join(r.buffers)[
+            :small.buffer_total_size]

@@ -55,6 +55,9 @@ from sluice.store.retention import CleanCommitLogService, disk_usage_ratio
 log = logging.getLogger(__name__)
 
 MessageArrivalListener = Callable[[str, int, int], None]
+# From this many entries a pull is cheaper read in bulk with numpy (~20 µs whatever the count) than record
+# by record (~0.3 µs a record plus ~4 µs).
+BULK_READ_MIN_ENTRIES = 64
 
 
 @dataclass(slots=True)
@@ -458,7 +461,7 @@ class MessageStore:
         if len(entries) == 0:
             next_file = (offset // cq.entries_per_file + 1) * cq.entries_per_file
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_off, max_off)
-        if not tag_codes:
+        if not tag_codes and len(entries) >= BULK_READ_MIN_ENTRIES:
             fast = self._read_contiguous(entries, offset, max_count, min_off, max_off)
             if fast is not None:
                 return fast
