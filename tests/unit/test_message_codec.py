@@ -98,3 +98,16 @@ def test_vectorised_key_hashes_equal_scalar(keys):
 def test_offset_message_id_matches_spec_example():
     assert create_message_id("127.0.0.1:10911", 0) == "7F00000100002A9F0000000000000000"
     assert decode_message_id("7F00000100002A9F00000000000004D2") == ("127.0.0.1:10911", 1234)
+
+
+def test_a_decoded_message_reads_its_properties_only_when_asked():
+    props = {"TAGS": "t", "KEYS": "a b", "UNIQ_KEY": "0A" * 16, "x": "y"}
+    record = encode_record(topic=b"T", body=b"body", properties=encode_properties(props), queue_offset=7)
+    m = decode_record(record)
+    assert (m.tags, m.keys, m.uniq_key, m.msg_id) == ("t", ["a", "b"], "0A" * 16, "0A" * 16)
+    assert m._properties is None  # the accessors above read the encoded bytes
+    eager = m.replace(properties=dict(props))
+    assert eager == m and m.properties == props and m._properties is not None
+    m.properties["x"] = "z"
+    assert m.properties["x"] == "z" and m != eager
+    assert m.replace(queue_offset=8).queue_offset == 8 and m.replace(queue_offset=8).properties == m.properties

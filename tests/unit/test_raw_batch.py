@@ -3,7 +3,6 @@ its messages had been put one by one."""
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 
 import numpy as np
@@ -141,8 +140,7 @@ def test_a_raw_batch_stores_the_same_records_cq_entries_and_index_as_putting_its
         for s in (raw_store, oracle):
             s.commit_log.queue.flush()
         got, expected = (decode_records(_log_bytes(s)) for s in (raw_store, oracle))
-        assert [dataclasses.replace(m, store_timestamp=0) for m in got] == [
-            dataclasses.replace(m, store_timestamp=0) for m in expected]
+        assert [m.replace(store_timestamp=0) for m in got] == [m.replace(store_timestamp=0) for m in expected]
         n = sum(map(len, batches))
         assert (raw_store.find_consume_queue("Raw", 1).get_entries(0, n).tobytes()
                 == oracle.find_consume_queue("Raw", 1).get_entries(0, n).tobytes())

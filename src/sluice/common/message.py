@@ -15,6 +15,7 @@ from sluice.common.properties import (
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
     encode_properties,
+    property_value,
 )
 
 
@@ -99,27 +100,78 @@ class MessageExtBrokerInner(_PropertyAccessors):
         return encode_properties(self.properties)
 
 
-@dataclass(slots=True)
+_EXT_FIELDS = ("topic", "body", "queue_id", "flag", "queue_offset", "commit_log_offset", "sys_flag", "born_timestamp",
+               "born_host", "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset",
+               "properties", "store_size", "body_crc")
+
+
 class MessageExt(_PropertyAccessors):
-    """A stored message, decoded from its record."""
+    """A stored message, decoded from its record.
 
-    topic: str
-    body: bytes
-    queue_id: int
-    flag: int
-    queue_offset: int
-    commit_log_offset: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    reconsume_times: int
-    prepared_transaction_offset: int
-    properties: dict[str, str]
-    store_size: int
-    body_crc: int
+    ``properties`` may be given as the record's encoded properties bytes: they are decoded the first time
+    ``properties`` is read (a consumer that reads only bodies never pays for it), and ``tags``, ``keys`` and
+    ``uniq_key`` read their one property from the bytes until then.
+    """
 
+    __slots__ = ("topic", "body", "queue_id", "flag", "queue_offset", "commit_log_offset", "sys_flag",
+                 "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+                 "prepared_transaction_offset", "_properties", "_raw_properties", "store_size", "body_crc")
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __init__(self, topic: str, body: bytes, queue_id: int, flag: int, queue_offset: int, commit_log_offset: int,
+                 sys_flag: int, born_timestamp: int, born_host: str, store_timestamp: int, store_host: str,
+                 reconsume_times: int, prepared_transaction_offset: int, properties: dict[str, str] | bytes,
+                 store_size: int, body_crc: int) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        if isinstance(properties, bytes):
+            self._properties: dict[str, str] | None = None
+            self._raw_properties = properties
+        else:
+            self._properties = properties
+            self._raw_properties = b""
+        self.store_size = store_size
+        self.body_crc = body_crc
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._properties
+        if props is None:
+            props = self._properties = decode_properties(self._raw_properties) if self._raw_properties else {}
+        return props
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._properties = value
+
+    def _property(self, name: str) -> str | None:
+        if self._properties is None:
+            return property_value(self._raw_properties, name) if self._raw_properties else None
+        return self._properties.get(name)
+
+    @property
+    def tags(self) -> str | None:
+        return self._property(PROPERTY_TAGS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self._property(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self._property(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
 
     @property
     def offset_msg_id(self) -> str:
@@ -129,6 +181,23 @@ class MessageExt(_PropertyAccessors):
     def msg_id(self) -> str:
         """What users see as the message id: UNIQ_KEY when the producer set one, else the offset id."""
         return self.uniq_key or self.offset_msg_id
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in _EXT_FIELDS)
+
+    def replace(self, **changes: object) -> MessageExt:
+        """A copy with some fields changed (``dataclasses.replace`` for this class)."""
+        values = dict(zip(_EXT_FIELDS, self._values(), strict=True))
+        values.update(changes)
+        return MessageExt(**values)  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not MessageExt:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return "MessageExt(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in _EXT_FIELDS) + ")"
 
 
 __all__ = [

@@ -15,7 +15,6 @@ from typing import Final
 
 from sluice.common.errors import MessageFormatError
 from sluice.common.message import MessageExt, bytes_to_host, host_to_bytes
-from sluice.common.properties import decode_properties
 from sluice.common.sysflag import BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V1, STOREHOST_V6_FLAG
 
 # Everything up to and including BODYLENGTH.
@@ -178,7 +177,7 @@ def decode_record(buf: memoryview | bytes, pos: int = 0) -> MessageExt:
         topic = _topic_name(bytes(buf[p + 1 : p + 1 + topic_len]))
         p += 1 + topic_len
         props_len = _I16.unpack_from(buf, p)[0]
-        props = decode_properties(bytes(buf[p + 2 : p + 2 + props_len]))
+        props = bytes(buf[p + 2 : p + 2 + props_len])  # decoded when first read (MessageExt.properties)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise MessageFormatError(f"cannot decode record at {pos}: {exc}") from exc
     if record_size(body_len, topic_len, props_len) != total:

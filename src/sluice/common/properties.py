@@ -78,8 +78,3 @@ def decode_properties(data: bytes | str) -> dict[str, str]:
         if sep and name:
             out[name] = value
     return out
-    for segment in text.split(PROPERTY_SEPARATOR):
-        name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
-        if sep and name:
-            out[name] = value
-    return out
