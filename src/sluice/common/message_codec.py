@@ -148,44 +148,12 @@ def _bad(reason: str) -> int:
 
 def decode_record(buf: memoryview | bytes, pos: int = 0) -> MessageExt:
     """Decode the v1 record at ``buf[pos:]`` into a ``MessageExt``."""
-    try:
-        (
-            total,
-            magic,
-            crc,
-            queue_id,
-            flag,
-            queue_offset,
-            physical_offset,
-            sys_flag,
-            born_ts,
-            born_addr,
-            born_port,
-            store_ts,
-            store_addr,
-            store_port,
-            reconsume_times,
-            prepared_tx_offset,
-            body_len,
-        ) = RECORD_HEADER.unpack_from(buf, pos)
-        if magic != MESSAGE_MAGIC_CODE_V1:
-            raise MessageFormatError(f"bad magic code {magic:#x}")
-        p = pos + POS_BODY
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        topic_len = buf[p]
-        topic = _topic_name(bytes(buf[p + 1 : p + 1 + topic_len]))
-        p += 1 + topic_len
-        props_len = _I16.unpack_from(buf, p)[0]
-        props = bytes(buf[p + 2 : p + 2 + props_len])  # decoded when first read (MessageExt.properties)
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
-        raise MessageFormatError(f"cannot decode record at {pos}: {exc}") from exc
-    if record_size(body_len, topic_len, props_len) != total:
-        raise MessageFormatError("field lengths do not add up to the record size")
-    # Positional (field order of MessageExt): this runs once per consumed message.
-    return MessageExt(topic, body, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
-                      _host(born_addr, born_port), store_ts, _host(store_addr, store_port), reconsume_times,
-                      prepared_tx_offset, props, total, crc)
+    if len(buf) - pos < 8:
+        raise MessageFormatError(f"cannot decode record at {pos}: fewer than 8 bytes")
+    total = _I32.unpack_from(buf, pos)[0]
+    if total < RECORD_FIXED_SIZE or pos + total > len(buf):
+        raise MessageFormatError(f"cannot decode record at {pos}: total size {total} does not fit")
+    return decode_records(bytes(buf[pos:pos + total]))[0]
 
 
 @lru_cache(maxsize=4096)
@@ -199,14 +167,41 @@ def _topic_name(raw: bytes) -> str:
 
 
 def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
-    """Decode a concatenation of whole records (a pull response body)."""
+    """Decode a concatenation of whole records (a pull response body).
+
+    ``decode_record`` inlined into one loop: this runs once per consumed message."""
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)
     out: list[MessageExt] = []
+    add = out.append
+    unpack = RECORD_HEADER.unpack_from
+    unpack_i16 = _I16.unpack_from
+    host, topic_name = _host, _topic_name
     pos = 0
     n = len(buf)
-    while pos < n:
-        if pos + 8 > n:
-            raise MessageFormatError("trailing bytes after the last record")
-        msg = decode_record(buf, pos)
-        out.append(msg)
-        pos += msg.store_size
+    try:
+        while pos < n:
+            if pos + 8 > n:
+                raise MessageFormatError("trailing bytes after the last record")
+            (total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_addr,
+             born_port, store_ts, store_addr, store_port, reconsume_times, prepared_tx_offset,
+             body_len) = unpack(buf, pos)
+            if magic != MESSAGE_MAGIC_CODE_V1:
+                raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
+            p = pos + POS_BODY
+            body = buf[p:p + body_len]
+            p += body_len
+            topic_len = buf[p]
+            topic = topic_name(buf[p + 1:p + 1 + topic_len])
+            p += 1 + topic_len
+            props_len = unpack_i16(buf, p)[0]
+            p += 2
+            if RECORD_FIXED_SIZE + body_len + topic_len + props_len != total or p + props_len > n:
+                raise MessageFormatError(f"field lengths of the record at {pos} do not add up to its size")
+            add(MessageExt(topic, body, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
+                           host(born_addr, born_port), store_ts, host(store_addr, store_port), reconsume_times,
+                           prepared_tx_offset, buf[p:p + props_len], total, crc))
+            pos += total
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise MessageFormatError(f"cannot decode record at {pos}: {exc}") from exc
     return out
