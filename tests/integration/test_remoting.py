@@ -278,6 +278,27 @@ def test_request_timeout_raises_and_the_late_response_is_dropped(run):
     run(scenario())
 
 
+def test_each_pending_request_times_out_at_its_own_deadline(run):
+    async def scenario():
+        async def late(conn, req):
+            await asyncio.sleep(float(req.ext_fields["wait"]))
+            return req.response(ResponseCode.SUCCESS, "late")
+
+        async with serving(dispatcher({LATE: late})) as server, client_of() as client:
+            conn = await client.connection(server.address)
+            patient = asyncio.ensure_future(
+                client.invoke(server.address, RemotingCommand.request(LATE, {"wait": "0.4"}), timeout_ms=3000))
+            await asyncio.sleep(0.02)
+            t0 = time.monotonic()
+            with pytest.raises(RemotingTimeoutError, match=f"code {LATE} within 0.100 s"):
+                await client.invoke(server.address, RemotingCommand.request(LATE, {"wait": "1"}), timeout_ms=100)
+            assert 0.09 <= time.monotonic() - t0 < 0.29  # not held until the earlier, longer deadline
+            assert (await patient).remark == "late"
+            assert not conn._pending and not conn._deadlines
+
+    run(scenario())
+
+
 def test_unknown_request_code_is_answered_request_code_not_supported(run):
     async def scenario():
         d = dispatcher({})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import cast
@@ -47,6 +48,11 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.last_active = time.monotonic()
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # RocketMQ's response table scan, without the 1 s granularity: each pending request's deadline, and
+        # one timer for the earliest (a request costs a dict entry, not a timer of its own).
+        self._deadlines: dict[int, tuple[float, int, float]] = {}  # opaque → (loop time, request code, timeout)
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
         self._tasks: set[asyncio.Task] = set()
         self._write_paused = False
         self._read_paused_by: set[str] = set()
@@ -93,6 +99,10 @@ class Connection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(err)
         self._pending.clear()
+        self._deadlines.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for t in list(self._tasks):
             t.cancel()
         if self._drained is not None:
@@ -221,21 +231,48 @@ class Connection(asyncio.Protocol):
             raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
         if request.opaque in self._pending:
             request.opaque = next_opaque()
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._pending[request.opaque] = fut
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        opaque = request.opaque
+        self._pending[opaque] = fut
+        deadline = loop.time() + timeout
+        self._deadlines[opaque] = (deadline, request.code, timeout)
+        if deadline < self._sweep_at:
+            self._schedule_sweep(deadline)
         request.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
         self.write(request)
         try:
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that arrives together
-            # with the response, and the caller's task would go on as if never cancelled.
-            async with asyncio.timeout(timeout):
-                return await fut
-        except TimeoutError:
-            raise RemotingTimeoutError(
-                f"no response from {self.remote_addr} to request code {request.code} within {timeout:.3f} s"
-            ) from None
+            # A plain await, not wait_for: on Python 3.11 wait_for swallows a cancel that arrives together
+            # with the response. The sweep fails the future at its deadline.
+            return await fut
         finally:
-            self._pending.pop(request.opaque, None)
+            self._pending.pop(opaque, None)
+            self._deadlines.pop(opaque, None)
+
+    def _schedule_sweep(self, when: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        assert self._loop is not None
+        self._sweep_at = when
+        self._sweep = self._loop.call_at(when, self._sweep_timeouts)
+
+    def _sweep_timeouts(self) -> None:
+        """Fail every request past its deadline; set the timer for the earliest one left."""
+        self._sweep, self._sweep_at = None, math.inf
+        assert self._loop is not None
+        now = self._loop.time()
+        earliest = math.inf
+        for opaque, (deadline, code, timeout) in list(self._deadlines.items()):
+            if deadline <= now:
+                del self._deadlines[opaque]
+                fut = self._pending.get(opaque)
+                if fut is not None and not fut.done():
+                    fut.set_exception(RemotingTimeoutError(
+                        f"no response from {self.remote_addr} to request code {code} within {timeout:.3f} s"))
+            elif deadline < earliest:
+                earliest = deadline
+        if earliest < math.inf:
+            self._schedule_sweep(earliest)
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         if self._write_paused:
