@@ -87,9 +87,14 @@ def record_starts(buf: bytes | memoryview) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
+_WIDTHS = {w: np.arange(w, dtype=np.int32) for w in (2, 4, 8)}
+
+
 def _gather(a: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
     """Big-endian integers of ``width`` bytes at each position of ``pos`` in the byte array ``a``."""
-    return a[pos[:, None] + np.arange(width)].view(dtype).ravel().astype(np.int64)
+    if len(a) < 2**31 - 8:  # int32 positions: half the index memory of int64
+        pos = pos.astype(np.int32)
+    return a.take(pos[:, None] + _WIDTHS[width]).view(dtype).ravel().astype(np.int64)
 
 
 def _slices(buf: pa.Buffer, begin: np.ndarray, end: np.ndarray) -> pa.Array:
@@ -221,7 +226,12 @@ def records_to_batch(buf: bytes, topic: str, broker: str, queue_id: int, include
                 pass  # delivered as stored, as the client's consumers do
         bodies = pa.array(values, pa.binary())
     props = _Properties(_slices(pbuf, props_begin, props_end))
-    msg_ids = pc.coalesce(props.pick(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), _offset_msg_ids(a, starts))
+    msg_ids = props.pick(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if msg_ids.null_count:  # no UNIQ_KEY: the offset message id (only for the rows that lack one)
+        lacking = np.flatnonzero(msg_ids.is_null().to_numpy(zero_copy_only=False))
+        index = np.full(n, -1, dtype=np.int64)
+        index[lacking] = np.arange(len(lacking))
+        msg_ids = pc.coalesce(msg_ids, _offset_msg_ids(a, starts[lacking]).take(pa.array(index, mask=index < 0)))
     columns: list[pa.Array] = [
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(broker, pa.string()), n),
