@@ -87,14 +87,25 @@ def record_starts(buf: bytes | memoryview) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
-_WIDTHS = {w: np.arange(w, dtype=np.int32) for w in (2, 4, 8)}
+class _BigEndian:
+    """Big-endian integers read at any byte position of a buffer: one unaligned view per width (each element
+    ``i`` of the ``>i4`` view is the 4 bytes at ``buf[i:i + 4]``), so reading a field of n records is one take
+    of n elements."""
 
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self._views: dict[str, np.ndarray] = {}
 
-def _gather(a: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    """Big-endian integers of ``width`` bytes at each position of ``pos`` in the byte array ``a``."""
-    if len(a) < 2**31 - 8:  # int32 positions: half the index memory of int64
-        pos = pos.astype(np.int32)
-    return a.take(pos[:, None] + _WIDTHS[width]).view(dtype).ravel().astype(np.int64)
+    def at(self, pos: np.ndarray, dtype: str) -> np.ndarray:
+        view = self._views.get(dtype)
+        if view is None:
+            width = np.dtype(dtype).itemsize
+            view = np.ndarray((max(len(self.buf) - width + 1, 0),), dtype=dtype, buffer=self.buf, strides=(1,))
+            self._views[dtype] = view
+        try:
+            return view[pos].astype(np.int64)
+        except IndexError:
+            raise MessageFormatError("a record's fields run past the end of the buffer") from None
 
 
 def _slices(buf: pa.Buffer, begin: np.ndarray, end: np.ndarray) -> pa.Array:
@@ -195,23 +206,26 @@ def records_to_batch(buf: bytes, topic: str, broker: str, queue_id: int, include
     if n == 0:
         return DecodedRecords(pa.RecordBatch.from_pylist([], schema=schema), np.empty(0, np.int64))
     a = np.frombuffer(buf, dtype=np.uint8)
-    magic = _gather(a, starts + POS_MAGIC, 4, ">i4")
+    be = _BigEndian(buf)
+    magic = be.at(starts + POS_MAGIC, ">i4")
     if not (magic == MESSAGE_MAGIC_CODE_V1).all():
         bad = int(starts[np.argmax(magic != MESSAGE_MAGIC_CODE_V1)])
         raise MessageFormatError(f"record at byte {bad} has a bad magic code")
-    queue_offsets = _gather(a, starts + POS_QUEUE_OFFSET, 8, ">i8")
-    sys_flags = _gather(a, starts + POS_SYS_FLAG, 4, ">i4")
-    born = _gather(a, starts + POS_BORN_TIMESTAMP, 8, ">i8")
-    stored = _gather(a, starts + POS_STORE_TIMESTAMP, 8, ">i8")
-    body_len = _gather(a, starts + POS_BODY_LENGTH, 4, ">i4")
+    queue_offsets = be.at(starts + POS_QUEUE_OFFSET, ">i8")
+    sys_flags = be.at(starts + POS_SYS_FLAG, ">i4")
+    born = be.at(starts + POS_BORN_TIMESTAMP, ">i8")
+    stored = be.at(starts + POS_STORE_TIMESTAMP, ">i8")
+    body_len = be.at(starts + POS_BODY_LENGTH, ">i4")
     body_begin = starts + POS_BODY
     body_end = body_begin + body_len
+    if (body_len < 0).any() or (body_end >= len(a)).any():
+        raise MessageFormatError("a record's body runs past the end of the buffer")
     topic_len = a[body_end].astype(np.int64)
     props_len_pos = body_end + 1 + topic_len
-    props_len = _gather(a, props_len_pos, 2, ">i2")
+    props_len = be.at(props_len_pos, ">i2")
     props_begin = props_len_pos + 2
     props_end = props_begin + props_len
-    sizes = _gather(a, starts, 4, ">i4")
+    sizes = be.at(starts, ">i4")
     if not (props_end == starts + sizes).all():
         raise MessageFormatError("field lengths do not add up to the record sizes")
 
