@@ -483,28 +483,40 @@ class MessageStore:
         total = 0
         removed = 0
         seg = None
-        seg_start = seg_end = 0
+        seg_start = seg_end = wrote = 0
+        run_start = run_end = -1  # the run of records lying end to end that becomes one view
         for i, off, size in zip(rel, phys, sizes, strict=True):
             if size == BLANK_ENTRY_SIZE or off < min_phy:
                 removed += 1
                 continue
-            if buffers and (len(buffers) >= max_count or total + size > max_bytes):
+            if queue_offsets and (len(queue_offsets) >= max_count or total + size > max_bytes):
                 scanned = queue_offsets[-1] - offset + 1
                 break
             if not seg_start <= off < seg_end:
+                if run_end >= 0:
+                    buffers.append(seg.buf[run_start:run_end])  # type: ignore[union-attr]
+                    run_start = run_end = -1
                 seg = self.commit_log.queue.find_by_offset(off)
                 if seg is None:
+                    seg_start = seg_end = 0
                     removed += 1
                     continue
                 seg_start = seg.file_from_offset
                 seg_end = seg_start + seg.file_size
+                wrote = seg.wrote_position
             pos = off - seg_start
-            if pos + size > seg.wrote_position:  # type: ignore[union-attr]
+            if pos + size > wrote:
                 removed += 1
                 continue
-            buffers.append(seg.buf[pos : pos + size])  # type: ignore[union-attr]
+            if pos != run_end:
+                if run_end >= 0:
+                    buffers.append(seg.buf[run_start:run_end])  # type: ignore[union-attr]
+                run_start = pos
+            run_end = pos + size
             queue_offsets.append(offset + i)
             total += size
+        if run_end >= 0:
+            buffers.append(seg.buf[run_start:run_end])  # type: ignore[union-attr]
         result.next_begin_offset = offset + scanned
         result.buffer_total_size = total
         if buffers:
