@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import zlib
 
 import pytest
@@ -23,6 +24,7 @@ from sluice.spark.arrow_codec import (  # noqa: E402
     arrow_schema,
     chunk_records,
     encode_rows,
+    record_starts,
     records_to_batch,
     split_by_topic,
     write_keys,
@@ -146,3 +148,13 @@ def test_rows_are_split_by_their_topic_column_unless_the_option_names_one():
     assert [(t, rows.column("value").to_pylist(), pos.tolist()) for t, rows, pos in parts] == \
         [("t1", [b"b"], [1]), ("t2", [b"a", b"c"], [0, 2])]
     assert [t for t, _, _ in split_by_topic(batch, "fixed")] == ["fixed"]
+
+
+@pytest.mark.parametrize("bodies", [[b"x" * 10] * 5, [b"x" * 10, b"y" * 112, b"z" * 10], [b"a"],
+                                    [b"x" * 10, b"y" * 10, b"z" * 11]])
+def test_record_starts_follow_each_record_size_whether_or_not_the_records_are_of_one_size(bodies):
+    records = [encode_record(topic=b"T", body=b, properties=b"") for b in bodies]
+    expected = list(itertools.accumulate((len(r) for r in records[:-1]), initial=0))
+    assert record_starts(b"".join(records)).tolist() == expected
+    with pytest.raises(MessageFormatError):
+        record_starts(b"".join(records) + records[0][:50])
