@@ -58,7 +58,7 @@ def _cmd_bench_spark(args: argparse.Namespace) -> int:
     if args.broker_max_pull and not args.embedded:
         raise SystemExit("sluice: --broker-max-pull configures the --embedded broker only")
     opts = SparkBenchOptions(namesrv=args.namesrv, topic=args.topic, count=args.count, size=args.size,
-                             queues=args.queues, runs=args.runs, json=args.json)
+                             queues=args.queues, runs=args.runs, json=args.json, warmup=args.warmup)
     run_spark_bench(args.bench_command, opts, embedded=args.embedded, broker_max_pull=args.broker_max_pull)
     return 0
 
@@ -74,6 +74,8 @@ def _add_spark_bench(bench: argparse._SubParsersAction) -> None:
         b.add_argument("--size", type=int, default=128, help="message body bytes")
         b.add_argument("--queues", type=int, default=4, help="queues of the topic (created if missing)")
         b.add_argument("--runs", type=int, default=3, help="measured runs (the median is reported)")
+        b.add_argument("--warmup", type=int, default=1,
+                       help="spark-read: full-size reads before the measured runs (0: a 5%% read)")
         b.add_argument("--json", action="store_true", help="one JSON line of results")
         b.add_argument("--embedded", action="store_true", help="start a name server and broker in a child process")
         b.add_argument("--broker-max-pull", type=int, default=None,

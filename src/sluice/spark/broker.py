@@ -192,24 +192,25 @@ class QueueClient:
 
     # == pulls ======================================================================================
     def pull_range(self, ref: QueueRef, start: int, end: int, group: str, pull_batch: int,
-                   window: int = 16, buffered: int = 64) -> Iterator[tuple[int, RawPull]]:
+                   window: int = 16, buffered: int = 4) -> Iterator[tuple[int, RawPull]]:
         """Pull ``[start, end)`` of one queue in order, ``window`` requests in flight at once.
 
         Yields (offset pulled from, result) for each pull; a pull that ends early (the broker caps messages
         and bytes per pull, or messages expired) is followed by one from where it stopped. The caller sees
         ``next_begin_offset`` and the status of each, and decides what a gap means. Pulls run ahead on the
-        client's loop thread while the caller works, up to ``buffered`` results not yet taken.
+        client's loop thread while the caller works, up to ``buffered`` hand-overs (each up to ``window``
+        chunks) not yet taken.
         """
-        out: queue.SimpleQueue[tuple[int, RawPull] | BaseException | None] = queue.SimpleQueue()
+        out: queue.SimpleQueue[list[tuple[int, RawPull]] | BaseException | None] = queue.SimpleQueue()
         slots: asyncio.Semaphore | None = None
 
         async def produce() -> None:
             nonlocal slots
             slots = asyncio.Semaphore(buffered)
             try:
-                async for item in self._pulls(ref, start, end, group, pull_batch, window):
+                async for items in self._pulls(ref, start, end, group, pull_batch, window):
                     await slots.acquire()
-                    out.put(item)
+                    out.put(items)
                 out.put(None)
             except asyncio.CancelledError:
                 raise
@@ -243,12 +244,14 @@ class QueueClient:
                 if taken >= give_back_every:
                     self.thread.call(functools.partial(release, taken))
                     taken = 0
-                yield item
+                yield from item
         finally:
             future.cancel()
 
     async def _pulls(self, ref: QueueRef, start: int, end: int, group: str, pull_batch: int,
-                     window: int) -> AsyncIterator[tuple[int, RawPull]]:
+                     window: int) -> AsyncIterator[list[tuple[int, RawPull]]]:
+        """The pulls covering ``[start, end)``, in order, in lists: each one the next chunk's pulls and those
+        of the chunks after it that have already come back (one hand-over to the reading thread for all)."""
         addr = await self.addr_of(ref)
         mq = MessageQueue(ref.topic, ref.broker, ref.queue_id)
         api = self.instance.api
@@ -278,8 +281,10 @@ class QueueClient:
                     next_chunk = hi
                 if not pending:
                     return
-                for item in await pending.popleft():
-                    yield item
+                items = await pending.popleft()
+                while pending and pending[0].done():
+                    items += pending.popleft().result()
+                yield items
         finally:
             for t in pending:
                 t.cancel()
