@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from time import perf_counter
 from typing import TYPE_CHECKING
 
@@ -84,6 +85,15 @@ class SendMessageRequestHeader:
     def parse(cls, req: RemotingCommand, v2: bool, batch: bool) -> SendMessageRequestHeader:
         if not v2:
             return cls._parse(req, batch)
+        e = req.ext_fields
+        try:  # the usual V2 header, every value a plain decimal where one is expected
+            mrt = e.get("l")
+            return cls(e.get("a") or "DEFAULT_PRODUCER", e["b"], e.get("c", ""), int(e.get("d") or 4), int(e["e"]),
+                       int(e.get("f") or 0), int(e.get("g") or 0), int(e.get("h") or 0), e.get("i") or "",
+                       int(e.get("j") or 0), batch or _truthy(e.get("m")),
+                       int(mrt) if mrt and mrt.lstrip("-").isdigit() else None)
+        except (KeyError, ValueError):
+            pass  # missing or malformed: the general parse below names the field
         try:
             return cls._parse(RemotingCommand(req.code, {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()}),
                               batch)
@@ -104,6 +114,7 @@ class SendMessageRequestHeader:
                    int(mrt) if mrt and mrt.lstrip("-").isdigit() else None)
 
 
+@lru_cache(maxsize=4096)
 def ipv4_addr(addr: str) -> str:
     """``addr`` if it is an IPv4 ``ip:port`` (records hold IPv4 hosts only), else the loopback with port 0."""
     host, _, port = addr.rpartition(":")
