@@ -7,13 +7,13 @@ records plus 8 bytes, a BLANK filler ``[remaining][0xCBD43194]`` closes it (spec
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import struct
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -39,6 +39,7 @@ from sluice.common.properties import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    encode_properties,
     has_property,
 )
 from sluice.common.sysflag import (
@@ -121,6 +122,37 @@ class RawBatch(NamedTuple):
     extra_properties: dict[str, str]
 
 
+class _PutSection:
+    """``with log._append_section(n) as (segment, store_ts)``: the put lock held, the segment the next ``n``
+    bytes go to and the store timestamp (a class, not a generator context manager: it runs once a put)."""
+
+    __slots__ = ("log", "nbytes")
+
+    def __init__(self, log: CommitLog, nbytes: int) -> None:
+        self.log = log
+        self.nbytes = nbytes
+
+    def __enter__(self) -> tuple[MappedFile, int]:
+        log = self.log
+        if self.nbytes + END_FILE_MIN_BLANK_LENGTH > log.file_size:
+            raise SegmentOverflow(f"{self.nbytes} bytes of records exceed a commit log segment of {log.file_size}")
+        log.put_lock.acquire()
+        try:
+            if log.closed:
+                raise CommitLogClosed("the message store is shut down")
+            store_ts = int(time.time() * 1000)
+            log.begin_time_in_lock = time.monotonic()
+            return log._segment_for(self.nbytes), store_ts
+        except BaseException:
+            log.begin_time_in_lock = 0.0
+            log.put_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.log.begin_time_in_lock = 0.0
+        self.log.put_lock.release()
+
+
 class SegmentOverflow(Exception):
     """The records cannot fit in one segment, however empty."""
 
@@ -131,6 +163,13 @@ class CommitLogClosed(Exception):
 
 class PropertiesTooLarge(Exception):
     """A message's encoded properties exceed ``max_properties_size``."""
+
+
+@lru_cache(maxsize=4096)
+def _topic_tail(topic: str) -> bytes:
+    """``TOPICLENGTH TOPIC`` of a stored record."""
+    topic_b = topic.encode("utf-8")
+    return _TAIL_TOPIC.pack(len(topic_b)) + topic_b
 
 
 def tags_code_of(tags: str | None) -> int:
@@ -177,23 +216,24 @@ class CommitLog:
         prepared = []
         default_store = self.default_store_host
         max_props = self.config.max_properties_size
+        batch_bytes = 0
         for m in msgs:
-            topic_b = m.topic.encode("utf-8")
+            topic_tail = _topic_tail(m.topic)
             props = m.properties
-            props_b = m.properties_bytes()
+            props_b = encode_properties(props)
             if len(props_b) > max_props:
                 raise PropertiesTooLarge(f"properties of {len(props_b)} bytes exceed {max_props} bytes")
             if b"\0" in props_b:
                 raise MessageFormatError("message properties may not contain NUL characters")
             body = m.body
-            total = RECORD_FIXED_SIZE + len(body) + len(topic_b) + len(props_b)
-            tail = b"".join((_TAIL_TOPIC.pack(len(topic_b)), topic_b, _TAIL_PROPS.pack(len(props_b)), props_b))
+            total = RECORD_FIXED_SIZE - 1 + len(body) + len(topic_tail) + len(props_b)
+            batch_bytes += total
             born_addr, born_port = host_to_bytes(m.born_host)
             store_addr, store_port = host_to_bytes(m.store_host) if m.store_host else default_store
             tags = props.get(PROPERTY_TAGS)
-            prepared.append((m, total, zlib.crc32(body) & 0x7FFFFFFF, tail, born_addr, born_port, store_addr,
+            prepared.append((m, total, zlib.crc32(body) & 0x7FFFFFFF,
+                             topic_tail + _TAIL_PROPS.pack(len(props_b)) + props_b, born_addr, born_port, store_addr,
                              store_port, tag_hash_code(tags) if tags else 0))
-        batch_bytes = sum(p[1] for p in prepared)
         table = self.topic_queue_table
         with self._append_section(batch_bytes) as (mf, store_ts):
             phys = mf.file_from_offset + mf.wrote_position
@@ -287,20 +327,9 @@ class CommitLog:
                                      index_records, store_ts))
         return AppendResult(first_phys, batch_bytes, first_qoff, store_ts, phys.tolist(), {key: first_qoff + n})
 
-    @contextlib.contextmanager
-    def _append_section(self, nbytes: int) -> Iterator[tuple[MappedFile, int]]:
+    def _append_section(self, nbytes: int) -> _PutSection:
         """Under the put lock: the segment that takes the next ``nbytes`` and the store timestamp."""
-        if nbytes + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise SegmentOverflow(f"{nbytes} bytes of records exceed a commit log segment of {self.file_size}")
-        with self.put_lock:
-            if self.closed:
-                raise CommitLogClosed("the message store is shut down")
-            store_ts = int(time.time() * 1000)
-            self.begin_time_in_lock = time.monotonic()
-            try:
-                yield self._segment_for(nbytes), store_ts
-            finally:
-                self.begin_time_in_lock = 0.0
+        return _PutSection(self, nbytes)
 
     def _segment_for(self, nbytes: int) -> MappedFile:
         """The segment the next ``nbytes`` go to: the last one, or a new one once a BLANK closes it."""
