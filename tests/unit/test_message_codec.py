@@ -105,6 +105,7 @@ def test_a_decoded_message_reads_its_properties_only_when_asked():
     record = encode_record(topic=b"T", body=b"body", properties=encode_properties(props), queue_offset=7)
     m = decode_record(record)
     assert (m.tags, m.keys, m.uniq_key, m.msg_id) == ("t", ["a", "b"], "0A" * 16, "0A" * 16)
+    assert (m.get_property("x"), m.get_property("nope")) == ("y", None)
     assert m._properties is None  # the accessors above read the encoded bytes
     eager = m.replace(properties=dict(props))
     assert eager == m and m.properties == props and m._properties is not None

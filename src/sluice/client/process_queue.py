@@ -142,7 +142,7 @@ class ProcessQueue:
             self._count += added
             self._size += size
             if last is not None:
-                max_offset = last.properties.get(_PROPERTY_MAX_OFFSET)
+                max_offset = last.get_property(_PROPERTY_MAX_OFFSET)
                 if max_offset is not None and max_offset.lstrip("-").isdigit():
                     acc = int(max_offset) - last.queue_offset
                     if acc > 0:

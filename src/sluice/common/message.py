@@ -155,6 +155,10 @@ class MessageExt(_PropertyAccessors):
     def properties(self, value: dict[str, str]) -> None:
         self._properties = value
 
+    def get_property(self, name: str) -> str | None:
+        """One property (Java's ``getProperty``), without decoding the others when they are still encoded."""
+        return self._property(name)
+
     def _property(self, name: str) -> str | None:
         if self._properties is None:
             return property_value(self._raw_properties, name) if self._raw_properties else None
