@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
+from sluice.broker.processors.send_message_processor import SendMessageRequestHeader
 from sluice.common.config import MessageStoreConfig
-from sluice.common.errors import StoreLockedError
+from sluice.common.errors import MessageFormatError, StoreLockedError
+from sluice.common.message_codec import decode_records, encode_record
+from sluice.remoting.codec import decode_frame, encode_command_bytes
+from sluice.remoting.codes import RequestCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.errors import BadRequestError
 from sluice.store import MessageStore, PutMessageStatus
 
 from .helpers import msg
@@ -57,3 +65,33 @@ def test_nul_in_properties_is_illegal(store: MessageStore):
     r = store.put_message(m)
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "NUL" in r.remark
     assert store.get_max_phy_offset() == 0
+
+
+def test_an_index_geometry_that_holds_no_key_is_refused_at_configuration():
+    with pytest.raises(ValueError, match="max_index_num"):
+        MessageStoreConfig(max_index_num=1)
+
+
+def test_a_pull_body_with_a_zero_record_size_is_refused_not_looped_on():
+    record = bytearray(encode_record(topic=b"T", body=b"x", properties=b""))
+    record[0:4] = (0).to_bytes(4, "big")
+    record[84:88] = (-91).to_bytes(4, "big", signed=True)
+    with pytest.raises(MessageFormatError):
+        decode_records(bytes(record))
+
+
+def test_a_v2_send_header_mixing_long_names_in_reads_them():
+    req = RemotingCommand(RequestCode.SEND_MESSAGE_V2, {"a": "g", "b": "T", "e": "1", "defaultTopicQueueNums": "16"})
+    h = SendMessageRequestHeader.parse(req, v2=True, batch=False)
+    assert (h.topic, h.queue_id, h.default_topic_queue_nums, h.producer_group) == ("T", 1, 16, "g")
+    with pytest.raises(BadRequestError, match="'e' \\(queueId\\)"):
+        SendMessageRequestHeader.parse(RemotingCommand(RequestCode.SEND_MESSAGE_V2, {"b": "T", "e": "x"}),
+                                       v2=True, batch=False)
+
+
+def test_headers_json_reads_but_orjson_does_not_still_decode():
+    for header in (b'\xef\xbb\xbf{"code":10,"opaque":1}', b'{"code":10,"remark":"\\ud800","opaque":2}'):
+        frame = struct.pack(">I", len(header)) + header
+        assert decode_frame(frame).code == 10
+    odd = RemotingCommand(10, {}, remark="\ud800 lone")
+    assert decode_frame(encode_command_bytes(odd)[4:]).remark == "\ud800 lone"

@@ -149,3 +149,13 @@ def test_a_raw_batch_stores_the_same_records_cq_entries_and_index_as_putting_its
 
 def _log_bytes(store: MessageStore) -> bytes:
     return bytes(store.commit_log.get_data(0, store.get_max_phy_offset()))
+
+
+def test_bodies_full_of_property_markers_are_not_mistaken_for_properties(store: MessageStore):
+    noisy = b"\x02TAGS\x01fake\x02UNIQ_KEY\x01" + b"\x02KEYS\x01k" * 200  # more markers than the bulk search takes
+    batch = [BatchItem(noisy, {"TAGS": "real", "UNIQ_KEY": f"{i:032X}"}) for i in range(3)] + [BatchItem(noisy, {})]
+    assert store.put_raw_batch(raw("Raw", batch)).ok
+    assert store.get_messages("g", "Raw", 0, 0, 32, tag_codes={tag_hash_code("real")}).message_count == 3
+    assert store.get_messages("g", "Raw", 0, 0, 32, tag_codes={tag_hash_code("fake")}).message_count == 0
+    assert len(store.query_message("Raw", f"{2:032X}").messages) == 1
+    assert store.query_message("Raw", "k").messages == []

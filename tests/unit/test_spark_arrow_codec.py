@@ -158,3 +158,11 @@ def test_record_starts_follow_each_record_size_whether_or_not_the_records_are_of
     assert record_starts(b"".join(records)).tolist() == expected
     with pytest.raises(MessageFormatError):
         record_starts(b"".join(records) + records[0][:50])
+
+
+def test_a_negative_properties_length_is_a_format_error():
+    record = bytearray(encode_record(topic=b"T", body=b"body", properties=b"a\x01b"))
+    props_len_at = len(record) - 3 - 2
+    record[props_len_at:props_len_at + 2] = (-1).to_bytes(2, "big", signed=True)
+    with pytest.raises(MessageFormatError):
+        records_to_batch(bytes(record), "T", "b", 0, include_properties=False)

@@ -86,6 +86,8 @@ class MessageStoreConfig:
             raise ValueError("mapped_file_size_consume_queue must be a multiple of 20")
         if self.mapped_file_size_commit_log < 4096:
             raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
+        if self.max_index_num < 2 or self.max_hash_slot_num < 1:
+            raise ValueError("max_index_num must be at least 2 (entry 0 means none) and max_hash_slot_num at least 1")
 
     @property
     def store_path_commit_log(self) -> str:

@@ -188,6 +188,8 @@ def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
              body_len) = unpack(buf, pos)
             if magic != MESSAGE_MAGIC_CODE_V1:
                 raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
+            if total < RECORD_FIXED_SIZE or body_len < 0 or pos + total > n:
+                raise MessageFormatError(f"record at {pos}: total size {total}, body length {body_len} do not fit")
             p = pos + POS_BODY
             body = buf[p:p + body_len]
             p += body_len
@@ -196,7 +198,7 @@ def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
             p += 1 + topic_len
             props_len = unpack_i16(buf, p)[0]
             p += 2
-            if RECORD_FIXED_SIZE + body_len + topic_len + props_len != total or p + props_len > n:
+            if props_len < 0 or RECORD_FIXED_SIZE + body_len + topic_len + props_len != total:
                 raise MessageFormatError(f"field lengths of the record at {pos} do not add up to its size")
             add(MessageExt(topic, body, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
                            host(born_addr, born_port), store_ts, host(store_addr, store_port), reconsume_times,

@@ -26,6 +26,7 @@ _I32: Final = struct.Struct(">i")
 _I16: Final = struct.Struct(">h")
 _LANG_BY_CODE: Final = {lc.value: lc.name for lc in LanguageCode}
 _json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_json_encode_ascii = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
 
 def _ext_str(v: Any) -> str:
@@ -56,8 +57,8 @@ def encode_header(cmd: RemotingCommand) -> bytes:
         obj["remark"] = cmd.remark
     try:
         return orjson.dumps(obj)  # the same bytes as _json_encode, ~10x faster
-    except TypeError:  # what orjson refuses (a lone surrogate in a remark, say), json writes escaped
-        return _json_encode(obj).encode("utf-8")
+    except TypeError:  # what orjson refuses (a lone surrogate in a remark, say), json writes as \u escapes
+        return _json_encode_ascii(obj).encode("ascii")
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -124,8 +125,11 @@ def _int_field(obj: dict[str, Any], name: str, default: int | None = None) -> in
 def _decode_json_header(header: bytes) -> RemotingCommand:
     try:
         obj = orjson.loads(header)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"header is not valid JSON: {exc}") from exc
+    except orjson.JSONDecodeError:
+        try:  # what orjson is stricter about (a BOM, NaN, a lone surrogate escape) json.loads still reads
+            obj = json.loads(header)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"header is not valid JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("header is not a JSON object")
     ext = obj.get("extFields") or {}

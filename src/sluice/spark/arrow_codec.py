@@ -237,7 +237,7 @@ def records_to_batch(buf: bytes, topic: str, broker: str, queue_id: int, include
     props_begin = props_len_pos + 2
     props_end = props_begin + props_len
     sizes = be.at(starts, ">i4")
-    if not (props_end == starts + sizes).all():
+    if (props_len < 0).any() or not (props_end == starts + sizes).all():
         raise MessageFormatError("field lengths do not add up to the record sizes")
 
     pbuf = pa.py_buffer(buf)

@@ -70,7 +70,12 @@ class BatchBody:
         """Where each record's value of property ``name`` lies (records without it left out; for a repeated
         name the last one wins, as in ``decode_properties``)."""
         marker = property_marker(name)
-        found = [m.start() for m in _marker_pattern(marker).finditer(self.data)]
+        cap = 4 * self.cols.count + 64  # bodies full of markers: search each record's properties instead
+        found: list[int] = []
+        for m in _marker_pattern(marker).finditer(self.data):
+            found.append(m.start())
+            if len(found) > cap:
+                return self._spans_record_by_record(marker)
         if not found:
             return _NO_SPANS
         pos = np.array(found, dtype=np.int64)
@@ -88,6 +93,25 @@ class BatchBody:
         seps = self.separators()
         end = np.minimum(seps[np.searchsorted(seps, start)], self.props_end[rec])
         return PropertySpans(rec, start, end)
+
+    def _spans_record_by_record(self, marker: bytes) -> PropertySpans:
+        """``property_spans`` searching only inside each record's properties (``property_value``'s way)."""
+        data = self.data
+        recs: list[int] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        for i, (lo, hi) in enumerate(zip(self.props_start.tolist(), self.props_end.tolist(), strict=True)):
+            j = data.rfind(marker, lo, hi)
+            while j > lo and data[j - 1] != _SEPARATOR:  # inside another property's value: look further back
+                j = data.rfind(marker, lo, j)
+            if j < 0:
+                continue
+            start = j + len(marker)
+            end = data.find(b"\x02", start, hi)
+            recs.append(i)
+            starts.append(start)
+            ends.append(hi if end < 0 else end)
+        return PropertySpans(*(np.array(a, dtype=np.int64) for a in (recs, starts, ends)))
 
     def values(self, spans: PropertySpans) -> list[str]:
         """The property values ``spans`` point at, as ``property_value`` decodes them."""

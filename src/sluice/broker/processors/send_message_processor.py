@@ -44,6 +44,8 @@ V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaul
            "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
            "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
 
+_V2_LONG_NAMES = frozenset(V2_KEYS.values())
+
 PUT_STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
     PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -86,6 +88,8 @@ class SendMessageRequestHeader:
         if not v2:
             return cls._parse(req, batch)
         e = req.ext_fields
+        if e.keys() & _V2_LONG_NAMES:  # a header mixing long names in: the general parse maps them
+            return cls._parse_mapped(req, batch)
         try:  # the usual V2 header, every value a plain decimal where one is expected
             mrt = e.get("l")
             return cls(e.get("a") or "DEFAULT_PRODUCER", e["b"], e.get("c", ""), int(e.get("d") or 4), int(e["e"]),
@@ -93,7 +97,10 @@ class SendMessageRequestHeader:
                        int(e.get("j") or 0), batch or _truthy(e.get("m")),
                        int(mrt) if mrt and mrt.lstrip("-").isdigit() else None)
         except (KeyError, ValueError):
-            pass  # missing or malformed: the general parse below names the field
+            return cls._parse_mapped(req, batch)  # missing or malformed: the general parse names the field
+
+    @classmethod
+    def _parse_mapped(cls, req: RemotingCommand, batch: bool) -> SendMessageRequestHeader:
         try:
             return cls._parse(RemotingCommand(req.code, {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()}),
                               batch)
