@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import zlib
 from functools import lru_cache
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -71,11 +71,9 @@ class BatchBody:
         name the last one wins, as in ``decode_properties``)."""
         marker = property_marker(name)
         cap = 4 * self.cols.count + 64  # bodies full of markers: search each record's properties instead
-        found: list[int] = []
-        for m in _marker_pattern(marker).finditer(self.data):
-            found.append(m.start())
-            if len(found) > cap:
-                return self._spans_record_by_record(marker)
+        found = [m.start() for m in islice(_marker_pattern(marker).finditer(self.data), cap + 1)]
+        if len(found) > cap:
+            return self._spans_record_by_record(marker)
         if not found:
             return _NO_SPANS
         pos = np.array(found, dtype=np.int64)
