@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.store import MessageStore
 from sluice.store.index_file import INDEX_HEADER, IndexFile, index_file_size
@@ -54,3 +60,23 @@ def test_index_file_header_layout(tmp_path):
     f.select("T#k3", 0, 10**12, 10, out)
     assert out == [1003]
     f.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=12), min_size=1, max_size=4),
+       slots=st.integers(1, 6))
+def test_putting_many_keys_at_once_writes_what_putting_them_one_by_one_writes(batches, slots):
+    with tempfile.TemporaryDirectory() as d:
+        bulk = IndexFile(os.path.join(d, "00000000000000001"), slots, 20)
+        single = IndexFile(os.path.join(d, "00000000000000002"), slots, 20)
+        ts = 1_700_000_000_000
+        for n, hashes in enumerate(batches):
+            phys = [1000 * n + i for i in range(len(hashes))]
+            put = bulk.put_many(np.array(hashes, dtype=np.int64), np.array(phys, dtype=np.int64), ts + n * 1000)
+            expected = sum(single.put_hashed(h, p, ts + n * 1000) for h, p in zip(hashes, phys, strict=True))
+            assert put == expected
+        for f in (bulk, single):
+            f.write_header()
+        assert bytes(bulk.mf.buf) == bytes(single.mf.buf)  # header, slots, entries and chains, byte for byte
+        bulk.close()
+        single.close()
