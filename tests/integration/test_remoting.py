@@ -32,6 +32,7 @@ from sluice.remoting import (
 from sluice.remoting.codec import decode_frame, encode_command_bytes
 from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, SerializeType
 from sluice.remoting.connection import RequestHandler, no_handler
+from sluice.remoting.deferred_response import DeferredResponse
 
 try:
     import uvloop
@@ -706,16 +707,33 @@ def test_reader_that_never_reads_is_paused_then_disconnected_while_others_are_se
 
 
 @pytest.mark.parametrize("cap", [1, 4])
-def test_inflight_cap_pauses_reading_until_handlers_finish(run, cap):
+@pytest.mark.parametrize("answer", ["task", "deferred"])
+def test_inflight_cap_pauses_reading_until_handlers_finish(run, cap, answer):
     async def scenario():
         release = asyncio.Event()
         started = 0
+        deferred: list[DeferredResponse] = []
 
-        async def hold(conn, req):
+        async def hold_task(conn, req):
             nonlocal started
             started += 1
             await release.wait()
             return req.response(ResponseCode.SUCCESS, ext_fields=dict(req.ext_fields))
+
+        def hold_deferred(conn, req):
+            nonlocal started
+            started += 1
+            d = DeferredResponse()
+            deferred.append(d)
+            if release.is_set():
+                asyncio.get_running_loop().call_soon(
+                    d.resolve, lambda: req.response(ResponseCode.SUCCESS, ext_fields=dict(req.ext_fields)))
+            else:
+                asyncio.ensure_future(release.wait()).add_done_callback(lambda _: d.resolve(
+                    lambda: req.response(ResponseCode.SUCCESS, ext_fields=dict(req.ext_fields))))
+            return d
+
+        hold = hold_task if answer == "task" else hold_deferred
 
         config = RemotingConfig(max_inflight_requests=cap)
         async with (serving(dispatcher({HOLD: hold}), config) as server, client_of() as client,
@@ -738,6 +756,42 @@ def test_inflight_cap_pauses_reading_until_handlers_finish(run, cap):
             results = await asyncio.wait_for(asyncio.gather(*calls), 2)
             assert [r.ext_fields["i"] for r in results] == [str(i) for i in range(10)]
             assert started == 10
+
+    run(scenario())
+
+
+def test_deferred_responses_are_answered_when_resolved_in_any_order(run):
+    async def scenario():
+        held: dict[str, DeferredResponse] = {}
+        requests: dict[str, RemotingCommand] = {}
+
+        def defer(conn, req):
+            d = DeferredResponse()
+            held[req.ext_fields["i"]] = d
+            requests[req.ext_fields["i"]] = req
+            return d
+
+        def boom() -> RemotingCommand:
+            raise ValueError("no answer")
+
+        async with serving(dispatcher({HOLD: defer})) as server, client_of() as client:
+            calls = [asyncio.ensure_future(client.invoke(server.address, RemotingCommand.request(HOLD, {"i": str(i)}),
+                                                         3000)) for i in range(3)]
+            await wait_until(lambda: len(held) == 3, what="three requests handled")
+            (conn,) = server.connections
+            assert conn.inflight == 3  # a connection waiting on answers is not idle
+            held["2"].resolve(lambda: requests["2"].response(ResponseCode.SUCCESS, "two"))
+            held["2"].resolve(lambda: requests["2"].response(ResponseCode.SUCCESS, "again"))  # once only
+            held["0"].resolve(boom)
+            assert (await asyncio.wait_for(calls[2], 2)).remark == "two"
+            failed = await asyncio.wait_for(calls[0], 2)
+            assert failed.code == ResponseCode.SYSTEM_ERROR and "no answer" in (failed.remark or "")
+            assert not calls[1].done() and conn.inflight == 1
+            held["1"].resolve(lambda: requests["1"].response(ResponseCode.SUCCESS, "one"))
+            assert (await asyncio.wait_for(calls[1], 2)).remark == "one"
+            assert conn.inflight == 0
+            resp = await client.invoke(server.address, RemotingCommand.request(ECHO), 2000)  # still usable
+            assert resp.remark == "echo"
 
     run(scenario())
 

@@ -96,3 +96,59 @@ def test_wait_false_does_not_wait_for_the_flush(store_config: MessageStoreConfig
         m.properties["WAIT"] = "false"
         assert store.put_message(m).status is PutMessageStatus.PUT_OK
         monkeypatch.undo()
+
+
+def _put_then_all(store: MessageStore, n: int, size: int = 0) -> tuple[list, list]:
+    """``put_messages_then`` of ``n`` messages from one loop; (immediate results, results via callback), the
+    callbacks checked to run on the loop's thread and each at most once."""
+    async def main() -> tuple[list, list]:
+        loop_thread = threading.get_ident()
+        later: list = []
+        all_done = asyncio.get_running_loop().create_future()
+
+        def done(r) -> None:
+            assert threading.get_ident() == loop_thread
+            later.append(r)
+            if len(later) + len(now) == n and not all_done.done():
+                all_done.set_result(None)
+
+        bodies = [str(i).encode().ljust(size) for i in range(n)]
+        now = [r for b in bodies if (r := store.put_messages_then([msg(body=b)], done)) is not None]
+        if len(now) < n:
+            await asyncio.wait_for(all_done, 10)
+        await asyncio.sleep(0.05)  # nothing is answered twice
+        return now, later
+
+    return asyncio.run(main())
+
+
+def test_put_then_answers_after_the_group_commit_on_the_callers_loop(store_config: MessageStoreConfig):
+    with MessageStore(store_config.replace(flush_disk_type="SYNC")) as store:
+        now, later = _put_then_all(store, 64)
+        assert now == [] and len(later) == 64 and all(r.ok for r in later)
+        assert sorted(r.queue_offset for r in later) == list(range(64))
+        assert store.commit_log.flushed_where >= max(r.wrote_offset + r.wrote_bytes for r in later)
+
+
+def test_put_then_answers_at_once_under_async_flush(store_config: MessageStoreConfig):
+    with MessageStore(store_config) as store:
+        now, later = _put_then_all(store, 8)
+        assert len(now) == 8 and later == [] and all(r.ok for r in now)
+
+
+def test_put_then_times_out_each_waiter_once_when_the_disk_hangs(store_config: MessageStoreConfig,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    with MessageStore(store_config.replace(flush_disk_type="SYNC", sync_flush_timeout=100)) as store:
+        monkeypatch.setattr(mapped_file_module.os, "fdatasync", CountingSync(delay=0.6))
+        t0 = time.monotonic()
+        now, later = _put_then_all(store, 5)
+        assert now == [] and len(later) == 5
+        assert all(r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "100 ms" in r.remark for r in later)
+        assert time.monotonic() - t0 < 0.5  # the timeout answered, not the slow flush
+        monkeypatch.undo()
+
+
+def test_put_then_refusal_is_answered_at_once(store_config: MessageStoreConfig):
+    with MessageStore(store_config.replace(flush_disk_type="SYNC", max_message_size=10)) as store:
+        now, later = _put_then_all(store, 1, size=11)
+        assert later == [] and now[0].status is PutMessageStatus.MESSAGE_ILLEGAL

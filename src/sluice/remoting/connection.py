@@ -20,11 +20,12 @@ from sluice.common.config import RemotingConfig
 from sluice.remoting.codec import FrameDecoder, encode_command
 from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from sluice.remoting.command import RemotingCommand, next_opaque
+from sluice.remoting.deferred_response import DeferredResponse
 from sluice.remoting.errors import BadRequestError, ProtocolError, RemotingConnectError, RemotingTimeoutError
 
 log = logging.getLogger(__name__)
 
-HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+HandlerResult = RemotingCommand | None | DeferredResponse | Awaitable[RemotingCommand | None]
 RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
 
 
@@ -54,6 +55,7 @@ class Connection(asyncio.Protocol):
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = math.inf
         self._tasks: set[asyncio.Task] = set()
+        self._deferred = 0  # DeferredResponses handed out and not yet resolved
         self._write_paused = False
         self._read_paused_by: set[str] = set()
         self._drained: asyncio.Event | None = None
@@ -136,14 +138,26 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             log.exception("request code %s from %s failed", req.code, self.remote_addr)
             result = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if inspect.isawaitable(result):
+        if type(result) is DeferredResponse:
+            result.bind(self, req)
+            self._deferred += 1
+            if self.inflight >= self.config.max_inflight_requests:
+                self._pause_reading("inflight")
+        elif inspect.isawaitable(result):
             task = asyncio.ensure_future(self._finish(req, result))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
-            if len(self._tasks) >= self.config.max_inflight_requests:
+            if self.inflight >= self.config.max_inflight_requests:
                 self._pause_reading("inflight")
         else:
-            self._reply(req, result)
+            self._reply(req, cast(RemotingCommand | None, result))
+
+    def deferred_done(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
+        """A ``DeferredResponse`` this connection bound has its answer: send it."""
+        self._deferred -= 1
+        if self.inflight <= self.config.max_inflight_requests // 2:
+            self._resume_reading("inflight")
+        self._reply(req, resp)
 
     async def _finish(self, req: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
         try:
@@ -160,7 +174,8 @@ class Connection(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        if len(self._tasks) <= self.config.max_inflight_requests // 2:  # <=: a cap of 1 must resume at 0
+        # <=: a cap of 1 must resume at 0
+        if self.inflight <= self.config.max_inflight_requests // 2:
             self._resume_reading("inflight")
 
     def _reply(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
@@ -294,4 +309,5 @@ class Connection(asyncio.Protocol):
 
     @property
     def inflight(self) -> int:
-        return len(self._tasks)
+        """Requests handled and not yet answered (tasks and deferred responses)."""
+        return len(self._tasks) + self._deferred

@@ -8,7 +8,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.store.service_thread import ServiceThread
@@ -47,19 +48,24 @@ class FlushStats:
 
 
 class FlushWaiter:
-    """A put waiting until the commit log is durable up to ``end_offset``."""
+    """A put waiting until the commit log is durable up to ``end_offset``: a thread blocked on an event, an
+    asyncio future, or a callback run on its event loop (``GroupCommitService.submit_callback``)."""
 
-    __slots__ = ("end_offset", "event", "ok", "loop", "future")
+    __slots__ = ("end_offset", "event", "ok", "loop", "future", "callback", "deadline", "settled")
 
-    def __init__(self, end_offset: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, end_offset: int, loop: asyncio.AbstractEventLoop | None = None,
+                 callback: Callable[[bool], None] | None = None) -> None:
         self.end_offset = end_offset
         self.ok = False
         self.loop = loop
+        self.callback = callback
+        self.deadline = 0.0
+        self.settled = False
+        self.event: threading.Event | None = None
+        self.future: asyncio.Future[bool] | None = None
         if loop is None:
-            self.event: threading.Event | None = threading.Event()
-            self.future: asyncio.Future[bool] | None = None
-        else:
-            self.event = None
+            self.event = threading.Event()
+        elif callback is None:
             self.future = loop.create_future()
 
     def wait(self, timeout: float) -> bool:
@@ -77,16 +83,62 @@ class FlushWaiter:
         finally:
             timer.cancel()
 
+    def settle(self, ok: bool) -> None:
+        """On the waiter's loop: hand the outcome to its future or callback, once."""
+        if self.settled:
+            return
+        self.settled = True
+        if self.future is not None:
+            if not self.future.done():
+                self.future.set_result(ok)
+            return
+        assert self.callback is not None
+        try:
+            self.callback(ok)
+        except Exception:  # one waiter's failure must not keep the others of its group waiting
+            log.exception("flush waiter callback failed")
+
 
 def _expire(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
         fut.set_result(False)
 
 
-def _resolve_futures(items: list[tuple[asyncio.Future[bool], bool]]) -> None:
-    for fut, ok in items:
-        if not fut.done():
-            fut.set_result(ok)
+def _settle_all(items: list[tuple[FlushWaiter, bool]]) -> None:
+    for w, ok in items:
+        w.settle(ok)
+
+
+class LoopFlushWaiters:
+    """The callback waiters of one event loop in the order they came, with one timer for the oldest one's
+    deadline instead of a timer each: all share one timeout, so deadlines only grow along the queue."""
+
+    __slots__ = ("loop", "timeout", "pending", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        self.loop = loop
+        self.timeout = timeout
+        self.pending: deque[FlushWaiter] = deque()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, w: FlushWaiter) -> None:
+        """On the loop: track ``w`` until it settles or its deadline passes."""
+        pending = self.pending
+        while pending and pending[0].settled:
+            pending.popleft()
+        w.deadline = self.loop.time() + self.timeout
+        pending.append(w)
+        if self.timer is None:
+            self.timer = self.loop.call_at(w.deadline, self._expire)
+
+    def _expire(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        pending = self.pending
+        while pending and (pending[0].settled or pending[0].deadline <= now):
+            pending.popleft().settle(False)
+        if pending:
+            self.timer = self.loop.call_at(pending[0].deadline, self._expire)
 
 
 class GroupCommitService(ServiceThread):
@@ -99,12 +151,25 @@ class GroupCommitService(ServiceThread):
         self.store = store
         self._requests: list[FlushWaiter] = []
         self._lock = threading.Lock()
+        self._loop_waiters: dict[asyncio.AbstractEventLoop, LoopFlushWaiters] = {}
 
     def submit(self, waiter: FlushWaiter) -> None:
         with self._lock:
             self._requests.append(waiter)
         if not self._wake.is_set():
             self._wake.set()
+
+    def submit_callback(self, end_offset: int, callback: Callable[[bool], None]) -> None:
+        """From a running event loop: call ``callback(flushed)`` on that loop once the commit log is durable up
+        to ``end_offset`` (False on a failed flush, or when ``sync_flush_timeout`` passes first). No future, task
+        or timer per put: a group's callbacks run in one loop callback."""
+        loop = asyncio.get_running_loop()
+        waiters = self._loop_waiters.get(loop)
+        if waiters is None:
+            waiters = self._loop_waiters[loop] = LoopFlushWaiters(loop, self.store.config.sync_flush_timeout / 1000)
+        w = FlushWaiter(end_offset, loop, callback)
+        waiters.add(w)
+        self.submit(w)
 
     def run_once(self) -> None:
         with self._lock:
@@ -124,17 +189,17 @@ class GroupCommitService(ServiceThread):
             flushed, failed = queue.flushed_where, True
         if flushed:
             self.store.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool]]] = defaultdict(list)
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[FlushWaiter, bool]]] = defaultdict(list)
         for w in requests:
             w.ok = not failed and flushed >= w.end_offset
             if w.event is not None:
                 w.event.set()
             else:
-                assert w.loop is not None and w.future is not None
-                by_loop[w.loop].append((w.future, w.ok))
+                assert w.loop is not None
+                by_loop[w.loop].append((w, w.ok))
         for loop, items in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_resolve_futures, items)
+                loop.call_soon_threadsafe(_settle_all, items)
             except RuntimeError:
                 pass  # that loop is closed: nobody is waiting any more
 

@@ -345,6 +345,43 @@ class MessageStore:
         self._group_commit.submit(waiter)
         return waiter
 
+    def put_messages_then(self, msgs: list[MessageExtBrokerInner],
+                          done: Callable[[PutMessageResult], None]) -> PutMessageResult | None:
+        """``put_messages`` for a caller on an event loop that may not block and wants no task per put: the
+        result at once when nobody waits for a flush (or the put was refused); otherwise None, and
+        ``done(result)`` runs on the running loop once a group commit covers the messages."""
+        r = self._append(msgs)
+        if isinstance(r, PutMessageResult):
+            return r
+        if self._group_commit is None or not any(m.wait_store_msg_ok for m in msgs):
+            return self._finish_put(r, len(msgs), True)
+        self._await_flush(r, len(msgs), done)
+        return None
+
+    def put_raw_batch_then(self, batch: RawBatch,
+                           done: Callable[[PutMessageResult], None]) -> PutMessageResult | None:
+        """``put_raw_batch`` the way ``put_messages_then`` puts messages."""
+        r = self._append_raw(batch)
+        if isinstance(r, PutMessageResult):
+            return r
+        if self._group_commit is None or batch.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+            return self._finish_put(r, batch.columns.count, True)
+        self._await_flush(r, batch.columns.count, done)
+        return None
+
+    def _await_flush(self, r: AppendResult, n: int, done: Callable[[PutMessageResult], None]) -> None:
+        assert self._group_commit is not None
+
+        def flushed(ok: bool) -> None:
+            try:
+                result = self._finish_put(r, n, ok)
+            except Exception as exc:  # the sender must hear something; the records are stored all the same
+                log.exception("finishing a put failed")
+                result = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
+            done(result)
+
+        self._group_commit.submit_callback(r.wrote_offset + r.wrote_bytes, flushed)
+
     async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         return await self.put_messages_async([msg])
 

@@ -1,0 +1,60 @@
+"""An answer made later by a callback: what a request handler returns when the answer waits for something
+(a group commit) but a task per request would cost more than the wait's own work.
+
+The handler returns a ``DeferredResponse``; the connection binds it to the request; whoever has the outcome
+calls ``resolve`` on the connection's event loop thread with a function that builds the answer. Built and
+sent at once, with no Task, Future or timer of its own. Whoever resolves owns the timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from sluice.remoting.connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+class DeferredResponse:
+    """One request's answer, to be made later on the connection's loop."""
+
+    __slots__ = ("_conn", "_req", "_resolved")
+
+    def __init__(self) -> None:
+        self._conn: Connection | None = None
+        self._req: RemotingCommand | None = None
+        self._resolved = False
+
+    def bind(self, conn: Connection, req: RemotingCommand) -> None:
+        """Called by the connection the handler returned this to."""
+        self._conn = conn
+        self._req = req
+
+    @property
+    def resolved(self) -> bool:
+        return self._resolved
+
+    def resolve(self, make: Callable[[], RemotingCommand | None]) -> None:
+        """Build the answer with ``make`` and send it (once; later calls do nothing). An exception from
+        ``make`` is answered with SYSTEM_ERROR, as a failing handler is."""
+        if self._resolved:
+            return
+        self._resolved = True
+        conn, req = self._conn, self._req
+        if conn is None or req is None:
+            raise RuntimeError("a DeferredResponse was resolved before a connection bound it")
+        try:
+            resp = make()
+        except Exception as exc:
+            log.exception("request code %s from %s failed", req.code, conn.remote_addr)
+            resp = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        conn.deferred_done(req, resp)
+
+
+__all__ = ["DeferredResponse"]
