@@ -14,12 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from sluice.bench.pacer import pace
 from sluice.client.aio import Producer, PushConsumer
 from sluice.client.message import ConsumeStatus, Message
 from sluice.common.message import MessageExt
@@ -201,25 +202,6 @@ async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
 
 
 # == end to end =====================================================================================
-def pace(loop: asyncio.AbstractEventLoop, send: Callable[[], None], rate: float, duration: float) -> int:
-    """On a thread of its own: have ``loop`` run ``send`` ``rate`` times a second, evenly, for ``duration``
-    seconds; returns how many.
-
-    The event loop's timers tick by the millisecond, so pacing with ``asyncio.sleep`` sends bursts (five at
-    once every millisecond at 5,000/s) that queue behind each other. ``time.sleep`` on a thread keeps each
-    send on time, and the loop is woken for each one as an application thread using the client wakes it.
-    A send that falls behind is made at once, so the rate holds."""
-    interval = 1.0 / rate
-    total = max(1, round(rate * duration))
-    t0 = time.perf_counter()
-    for sent in range(total):
-        delay = t0 + sent * interval - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        loop.call_soon_threadsafe(send)
-    return total
-
-
 async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
     """Produce at ``rate`` msgs/s for ``duration`` s while consuming; latency = born timestamp → listener."""
     body = b"x" * opts.size
@@ -249,8 +231,7 @@ async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
-        sent = await asyncio.to_thread(pace, asyncio.get_running_loop(), send_one, opts.rate, duration)
-        await asyncio.sleep(0)  # the last send_one runs before the gather below
+        sent = await pace(send_one, opts.rate, duration)
         await asyncio.gather(*tasks, return_exceptions=True)
         deadline = time.perf_counter() + 10
         while len(lat) < sent and time.perf_counter() < deadline:

@@ -1,0 +1,51 @@
+"""``sluice bench e2e``'s pacer: the asked number of sends, spread over the duration, not in bursts."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import pytest
+
+from sluice.bench.pacer import pace
+
+
+def _pace_times(rate: float, duration: float) -> tuple[int, list[float]]:
+    times: list[float] = []
+
+    async def main() -> int:
+        return await pace(lambda: times.append(time.perf_counter()), rate, duration)
+
+    return asyncio.run(main()), times
+
+
+def test_pacer_sends_rate_times_duration_spread_over_the_duration():
+    n, times = _pace_times(2000, 0.5)
+    assert n == len(times) == 1000
+    assert times[-1] - times[0] >= 0.4
+    # Loop-timer pacing sends two at once every millisecond here (median gap 0); the pacer spaces them.
+    assert statistics.median(b - a for a, b in zip(times, times[1:], strict=False)) > 0.0002
+
+
+def test_pacer_sends_at_least_once():
+    n, times = _pace_times(10, 0.01)
+    assert n == len(times) == 1
+
+
+def test_pacer_stops_and_raises_when_a_send_fails():
+    calls = 0
+
+    def send() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("no route")
+
+    async def main() -> int:
+        return await pace(send, 1000, 1.0)
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="no route"):
+        asyncio.run(main())
+    assert calls == 3 and time.monotonic() - t0 < 0.5
