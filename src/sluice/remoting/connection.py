@@ -55,7 +55,7 @@ class Connection(asyncio.Protocol):
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = math.inf
         self._tasks: set[asyncio.Task] = set()
-        self._deferred = 0  # DeferredResponses handed out and not yet resolved
+        self._deferred: set[DeferredResponse] = set()  # handed out and not yet resolved
         self._write_paused = False
         self._read_paused_by: set[str] = set()
         self._drained: asyncio.Event | None = None
@@ -107,6 +107,9 @@ class Connection(asyncio.Protocol):
             self._sweep = None
         for t in list(self._tasks):
             t.cancel()
+        deferred, self._deferred = self._deferred, set()
+        for d in deferred:
+            d.cancel()
         if self._drained is not None:
             self._drained.set()
         if self._on_close is not None:
@@ -139,8 +142,11 @@ class Connection(asyncio.Protocol):
             log.exception("request code %s from %s failed", req.code, self.remote_addr)
             result = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if type(result) is DeferredResponse:
+            if self.closed:  # a handler run as the connection went away: nobody to answer
+                result.cancel()
+                return
             result.bind(self, req)
-            self._deferred += 1
+            self._deferred.add(result)
             if self.inflight >= self.config.max_inflight_requests:
                 self._pause_reading("inflight")
         elif inspect.isawaitable(result):
@@ -152,9 +158,9 @@ class Connection(asyncio.Protocol):
         else:
             self._reply(req, cast(RemotingCommand | None, result))
 
-    def deferred_done(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
+    def deferred_done(self, deferred: DeferredResponse, req: RemotingCommand, resp: RemotingCommand | None) -> None:
         """A ``DeferredResponse`` this connection bound has its answer: send it."""
-        self._deferred -= 1
+        self._deferred.discard(deferred)
         if self.inflight <= self.config.max_inflight_requests // 2:
             self._resume_reading("inflight")
         self._reply(req, resp)
@@ -310,4 +316,4 @@ class Connection(asyncio.Protocol):
     @property
     def inflight(self) -> int:
         """Requests handled and not yet answered (tasks and deferred responses)."""
-        return len(self._tasks) + self._deferred
+        return len(self._tasks) + len(self._deferred)

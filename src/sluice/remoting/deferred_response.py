@@ -3,7 +3,8 @@
 
 The handler returns a ``DeferredResponse``; the connection binds it to the request; whoever has the outcome
 calls ``resolve`` on the connection's event loop thread with a function that builds the answer. Built and
-sent at once, with no Task, Future or timer of its own. Whoever resolves owns the timeout.
+sent at once, with no Task, Future or timer of its own. Whoever resolves owns the timeout. When the
+connection closes first, the response is cancelled: ``on_cancel`` (if set) lets its owner drop the wait.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ log = logging.getLogger(__name__)
 class DeferredResponse:
     """One request's answer, to be made later on the connection's loop."""
 
-    __slots__ = ("_conn", "_req", "_resolved")
+    __slots__ = ("_conn", "_req", "_resolved", "on_cancel")
 
-    def __init__(self) -> None:
+    def __init__(self, on_cancel: Callable[[], None] | None = None) -> None:
         self._conn: Connection | None = None
         self._req: RemotingCommand | None = None
         self._resolved = False
+        self.on_cancel = on_cancel
 
     def bind(self, conn: Connection, req: RemotingCommand) -> None:
         """Called by the connection the handler returned this to."""
@@ -49,12 +51,27 @@ class DeferredResponse:
         conn, req = self._conn, self._req
         if conn is None or req is None:
             raise RuntimeError("a DeferredResponse was resolved before a connection bound it")
+        # Drop what may refer back to this response (an owner's wait does), so no cycle outlives it.
+        self._conn = self._req = self.on_cancel = None
         try:
             resp = make()
         except Exception as exc:
             log.exception("request code %s from %s failed", req.code, conn.remote_addr)
             resp = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        conn.deferred_done(req, resp)
+        conn.deferred_done(self, req, resp)
+
+    def cancel(self) -> None:
+        """The connection closed before the answer: nothing will be sent; the owner hears of it once."""
+        if self._resolved:
+            return
+        self._resolved = True
+        on_cancel, self.on_cancel = self.on_cancel, None
+        self._conn = self._req = None
+        if on_cancel is not None:
+            try:
+                on_cancel()
+            except Exception:  # the connection is closing: log, and let the other cancellations run
+                log.exception("cancelling a deferred response failed")
 
 
 __all__ = ["DeferredResponse"]

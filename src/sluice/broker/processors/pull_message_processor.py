@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ from sluice.common.structs import perm_readable
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+from sluice.remoting.deferred_response import DeferredResponse
 from sluice.store.results import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -80,11 +80,11 @@ class PullMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def pull_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def pull_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | DeferredResponse:
         return self._process(conn, req, PullMessageRequestHeader.parse(req), allow_suspend=True)
 
     def _process(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
-                 allow_suspend: bool) -> RemotingCommand | Awaitable[RemotingCommand]:
+                 allow_suspend: bool) -> RemotingCommand | DeferredResponse:
         b = self.broker
         if not perm_readable(b.config.broker_permission):
             return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] pulling message is forbidden")
@@ -139,15 +139,23 @@ class PullMessageProcessor:
             b.stats.record_get(r.message_count)
         return resp
 
-    async def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
-                    timeout_ms: int) -> RemotingCommand:
+    def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
+              timeout_ms: int) -> RemotingCommand | DeferredResponse:
+        """Long polling: answer once a message arrives in the queue or the suspend timeout passes."""
+        store = self.broker.store
+
+        def answer() -> RemotingCommand:
+            result = self._process(conn, req, h, allow_suspend=False)
+            assert isinstance(result, RemotingCommand)
+            return result
+
+        deferred = DeferredResponse()
         try:
-            store = self.broker.store
-            await self.broker.hold_service.wait(
+            held = self.broker.hold_service.hold(
                 h.topic, h.queue_id, h.queue_offset, max(timeout_ms, 0) / 1000,
+                lambda _arrived: deferred.resolve(answer),
                 lambda: store.get_max_offset_in_queue(h.topic, h.queue_id) > h.queue_offset)
         except TooManyHeldPulls as exc:
             return req.response(ResponseCode.SYSTEM_BUSY, f"too many pulls held: {exc}")
-        result = self._process(conn, req, h, allow_suspend=False)
-        assert isinstance(result, RemotingCommand)
-        return result
+        deferred.on_cancel = held.drop
+        return deferred
