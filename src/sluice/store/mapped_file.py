@@ -9,11 +9,6 @@ import os
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = mmap.PAGESIZE
-# The written part of a segment gets the kernel's normal readahead back in steps of this size; the unwritten
-# tail has readahead off (``MappedFile._advise``).
-ADVICE_STEP = 64 << 20
-_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)
-_MADV_NORMAL = getattr(mmap, "MADV_NORMAL", None)
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -34,16 +29,10 @@ class MappedFile:
 
     The file is created at its full size (sparse), so unwritten space reads as zeros: a reader or the
     recovery scan sees a clean end there.
-
-    Readahead is off for the unwritten tail of the mapping. Writing into a sparse file through the mapping
-    faults each new page in, and the kernel's fault readahead "reads" the holes ahead of the writer in
-    bursts: on ext4 here a writer stalled ~18 ms every 8 MiB of appends (every 7,000 1 KiB sends), the
-    whole of a send's p99.9. The written part gets normal readahead back every ``ADVICE_STEP``, for
-    readers of data that left the page cache.
     """
 
     __slots__ = ("path", "file_size", "file_from_offset", "wrote_position", "flushed_position", "_fd", "_mm",
-                 "buf", "_closed", "_advised_to")
+                 "buf", "_closed")
 
     def __init__(self, path: str, file_size: int) -> None:
         self.path = path
@@ -78,8 +67,6 @@ class MappedFile:
         self.wrote_position = 0
         self.flushed_position = 0
         self._closed = False
-        self._advised_to = 0
-        self._advise()
 
     # -- writing ------------------------------------------------------------------------------------
     def remaining(self) -> int:
@@ -94,24 +81,7 @@ class MappedFile:
         end = pos + len(data)
         self.buf[pos:end] = data
         self.wrote_position = end
-        if end >= self._advised_to:
-            self._advise()
         return pos
-
-    def _advise(self) -> None:
-        """Normal readahead for ``[0, boundary)``, none for ``[boundary, file_size)``, where the boundary is the
-        write position rounded down to ``ADVICE_STEP``; the next call is due one step later."""
-        boundary = self.wrote_position - self.wrote_position % ADVICE_STEP
-        self._advised_to = boundary + ADVICE_STEP
-        if _MADV_RANDOM is None or _MADV_NORMAL is None:
-            return
-        try:
-            if boundary:
-                self._mm.madvise(_MADV_NORMAL, 0, boundary)
-            if boundary < self.file_size:
-                self._mm.madvise(_MADV_RANDOM, boundary, self.file_size - boundary)
-        except OSError as exc:  # advice only: a kernel that refuses it costs speed, not data
-            log.debug("madvise on %s failed: %s", self.path, exc)
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         self.buf[pos : pos + len(data)] = data
@@ -154,7 +124,6 @@ class MappedFile:
         self.buf = memoryview(self._mm)
         self.wrote_position = min(self.wrote_position, pos)
         self.flushed_position = min(self.flushed_position, pos)
-        self._advise()
 
     def _release_map(self) -> None:
         try:
