@@ -61,6 +61,11 @@ class MessageStoreConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 60_000
     flush_consumer_offset_interval: int = 5_000
+    # Commit-log appends of at least this many bytes are written with pwrite() instead of a copy into the
+    # mapping (0: every append; -1: none). Faulting fresh pages of the sparse segment in through the
+    # mapping makes the kernel read the holes ahead in bursts (here ~18 ms every 8 MiB); pwrite() does
+    # not fault, but costs a system call, which small appends notice (docs/benchmarks.md).
+    commit_log_pwrite_min_bytes: int = 8192
     # Retention and disk safety.
     file_reserved_time: int = 72  # hours
     delete_when: str = "04"  # hours of day (";"-separated) when expired files are deleted
@@ -88,6 +93,8 @@ class MessageStoreConfig:
             raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
         if self.max_index_num < 2 or self.max_hash_slot_num < 1:
             raise ValueError("max_index_num must be at least 2 (entry 0 means none) and max_hash_slot_num at least 1")
+        if self.commit_log_pwrite_min_bytes < -1:
+            raise ValueError("commit_log_pwrite_min_bytes must be -1 (never pwrite), 0 (always) or a byte count")
 
     @property
     def store_path_commit_log(self) -> str:

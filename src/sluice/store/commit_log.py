@@ -185,7 +185,8 @@ def no_queue_offset(sys_flag: int) -> bool:
 class CommitLog:
     def __init__(self, config: MessageStoreConfig) -> None:
         self.config = config
-        self.queue = MappedFileQueue(config.store_path_commit_log, config.mapped_file_size_commit_log)
+        self.queue = MappedFileQueue(config.store_path_commit_log, config.mapped_file_size_commit_log,
+                                     config.commit_log_pwrite_min_bytes)
         self.file_size = config.mapped_file_size_commit_log
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.put_lock = threading.Lock()

@@ -32,9 +32,10 @@ class MappedFile:
     """
 
     __slots__ = ("path", "file_size", "file_from_offset", "wrote_position", "flushed_position", "_fd", "_mm",
-                 "buf", "_closed")
+                 "buf", "_closed", "pwrite_min")
 
-    def __init__(self, path: str, file_size: int) -> None:
+    def __init__(self, path: str, file_size: int, pwrite_min: int = -1) -> None:
+        self.pwrite_min = pwrite_min  # appends of at least this many bytes use pwrite(); -1: none
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(os.path.basename(path))
@@ -76,10 +77,17 @@ class MappedFile:
         return self.wrote_position >= self.file_size
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Copy ``data`` at the write position; returns the position it was written at."""
+        """Copy ``data`` at the write position; returns the position it was written at. At ``pwrite_min``
+        bytes or more through ``pwrite`` (the same page cache the mapping shows), else through the mapping."""
         pos = self.wrote_position
-        end = pos + len(data)
-        self.buf[pos:end] = data
+        n = len(data)
+        end = pos + n
+        if 0 <= self.pwrite_min <= n:
+            written = os.pwrite(self._fd, data, pos)
+            if written != n:  # a short write to a regular file: the disk is full or failing
+                raise OSError(f"short write to {self.path}: {written} of {n} bytes at {pos}")
+        else:
+            self.buf[pos:end] = data
         self.wrote_position = end
         return pos
 

@@ -21,9 +21,10 @@ class MappedFileQueue:
     ``files`` is replaced, never mutated, so readers can take a snapshot without a lock.
     """
 
-    def __init__(self, directory: str, file_size: int) -> None:
+    def __init__(self, directory: str, file_size: int, pwrite_min: int = -1) -> None:
         self.directory = directory
         self.file_size = file_size
+        self.pwrite_min = pwrite_min  # passed to every segment (``MappedFile.pwrite_min``)
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self._lock = threading.Lock()
@@ -45,7 +46,7 @@ class MappedFileQueue:
                     f.close()
                 raise StoreError(f"{path} is {size} bytes but segments here are {self.file_size} bytes; "
                                  "was the store opened with another segment size?")
-            mf = MappedFile(path, self.file_size)
+            mf = MappedFile(path, self.file_size, self.pwrite_min)
             mf.wrote_position = mf.flushed_position = self.file_size
             if files and mf.file_from_offset != files[-1].file_from_offset + self.file_size:
                 log.warning("gap in %s before %s", self.directory, name)
@@ -88,7 +89,8 @@ class MappedFileQueue:
     # -- writing ------------------------------------------------------------------------------------
     def create_file(self, start_offset: int) -> MappedFile:
         os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size)
+        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size,
+                        self.pwrite_min)
         with self._lock:
             self.files = [*self.files, mf]
         return mf
