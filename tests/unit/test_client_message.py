@@ -151,3 +151,25 @@ def test_result_types_hold_their_fields():
 def test_wire_properties_are_the_encoded_properties_for_wire(m):
     assert m.wire_properties("U" * 32) == encode_properties(m.properties_for_wire("U" * 32))
     assert m.wire_properties() == encode_properties(m.properties_for_wire())
+
+
+@pytest.mark.parametrize("sharding_key", [None, "order-42", "é"])
+@pytest.mark.parametrize("m", [Message("t", b"x"), Message("t", b"x", tags="A", keys="k1 k2", properties={"p": "v"}),
+                               Message("t", b"x", wait_store_msg_ok=False, delay_level=3, properties={"é": "ü"})])
+def test_send_path_properties_are_the_properties_for_wire_with_the_sharding_key_last(m, sharding_key):
+    props = m.properties_for_wire("U" * 32)
+    if sharding_key is not None:
+        props["__SHARDINGKEY"] = sharding_key
+    assert m.wire_for_send("U" * 32, sharding_key=sharding_key) == encode_properties(props)
+
+
+def test_send_path_checks_what_validate_checks():
+    m = Message("t", b"x")
+    m.properties["TAGS"] = "sneaky"
+    with pytest.raises(MessageFormatError, match="reserved"):
+        m.wire_for_send("U" * 32)
+    with pytest.raises(MessageFormatError, match="over the limit"):
+        Message("t", b"xx").wire_for_send("U" * 32, max_body_size=1)
+    with pytest.raises(MessageFormatError, match="properties"):
+        Message("t", b"x", properties={"big": "v" * (MAX_PROPERTIES_SIZE - 60)}).wire_for_send("U" * 32,
+                                                                                               sharding_key="k" * 50)

@@ -18,6 +18,7 @@ from sluice.common.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
+    PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -131,18 +132,30 @@ class Message:
 
         ``max_body_size`` is the producer's limit on the (uncompressed) body.
         """
+        # A stored record holds the properties behind a signed 16-bit length (leave room for a UNIQ_KEY).
+        self.wire_for_send("0" * 32, max_body_size)
+
+    def wire_for_send(self, uniq_key: str, max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+                      sharding_key: str | None = None) -> bytes:
+        """``validate`` and ``wire_properties`` in one pass, for the send path: the properties bytes as sent
+        (with the sharding key last, as ``properties_for_wire`` plus ``__SHARDINGKEY`` would order them)."""
         self._check()
         if len(self.body) > max_body_size:
             raise MessageFormatError(f"message body is {len(self.body)} bytes, over the limit of {max_body_size}")
-        # A stored record holds the properties behind a signed 16-bit length (leave room for a UNIQ_KEY).
-        size = len(self.wire_properties("0" * 32))
-        if size > MAX_PROPERTIES_SIZE:
-            raise MessageFormatError(f"message properties (tags, keys, user properties) take {size} bytes "
+        wire = self._wire_properties(uniq_key)
+        if sharding_key is not None:
+            wire += _SHARDING_SUFFIX + sharding_key.encode("utf-8")
+        if len(wire) > MAX_PROPERTIES_SIZE:
+            raise MessageFormatError(f"message properties (tags, keys, user properties) take {len(wire)} bytes "
                                      f"encoded, over the limit of {MAX_PROPERTIES_SIZE}")
+        return wire
 
     def wire_properties(self, uniq_key: str | None = None) -> bytes:
         """``properties_for_wire`` encoded (spec §5.3), built directly: the send path's form."""
         _check_user_properties(self.properties)
+        return self._wire_properties(uniq_key)
+
+    def _wire_properties(self, uniq_key: str | None) -> bytes:
         parts: list[str] = []
         if self.tags:
             parts.append(_TAGS_PREFIX + self.tags)
@@ -181,6 +194,7 @@ _KEYS_PREFIX = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
 _UNIQ_PREFIX = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
 _WAIT_TRUE = f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"
 _WAIT_FALSE = f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}false"
+_SHARDING_SUFFIX = f"{PROPERTY_SEPARATOR}{PROPERTY_SHARDING_KEY}{NAME_VALUE_SEPARATOR}".encode()
 
 
 def _check_user_properties(properties: Mapping[str, str]) -> None:

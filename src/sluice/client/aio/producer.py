@@ -24,7 +24,7 @@ from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.hashing import java_string_hash
 from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC, validate_group
-from sluice.common.properties import PROPERTY_SHARDING_KEY, encode_properties
+from sluice.common.properties import encode_properties
 from sluice.common.structs import MessageQueue, TopicRouteData, perm_writeable
 from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -170,15 +170,11 @@ class Producer:
         self._check_started()
         if not isinstance(msg, Message):
             raise TypeError(f"send takes a Message, not {type(msg).__name__}")
-        msg.validate(self.config.max_message_size)
         uniq = create_uniq_id()
-        props = msg.properties_for_wire(uniq)
-        if sharding_key is not None:
-            props[PROPERTY_SHARDING_KEY] = sharding_key
+        props_str = msg.wire_for_send(uniq, self.config.max_message_size, sharding_key).decode()
         body, sys_flag = msg.body, 0
         if len(body) > self.config.compress_msg_body_over_howmuch:
             body, sys_flag = zlib.compress(body, self.config.compress_level), COMPRESSED_FLAG
-        props_str = encode_properties(props).decode()
         born = int(time.time() * 1000)
 
         def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
