@@ -113,3 +113,31 @@ def test_appends_through_pwrite_or_the_mapping_store_the_same_records(store_conf
 def test_pwrite_threshold_below_minus_one_is_refused(store_config):
     with pytest.raises(ValueError, match="commit_log_pwrite_min_bytes"):
         store_config.replace(commit_log_pwrite_min_bytes=-2)
+
+
+@pytest.mark.parametrize("written", [0, 700])
+def test_a_failed_pwrite_refuses_the_put_and_leaves_no_trace(store_config, monkeypatch, written):
+    """A full or failing disk: the send is refused, the queue's next offset is not used up, and no part of
+    the refused records comes back after a restart."""
+    from sluice.store import mapped_file as mapped_file_module
+
+    real_pwrite = os.pwrite
+
+    def failing(fd, data, pos):
+        if not written:
+            raise OSError(28, "No space left on device")
+        return real_pwrite(fd, bytes(data)[:written], pos)
+
+    cfg = store_config.replace(commit_log_pwrite_min_bytes=1024)
+    with MessageStore(cfg) as s:
+        assert s.put_message(msg(body=b"before")).ok
+        monkeypatch.setattr(mapped_file_module.os, "pwrite", failing)
+        refused = s.put_messages([msg(body=b"a" * 300), msg(body=b"b" * 300), msg(body=b"c" * 600)])
+        assert refused.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+        monkeypatch.undo()
+        after = s.put_message(msg(body=b"after"))
+        assert after.ok and after.queue_offset == 1  # no gap
+        assert [m.body for m in read_queue(s, "T", 0)] == [b"before", b"after"]
+    with MessageStore(cfg) as again:
+        assert [m.body for m in read_queue(again, "T", 0)] == [b"before", b"after"]
+        assert [rec[3] for rec in _stored_records(again)] == [b"before", b"after"]

@@ -243,14 +243,17 @@ class CommitLog:
             phys_offsets: list[int] = []
             dispatch: list[DispatchRequest] = []
             first_queue_offset = -1
+            advanced: dict[tuple[str, int], int] = {}  # the queues' next offsets, kept once the bytes are written
             for (m, total, crc, tail, born_addr, born_port, store_addr, store_port, tags_code) in prepared:
                 key = (m.topic, m.queue_id)
                 sys_flag = m.sys_flag & _V6_MASK
                 if no_queue_offset(sys_flag):
                     qoff = 0
                 else:
-                    qoff = table.get(key, 0)
-                    table[key] = qoff + 1
+                    qoff = advanced.get(key, -1)
+                    if qoff < 0:
+                        qoff = table.get(key, 0)
+                    advanced[key] = qoff + 1
                 if first_queue_offset < 0:
                     first_queue_offset = qoff
                 body = m.body
@@ -267,6 +270,7 @@ class CommitLog:
                 phys_offsets.append(phys)
                 phys += total
             mf.append(b"".join(parts))
+            table.update(advanced)
             dispatcher(dispatch)
         arrivals = {(d.topic, d.queue_id): d.queue_offset + 1 for d in dispatch if not no_queue_offset(d.sys_flag)}
         return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, arrivals)

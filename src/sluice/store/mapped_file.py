@@ -83,8 +83,12 @@ class MappedFile:
         n = len(data)
         end = pos + n
         if 0 <= self.pwrite_min <= n:
+            if end > self.file_size or self._closed:  # the mapping would refuse it; pwrite would grow the file
+                raise OSError(f"{self.path} is closed" if self._closed else
+                              f"append of {n} bytes at {pos} does not fit {self.path} ({self.file_size} bytes)")
             written = os.pwrite(self._fd, data, pos)
             if written != n:  # a short write to a regular file: the disk is full or failing
+                self.buf[pos : pos + written] = bytes(written)  # no half-written record for recovery to find
                 raise OSError(f"short write to {self.path}: {written} of {n} bytes at {pos}")
         else:
             self.buf[pos:end] = data
