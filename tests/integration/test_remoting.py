@@ -279,6 +279,70 @@ def test_request_timeout_raises_and_the_late_response_is_dropped(run):
     run(scenario())
 
 
+def test_started_request_is_on_the_wire_before_the_loop_turn_ends(run):
+    async def scenario():
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        addr = f"127.0.0.1:{listener.getsockname()[1]}"
+        try:
+            async with client_of() as client:
+                conn_task = asyncio.ensure_future(client.connection(addr))
+                peer, _ = await asyncio.get_running_loop().run_in_executor(None, listener.accept)
+                conn = await conn_task
+                with peer:
+                    peer.settimeout(2)
+                    req = RemotingCommand.request(ECHO, {"n": "1"})
+                    started = client.start_request(addr, req, 2000)
+                    assert started is not None and started[0] is conn
+                    # No await since: the loop has not run, so only an immediate write can have sent it.
+                    (length,) = struct.unpack(">I", peer.recv(4, socket.MSG_WAITALL))
+                    got = decode_frame(peer.recv(length, socket.MSG_WAITALL))
+                    assert got.code == ECHO and got.opaque == req.opaque
+                    answer = got.response(ResponseCode.SUCCESS, "echo")
+                    answer.opaque = got.opaque
+                    answer.flag |= RESPONSE_FLAG
+                    peer.sendall(frame(answer))
+                    resp = await asyncio.wait_for(conn.response_of(req.opaque, started[1]), 2)
+                    assert resp.remark == "echo" and not conn._pending and not conn._deadlines
+        finally:
+            listener.close()
+
+    run(scenario())
+
+
+def test_abandoned_request_is_forgotten_and_its_late_answer_dropped(run):
+    async def scenario():
+        answered = asyncio.Event()
+
+        async def late(conn, req):
+            await asyncio.sleep(0.1)
+            answered.set()
+            return req.response(ResponseCode.SUCCESS, "late")
+
+        async with serving(dispatcher({LATE: late})) as server, client_of() as client:
+            conn = await client.connection(server.address)
+            req = RemotingCommand.request(LATE)
+            started = client.start_request(server.address, req, 2000)
+            assert started is not None
+            conn.abandon(req.opaque, started[1])
+            assert not conn._pending and not conn._deadlines and started[1].cancelled()
+            await asyncio.wait_for(answered.wait(), 2)
+            await asyncio.sleep(0.05)  # the answer arrives and matches nothing
+            assert not conn.closed
+            resp = await client.invoke(server.address, RemotingCommand.request(ECHO), 2000)
+            assert resp.remark == "echo"
+            # A started request on a connection that then closes: abandoning it retrieves the failure.
+            other = client.start_request(server.address, RemotingCommand.request(LATE), 2000)
+            assert other is not None
+            conn.abort()
+            await asyncio.sleep(0.05)
+            conn.abandon(0, other[1])
+        assert client.start_request(server.address, RemotingCommand.request(ECHO), 2000) is None  # closed
+
+    run(scenario())
+
+
 def test_each_pending_request_times_out_at_its_own_deadline(run):
     async def scenario():
         async def late(conn, req):

@@ -76,6 +76,16 @@ class RemotingClient:
         conn = await self.connection(addr)
         return await conn.invoke(request, (timeout_ms or self.config.default_timeout_millis) / 1000)
 
+    def start_request(self, addr: str, request: RemotingCommand,
+                      timeout_ms: int | None = None) -> tuple[Connection, asyncio.Future[RemotingCommand]] | None:
+        """``Connection.start_request`` on the open connection to ``addr``; None when there is none yet (or it
+        cannot take a request without waiting): use ``invoke`` then."""
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            return None
+        fut = conn.start_request(request, (timeout_ms or self.config.default_timeout_millis) / 1000)
+        return None if fut is None else (conn, fut)
+
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         conn = await self.connection(addr)
         await conn.invoke_oneway(request)

@@ -250,9 +250,22 @@ class Connection(asyncio.Protocol):
             await self.drain()
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+        return await self.response_of(request.opaque, self._send_request(request, timeout))
+
+    def start_request(self, request: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand] | None:
+        """Send ``request`` now — not at the end of the loop turn, where ``write`` gathers frames — and return
+        the future of its response, to be awaited with ``response_of`` or given up with ``abandon``. None when
+        the connection cannot take a request without waiting (closed, or the peer is not reading)."""
+        if self._write_paused or self.closed:
+            return None
+        fut = self._send_request(request, timeout)
+        self._flush_out()
+        return fut
+
+    def _send_request(self, request: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
         if request.opaque in self._pending:
             request.opaque = next_opaque()
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         opaque = request.opaque
         self._pending[opaque] = fut
@@ -262,6 +275,10 @@ class Connection(asyncio.Protocol):
             self._schedule_sweep(deadline)
         request.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
         self.write(request)
+        return fut
+
+    async def response_of(self, opaque: int, fut: asyncio.Future[RemotingCommand]) -> RemotingCommand:
+        """The response to the request sent with ``opaque`` (its deadline fails it with a timeout)."""
         try:
             # A plain await, not wait_for: on Python 3.11 wait_for swallows a cancel that arrives together
             # with the response. The sweep fails the future at its deadline.
@@ -269,6 +286,15 @@ class Connection(asyncio.Protocol):
         finally:
             self._pending.pop(opaque, None)
             self._deadlines.pop(opaque, None)
+
+    def abandon(self, opaque: int, fut: asyncio.Future[RemotingCommand]) -> None:
+        """Nobody will wait for a started request's response: forget it (a late response is dropped)."""
+        self._pending.pop(opaque, None)
+        self._deadlines.pop(opaque, None)
+        if not fut.done():
+            fut.cancel()
+        elif not fut.cancelled():
+            fut.exception()  # retrieved: a failure nobody waits for is not an error to report
 
     def _schedule_sweep(self, when: float) -> None:
         if self._sweep is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import zlib
@@ -29,6 +30,7 @@ from sluice.common.structs import (
 from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +191,28 @@ class ConsumerBase:
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int, suspend: bool,
                    commit_offset: int = -1) -> PullResult:
         """PULL_MESSAGE for ``mq`` from ``offset``; messages come filtered by tag, retry topics renamed back."""
+        req, sub, timeout = self._pull_command(mq, offset, max_nums, suspend, commit_offset)
+        addr = await self.broker_addr(mq)
+        resp = await self.client.remoting.invoke(addr, req, timeout)
+        return self._pull_result(resp, mq, offset, sub, addr)
+
+    def start_pull(self, mq: MessageQueue, offset: int, max_nums: int, commit_offset: int = -1) -> StartedPull | None:
+        """A suspended ``pull`` sent now (not at the end of the loop turn) when the broker's address and an
+        open connection to it are at hand; None otherwise (then ``pull``). The caller awaits the response with
+        ``StartedPull.response`` and decodes it with ``finish``, or gives it up with ``abandon``."""
+        addr = self.client.find_broker_addr(mq.broker_name)
+        if addr is None:
+            return None
+        req, sub, timeout = self._pull_command(mq, offset, max_nums, True, commit_offset)
+        started = self.client.remoting.start_request(addr, req, timeout)
+        if started is None:
+            return None
+        conn, fut = started
+        return StartedPull(self, conn, fut, req.opaque, mq, offset, sub, addr)
+
+    def _pull_command(self, mq: MessageQueue, offset: int, max_nums: int, suspend: bool,
+                      commit_offset: int) -> tuple[RemotingCommand, SubscriptionData, int]:
+        """The PULL_MESSAGE request, the subscription it carries, and its timeout in ms."""
         sub = self.subscriptions.get(mq.topic) or build_subscription(mq.topic, "*")
         sys_flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend else 0)
         if commit_offset > 0:
@@ -198,10 +222,11 @@ class ConsumerBase:
                "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag),
                "commitOffset": str(commit_offset), "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis),
                "subscription": sub.sub_string, "subVersion": str(sub.sub_version), "expressionType": "TAG"}
-        addr = await self.broker_addr(mq)
         timeout = cfg.consumer_timeout_millis_when_suspend if suspend else cfg.consumer_pull_timeout_millis
-        resp = await self.client.remoting.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext),
-                                                 timeout)
+        return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), sub, timeout
+
+    def _pull_result(self, resp: RemotingCommand, mq: MessageQueue, offset: int, sub: SubscriptionData,
+                     addr: str) -> PullResult:
         status = PullStatus.from_response_code(resp.code)
         if status is None:
             raise BrokerResponseError(resp.code, resp.remark, addr)
@@ -222,3 +247,31 @@ class ConsumerBase:
                     m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
             result.messages = msgs
         return result
+
+
+class StartedPull:
+    """A pull request already on the wire (``ConsumerBase.start_pull``)."""
+
+    __slots__ = ("consumer", "conn", "fut", "opaque", "mq", "offset", "sub", "addr")
+
+    def __init__(self, consumer: ConsumerBase, conn: Connection, fut: asyncio.Future[RemotingCommand], opaque: int,
+                 mq: MessageQueue, offset: int, sub: SubscriptionData, addr: str) -> None:
+        self.consumer = consumer
+        self.conn = conn
+        self.fut = fut
+        self.opaque = opaque
+        self.mq = mq
+        self.offset = offset
+        self.sub = sub
+        self.addr = addr
+
+    async def response(self) -> RemotingCommand:
+        """The broker's answer, not yet decoded."""
+        return await self.conn.response_of(self.opaque, self.fut)
+
+    def finish(self, resp: RemotingCommand) -> PullResult:
+        """``resp`` decoded as ``ConsumerBase.pull`` returns it."""
+        return self.consumer._pull_result(resp, self.mq, self.offset, self.sub, self.addr)
+
+    def abandon(self) -> None:
+        self.conn.abandon(self.opaque, self.fut)

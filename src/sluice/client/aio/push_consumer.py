@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sluice.client.aio.consumer_base import ConsumerBase
+from sluice.client.aio.consumer_base import ConsumerBase, StartedPull
 from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, PullStatus
 from sluice.client.mq_client import client_config
 from sluice.client.process_queue import ProcessQueue
@@ -25,6 +25,8 @@ from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError
 from sluice.common.message import MessageExt
 from sluice.common.structs import ConsumeFromWhere, MessageModel, MessageQueue
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
@@ -174,46 +176,98 @@ class PushConsumer(ConsumerBase):
 
     # == pulling =====================================================================================
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Pull ``mq`` into ``pq`` until the queue is dropped. A concurrent consumer sends the next pull as
+        soon as an answer with messages arrives, before decoding it (RocketMQ pulls again right after a pull's
+        callback too): the broker serves the next pull while this one is decoded, instead of the two
+        processes taking turns. Flow control then counts the undecoded answer as a full batch."""
         cfg = self.config
         offset: int | None = None
         size_limit = cfg.pull_threshold_size_for_queue * 1024 * 1024
-        while not pq.dropped:
-            try:
-                if self.orderly and self.clustering and (not pq.locked or pq.is_lock_expired()):
-                    if not await self._lock_one(mq, pq):
-                        await asyncio.sleep(cfg.lock_retry_interval / 1000)
-                        continue
-                    offset = None  # the previous owner may have committed since
-                if offset is None:
-                    offset = await self.compute_pull_from_where(mq)
-                    if self.clustering:
-                        self.offset_store.update_offset(mq, offset)
-                if pq.msg_count > cfg.pull_threshold_for_queue or pq.msg_size > size_limit or (
-                        not self.orderly and pq.max_span > 2000):
-                    await asyncio.sleep(cfg.pull_time_delay_millis_when_flow_control / 1000)
-                    continue
-                commit = self.offset_store.read_offset(mq) if self.clustering else -1
-                pq.last_pull_timestamp = time.monotonic()
-                result = await self.pull(mq, offset, cfg.pull_batch_size, suspend=True, commit_offset=commit)
-                if pq.dropped:
-                    break
-                if result.status is PullStatus.FOUND and result.messages:
-                    if pq.put_messages(result.messages) or not self.orderly:
-                        self._dispatch(mq, pq, result.messages)
-                elif result.status is PullStatus.OFFSET_ILLEGAL:
-                    log.warning("offset %d of %s is out of range (min %d, max %d): continuing at %d", offset, mq,
-                                result.min_offset, result.max_offset, result.next_begin_offset)
-                    self.offset_store.update_offset(mq, result.next_begin_offset)
-                elif pq.msg_count == 0:
-                    self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=True)
-                offset = result.next_begin_offset
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if pq.dropped:
-                    break
-                log.info("pull of %s failed: %s; retrying in %d ms", mq, exc, cfg.pull_time_delay_millis_when_exception)
-                await asyncio.sleep(cfg.pull_time_delay_millis_when_exception / 1000)
+        started: StartedPull | None = None  # the next pull, already sent
+        try:
+            while not pq.dropped:
+                try:
+                    if self.orderly and self.clustering and (not pq.locked or pq.is_lock_expired()):
+                        if not await self._lock_one(mq, pq):
+                            await asyncio.sleep(cfg.lock_retry_interval / 1000)
+                            continue
+                        offset = None  # the previous owner may have committed since
+                    if offset is None:
+                        offset = await self.compute_pull_from_where(mq)
+                        if self.clustering:
+                            self.offset_store.update_offset(mq, offset)
+                    if started is None:
+                        if self._flow_controlled(pq, size_limit, 0):
+                            await asyncio.sleep(cfg.pull_time_delay_millis_when_flow_control / 1000)
+                            continue
+                        result = await self.pull(mq, offset, cfg.pull_batch_size, suspend=True,
+                                                 commit_offset=self._pull_commit_offset(mq, pq))
+                    else:
+                        current, started = started, None
+                        resp = await current.response()
+                        if pq.dropped:
+                            break
+                        started = self._pull_ahead(mq, pq, resp, offset, size_limit)
+                        result = current.finish(resp)
+                    if pq.dropped:
+                        break
+                    if result.status is PullStatus.FOUND and result.messages:
+                        if pq.put_messages(result.messages) or not self.orderly:
+                            self._dispatch(mq, pq, result.messages)
+                    elif result.status is PullStatus.OFFSET_ILLEGAL:
+                        log.warning("offset %d of %s is out of range (min %d, max %d): continuing at %d", offset, mq,
+                                    result.min_offset, result.max_offset, result.next_begin_offset)
+                        self.offset_store.update_offset(mq, result.next_begin_offset)
+                    elif pq.msg_count == 0:
+                        self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=True)
+                    if started is None and not self.orderly and result.status is PullStatus.FOUND:
+                        started = self._pull_ahead_after(mq, pq, result.next_begin_offset, size_limit)
+                    offset = result.next_begin_offset
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if started is not None:
+                        started.abandon()
+                        started = None
+                    if pq.dropped:
+                        break
+                    log.info("pull of %s failed: %s; retrying in %d ms", mq, exc,
+                             cfg.pull_time_delay_millis_when_exception)
+                    await asyncio.sleep(cfg.pull_time_delay_millis_when_exception / 1000)
+        finally:
+            if started is not None:
+                started.abandon()
+
+    def _flow_controlled(self, pq: ProcessQueue, size_limit: int, undecoded: int) -> bool:
+        """Whether ``pq`` holds too much to pull more (``undecoded``: messages of an answer not yet added)."""
+        cfg = self.config
+        return (pq.msg_count + undecoded > cfg.pull_threshold_for_queue or pq.msg_size > size_limit
+                or (not self.orderly and pq.max_span > 2000))
+
+    def _pull_commit_offset(self, mq: MessageQueue, pq: ProcessQueue) -> int:
+        pq.last_pull_timestamp = time.monotonic()
+        return self.offset_store.read_offset(mq) if self.clustering else -1
+
+    def _pull_ahead(self, mq: MessageQueue, pq: ProcessQueue, resp: RemotingCommand, offset: int,
+                    size_limit: int) -> StartedPull | None:
+        """The next pull, sent before ``resp`` (an answer with messages) is decoded; None when it may not go
+        yet (orderly, flow control, no open connection) — then the loop pulls the ordinary way."""
+        if self.orderly or resp.code != ResponseCode.SUCCESS or not resp.body:
+            return None
+        next_offset = resp.ext_fields.get("nextBeginOffset")
+        if next_offset is None or not next_offset.isdigit() or int(next_offset) <= offset:
+            return None
+        if self._flow_controlled(pq, size_limit, self.config.pull_batch_size):
+            return None
+        return self.start_pull(mq, int(next_offset), self.config.pull_batch_size, self._pull_commit_offset(mq, pq))
+
+    def _pull_ahead_after(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int,
+                          size_limit: int) -> StartedPull | None:
+        """After a pull answered the ordinary way: the next one sent at once, so the loop's following turn
+        takes the pull-ahead path."""
+        if self._flow_controlled(pq, size_limit, 0):
+            return None
+        return self.start_pull(mq, next_offset, self.config.pull_batch_size, self._pull_commit_offset(mq, pq))
 
     # == consuming ===================================================================================
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:

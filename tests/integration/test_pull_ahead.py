@@ -1,0 +1,109 @@
+"""A concurrent PushConsumer sends a queue's next pull as soon as an answer with messages arrives, before it
+decodes that answer, so the broker serves the next pull while the consumer decodes; flow control still
+bounds what a queue holds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sluice.client.aio import Producer, PushConsumer
+from sluice.client.aio import consumer_base as consumer_base_module
+from sluice.client.message import ConsumeStatus, Message
+from sluice.remoting import RequestCode
+
+BATCH = 32
+
+
+def _send_backlog(cluster, topic: str, n: int) -> list[bytes]:
+    bodies = [f"m-{i}".encode() for i in range(n)]
+
+    async def go() -> None:
+        async with Producer("pull-ahead-producer", namesrv=cluster.namesrv_addr) as p:
+            for i in range(0, n, 50):
+                await p.send_batch([Message(topic, b) for b in bodies[i:i + 50]])
+
+    asyncio.run(go())
+    return bodies
+
+
+def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monkeypatch: pytest.MonkeyPatch):
+    cluster.create_topic("ahead", 1)
+    bodies = _send_backlog(cluster, "ahead", 10 * BATCH)
+    pending_at_decode: list[bool] = []
+    real_decode = consumer_base_module.decode_records
+
+    async def scenario() -> list[bytes]:
+        got: list[bytes] = []
+        done = asyncio.Event()
+        consumer = PushConsumer("ahead-group", namesrv=cluster.namesrv_addr, consume_from="first",
+                                consume_message_batch_max_size=BATCH)
+        consumer.subscribe("ahead")
+
+        def decode(body):  # what else is in flight on the consumer's connections while it decodes an answer
+            conns = list(consumer.client.remoting._conns.values())
+            pending_at_decode.append(any(code == RequestCode.PULL_MESSAGE
+                                         for c in conns for _, code, _ in c._deadlines.values()))
+            return real_decode(body)
+
+        monkeypatch.setattr(consumer_base_module, "decode_records", decode)
+
+        @consumer.listener
+        async def on(msgs):
+            got.extend(m.body for m in msgs)
+            if len(got) >= len(bodies):
+                done.set()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        await consumer.start()
+        try:
+            await asyncio.wait_for(done.wait(), 20)
+        finally:
+            await consumer.shutdown()
+        return got
+
+    got = asyncio.run(scenario())
+    assert got == bodies  # one queue: in order, each once
+    assert len(pending_at_decode) >= 10
+    # The first pull opens the connection and goes the ordinary way; every later answer is decoded with the
+    # next pull already sent.
+    assert all(pending_at_decode[1:]), pending_at_decode
+
+
+def test_pulling_ahead_keeps_a_queue_within_its_threshold_plus_one_batch(cluster):
+    cluster.create_topic("bounded", 1)
+    bodies = _send_backlog(cluster, "bounded", 20 * BATCH)
+    threshold = 2 * BATCH
+
+    async def scenario() -> tuple[int, list[bytes]]:
+        release = asyncio.Event()
+        got: list[bytes] = []
+        done = asyncio.Event()
+        consumer = PushConsumer("bounded-group", namesrv=cluster.namesrv_addr, consume_from="first",
+                                consume_message_batch_max_size=BATCH, pull_threshold_for_queue=threshold)
+        consumer.subscribe("bounded")
+
+        @consumer.listener
+        async def on(msgs):
+            await release.wait()
+            got.extend(m.body for m in msgs)
+            if len(got) >= len(bodies):
+                done.set()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        await consumer.start()
+        try:
+            most = 0
+            for _ in range(60):  # the listener is stuck: the queue fills up to its bound and stops there
+                await asyncio.sleep(0.01)
+                most = max([most, *(pq.msg_count for pq in consumer.process_queues.values())])
+            release.set()
+            await asyncio.wait_for(done.wait(), 20)
+        finally:
+            await consumer.shutdown()
+        return most, got
+
+    most, got = asyncio.run(scenario())
+    assert threshold <= most <= threshold + BATCH
+    assert sorted(got) == sorted(bodies) and len(got) == len(bodies)
