@@ -860,6 +860,22 @@ def test_deferred_responses_are_answered_when_resolved_in_any_order(run):
     run(scenario())
 
 
+def test_deferred_response_resolved_inside_its_handler_is_sent_when_bound(run):
+    async def scenario():
+        def answer_at_once(conn, req):
+            d = DeferredResponse()
+            d.resolve(lambda: req.response(ResponseCode.SUCCESS, "at once"))
+            return d
+
+        async with serving(dispatcher({HOLD: answer_at_once})) as server, client_of() as client:
+            resp = await client.invoke(server.address, RemotingCommand.request(HOLD), 2000)
+            assert resp.remark == "at once"
+            (conn,) = server.connections
+            assert conn.inflight == 0
+
+    run(scenario())
+
+
 def test_large_bodies_round_trip_through_write_pauses(run):
     async def scenario():
         config = RemotingConfig(write_buffer_high=256 * 1024, write_buffer_low=64 * 1024,

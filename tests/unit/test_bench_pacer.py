@@ -49,3 +49,15 @@ def test_pacer_stops_and_raises_when_a_send_fails():
     with pytest.raises(RuntimeError, match="no route"):
         asyncio.run(main())
     assert calls == 3 and time.monotonic() - t0 < 0.5
+
+
+def test_pacer_falls_back_to_loop_timers_without_a_timerfd(monkeypatch: pytest.MonkeyPatch):
+    from sluice.bench import pacer
+
+    def no_timerfd(interval: float) -> int:
+        raise AttributeError("timerfd_create")
+
+    monkeypatch.setattr(pacer, "interval_timer_fd", no_timerfd)
+    n, times = _pace_times(1000, 0.1)
+    assert n == len(times) == 100
+    assert times[-1] - times[0] >= 0.08

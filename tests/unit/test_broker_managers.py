@@ -216,3 +216,49 @@ def test_held_pull_answer_leaves_no_reference_cycles(end):
     garbage, answered = asyncio.run(scenario())
     assert garbage == 0
     assert answered == (0 if end == "cancel" else 50)
+
+
+def test_a_failing_held_pull_answer_does_not_stop_the_others():
+    async def scenario() -> tuple[list, int]:
+        hold = PullRequestHoldService(max_held=10)
+        woken: list[int] = []
+
+        def boom(_arrived: bool) -> None:
+            raise RuntimeError("answer failed")
+
+        hold.hold("T", 0, 0, 5.0, boom)
+        hold.hold("T", 0, 0, 5.0, lambda _a: woken.append(2))
+        hold.hold("T", 1, 0, 5.0, lambda _a: woken.append(3))
+        hold.notify_message_arriving("T", 0, 1)
+        await asyncio.sleep(0.01)
+        hold.wake_all()  # at broker stop: the rest answer, whatever the first did
+        return woken, hold.count
+
+    assert asyncio.run(scenario()) == ([2, 3], 0)
+
+
+def test_an_arrival_from_another_thread_wakes_the_held_pull_on_its_loop():
+    import threading
+
+    async def scenario() -> tuple[list, int]:
+        hold = PullRequestHoldService(max_held=10)
+        woken: list[tuple[bool, int]] = []
+        hold.hold("T", 0, 0, 5.0, lambda arrived: woken.append((arrived, threading.get_ident())))
+        t = threading.Thread(target=hold.notify_message_arriving, args=("T", 0, 1))
+        t.start()
+        t.join()
+        for _ in range(100):
+            if woken:
+                break
+            await asyncio.sleep(0.01)
+        return woken, hold.count
+
+    woken, count = asyncio.run(scenario())
+    assert len(woken) == 1 and woken[0][0] is True and woken[0][1] == threading_main_ident()
+    assert count == 0
+
+
+def threading_main_ident() -> int:
+    import threading
+
+    return threading.main_thread().ident or 0

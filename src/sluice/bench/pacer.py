@@ -3,7 +3,7 @@
 The event loop's own timers tick by the millisecond, so pacing with ``asyncio.sleep`` sends bursts (five at
 once every millisecond at 5,000/s) that queue behind each other and measure the burst, not the system. A
 kernel interval timer (a Linux timerfd the loop watches) wakes the loop once per send, as a network event
-would.
+would. Where there is no timerfd (not Linux), the loop's own timers pace, in bursts.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import ctypes
 import os
 import sys
+import time
 from collections.abc import Callable
 
 _CLOCK_MONOTONIC = 1
@@ -47,9 +48,12 @@ async def pace(send: Callable[[], None], rate: float, duration: float) -> int:
     from ``send`` ends the pacing and is raised here."""
     loop = asyncio.get_running_loop()
     total = max(1, round(rate * duration))
+    try:
+        fd = interval_timer_fd(1.0 / rate)
+    except (AttributeError, OSError):  # no timerfd (not Linux): the loop's own, millisecond timers
+        return await _pace_with_sleep(send, rate, total)
     done: asyncio.Future[None] = loop.create_future()
     sent = 0
-    fd = interval_timer_fd(1.0 / rate)
 
     def tick() -> None:
         nonlocal sent
@@ -68,13 +72,26 @@ async def pace(send: Callable[[], None], rate: float, duration: float) -> int:
         if sent >= total and not done.done():
             done.set_result(None)
 
-    loop.add_reader(fd, tick)
     try:
-        await done
+        loop.add_reader(fd, tick)
+        try:
+            await done
+        finally:
+            loop.remove_reader(fd)
     finally:
-        loop.remove_reader(fd)
         os.close(fd)
     return sent
+
+
+async def _pace_with_sleep(send: Callable[[], None], rate: float, total: int) -> int:
+    """``pace`` with ``asyncio.sleep``: sends that fall due between two millisecond ticks go together."""
+    t0 = time.perf_counter()
+    for sent in range(total):
+        delay = t0 + sent / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        send()
+    return total
 
 
 __all__ = ["interval_timer_fd", "pace"]

@@ -23,21 +23,25 @@ class HeldPull:
     """One pull waiting for a message past ``offset`` of its queue. It ends once: woken by an arrival
     (``wake(True)``), by its timer (``wake(False)``), or dropped when its connection closes (``drop``)."""
 
-    __slots__ = ("service", "key", "offset", "wake", "timer", "done")
+    __slots__ = ("service", "key", "offset", "wake", "loop", "timer", "done")
 
     def __init__(self, service: PullRequestHoldService, key: tuple[str, int], offset: int,
-                 wake: Callable[[bool], None]) -> None:
+                 wake: Callable[[bool], None], loop: asyncio.AbstractEventLoop) -> None:
         self.service = service
         self.key = key
         self.offset = offset
         self.wake = wake
+        self.loop = loop
         self.timer: asyncio.TimerHandle | None = None
         self.done = False
 
     def fire(self, arrived: bool) -> None:
         wake = self.wake
         if self._end():
-            wake(arrived)
+            try:
+                wake(arrived)
+            except Exception:  # one pull's answer must not stop the timer's loop or the others' wake-ups
+                log.exception("answering a held pull of %s failed", self.key)
 
     def drop(self) -> None:
         """Nobody waits any more (the connection closed): forget the pull without waking it."""
@@ -77,7 +81,7 @@ class PullRequestHoldService:
             raise TooManyHeldPulls(f"{self.count} pulls are already held")
         loop = asyncio.get_running_loop()
         key = (topic, queue_id)
-        pull = HeldPull(self, key, offset, wake)
+        pull = HeldPull(self, key, offset, wake, loop)
         self._held.setdefault(key, []).append(pull)
         self.count += 1
         pull.timer = loop.call_later(timeout, pull.fire, False)
@@ -103,12 +107,18 @@ class PullRequestHoldService:
         waiters = self._held.get((topic, queue_id))
         if not waiters:
             return
-        loop = asyncio.get_running_loop()
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # a put from a thread of its own
+            running = None
         for pull in waiters:
             if pull.offset < max_offset and pull.timer is not None:
-                pull.timer.cancel()
-                pull.timer = None  # woken: the arrival answers it, not the timer
-                loop.call_soon(pull.fire, True)
+                if pull.loop is running:
+                    pull.timer.cancel()
+                    pull.timer = None  # woken: the arrival answers it, not the timer
+                    running.call_soon(pull.fire, True)
+                else:
+                    pull.loop.call_soon_threadsafe(pull.fire, True)
 
     def held_queues(self, topic: str) -> dict[int, int]:
         """Queue id → number of pulls held on it, for one topic (tests wait on this to know consumers are in)."""

@@ -145,8 +145,8 @@ class Connection(asyncio.Protocol):
             if self.closed:  # a handler run as the connection went away: nobody to answer
                 result.cancel()
                 return
-            result.bind(self, req)
             self._deferred.add(result)
+            result.bind(self, req)  # an answer the handler made already leaves here
             if self.inflight >= self.config.max_inflight_requests:
                 self._pause_reading("inflight")
         elif inspect.isawaitable(result):

@@ -25,18 +25,23 @@ log = logging.getLogger(__name__)
 class DeferredResponse:
     """One request's answer, to be made later on the connection's loop."""
 
-    __slots__ = ("_conn", "_req", "_resolved", "on_cancel")
+    __slots__ = ("_conn", "_req", "_resolved", "_early", "on_cancel")
 
     def __init__(self, on_cancel: Callable[[], None] | None = None) -> None:
         self._conn: Connection | None = None
         self._req: RemotingCommand | None = None
         self._resolved = False
+        self._early: Callable[[], RemotingCommand | None] | None = None  # resolved before it was bound
         self.on_cancel = on_cancel
 
     def bind(self, conn: Connection, req: RemotingCommand) -> None:
-        """Called by the connection the handler returned this to."""
+        """Called by the connection the handler returned this to (an answer made already is sent now)."""
         self._conn = conn
         self._req = req
+        early, self._early = self._early, None
+        if early is not None:
+            self._resolved = False
+            self.resolve(early)
 
     @property
     def resolved(self) -> bool:
@@ -49,8 +54,9 @@ class DeferredResponse:
             return
         self._resolved = True
         conn, req = self._conn, self._req
-        if conn is None or req is None:
-            raise RuntimeError("a DeferredResponse was resolved before a connection bound it")
+        if conn is None or req is None:  # resolved inside the handler: answered when the connection binds it
+            self._early = make
+            return
         # Drop what may refer back to this response (an owner's wait does), so no cycle outlives it.
         self._conn = self._req = self.on_cancel = None
         try:
@@ -66,7 +72,7 @@ class DeferredResponse:
             return
         self._resolved = True
         on_cancel, self.on_cancel = self.on_cancel, None
-        self._conn = self._req = None
+        self._conn = self._req = self._early = None
         if on_cancel is not None:
             try:
                 on_cancel()

@@ -92,9 +92,10 @@ class FlushWaiter:
             if not self.future.done():
                 self.future.set_result(ok)
             return
-        assert self.callback is not None
+        callback, self.callback = self.callback, None  # the answer it holds can go before the waiter does
+        assert callback is not None
         try:
-            self.callback(ok)
+            callback(ok)
         except Exception:  # one waiter's failure must not keep the others of its group waiting
             log.exception("flush waiter callback failed")
 
