@@ -156,9 +156,20 @@ def decode_record(buf: memoryview | bytes, pos: int = 0) -> MessageExt:
     return decode_records(bytes(buf[pos:pos + total]))[0]
 
 
-@lru_cache(maxsize=4096)
-def _host(addr: bytes, port: int) -> str:
-    return bytes_to_host(addr, port)
+# RECORD_HEADER with each host as its 8 raw bytes (address, port), the key of the text form's cache.
+_DECODE_HEADER: Final = struct.Struct(">iiiiiqqiq8sq8siqi")
+_HOSTS: dict[bytes, str] = {}
+_HOSTS_MAX = 4096
+
+
+def _host8(raw: bytes) -> str:
+    """``host:port`` of a record's 8-byte host field, remembered (a consumer sees few distinct hosts)."""
+    text = _HOSTS.get(raw)
+    if text is None:
+        if len(_HOSTS) >= _HOSTS_MAX:
+            _HOSTS.clear()
+        text = _HOSTS[raw] = bytes_to_host(raw[:4], int.from_bytes(raw[4:], "big", signed=True))
+    return text
 
 
 @lru_cache(maxsize=4096)
@@ -174,18 +185,17 @@ def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
         buf = bytes(buf)
     out: list[MessageExt] = []
     add = out.append
-    unpack = RECORD_HEADER.unpack_from
+    unpack = _DECODE_HEADER.unpack_from
     unpack_i16 = _I16.unpack_from
-    host, topic_name = _host, _topic_name
+    hosts, host8, topic_name = _HOSTS, _host8, _topic_name
     pos = 0
     n = len(buf)
     try:
         while pos < n:
             if pos + 8 > n:
                 raise MessageFormatError("trailing bytes after the last record")
-            (total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_addr,
-             born_port, store_ts, store_addr, store_port, reconsume_times, prepared_tx_offset,
-             body_len) = unpack(buf, pos)
+            (total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_raw,
+             store_ts, store_raw, reconsume_times, prepared_tx_offset, body_len) = unpack(buf, pos)
             if magic != MESSAGE_MAGIC_CODE_V1:
                 raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
             if total < RECORD_FIXED_SIZE or body_len < 0 or pos + total > n:
@@ -201,8 +211,8 @@ def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
             if props_len < 0 or RECORD_FIXED_SIZE + body_len + topic_len + props_len != total:
                 raise MessageFormatError(f"field lengths of the record at {pos} do not add up to its size")
             add(MessageExt(topic, body, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
-                           host(born_addr, born_port), store_ts, host(store_addr, store_port), reconsume_times,
-                           prepared_tx_offset, buf[p:p + props_len], total, crc))
+                           hosts.get(born_raw) or host8(born_raw), store_ts, hosts.get(store_raw) or host8(store_raw),
+                           reconsume_times, prepared_tx_offset, buf[p:p + props_len], total, crc))
             pos += total
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise MessageFormatError(f"cannot decode record at {pos}: {exc}") from exc
