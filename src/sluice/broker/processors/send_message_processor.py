@@ -273,31 +273,38 @@ class SendMessageProcessor:
 
     def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
         store = self.broker.store
-        return self._store(lambda done: store.put_raw_batch_then(raw, done), respond)
+        if not store.sync_flush or raw.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+            t0 = perf_counter()
+            return self._answer(store.put_raw_batch(raw), t0, respond)
+        return self._store_waiting(lambda done: store.put_raw_batch_then(raw, done), respond)
 
     def _put(self, req: RemotingCommand, msgs: list[MessageExtBrokerInner],
              respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
         store = self.broker.store
-        return self._store(lambda done: store.put_messages_then(msgs, done), respond)
+        if not store.sync_flush or not any(m.wait_store_msg_ok for m in msgs):
+            t0 = perf_counter()
+            return self._answer(store.put_messages(msgs), t0, respond)
+        return self._store_waiting(lambda done: store.put_messages_then(msgs, done), respond)
 
-    def _store(self, put: Callable[[Callable[[PutMessageResult], None]], PutMessageResult | None],
-               respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
-        """Put, timed for the stats. When the sender waits for a group commit the answer is deferred: the
-        flush's completion sends it, with no task per request and the loop free meanwhile."""
+    def _answer(self, r: PutMessageResult, t0: float, respond: ResponseBuilder) -> RemotingCommand:
+        """The answer to a put that took since ``t0`` (timed for the stats)."""
+        self.broker.stats.record_put(r, perf_counter() - t0)
+        return respond(r, PUT_STATUS_CODES[r.status])
+
+    def _store_waiting(self, put: Callable[[Callable[[PutMessageResult], None]], PutMessageResult | None],
+                       respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
+        """A put whose sender waits for the group commit: the answer is deferred, and the flush's completion
+        sends it, with no task per request and the loop free meanwhile."""
         t0 = perf_counter()
         deferred: DeferredResponse | None = None
 
-        def answer(r: PutMessageResult) -> RemotingCommand:
-            self.broker.stats.record_put(r, perf_counter() - t0)
-            return respond(r, PUT_STATUS_CODES[r.status])
-
         def flushed(r: PutMessageResult) -> None:
             assert deferred is not None
-            deferred.resolve(lambda: answer(r))
+            deferred.resolve(lambda: self._answer(r, t0, respond))
 
         r = put(flushed)
-        if r is not None:
-            return answer(r)
+        if r is not None:  # refused, or nothing to wait for after all
+            return self._answer(r, t0, respond)
         deferred = DeferredResponse()
         return deferred
 
