@@ -159,3 +159,35 @@ def test_bodies_full_of_property_markers_are_not_mistaken_for_properties(store: 
     assert store.get_messages("g", "Raw", 0, 0, 32, tag_codes={tag_hash_code("fake")}).message_count == 0
     assert len(store.query_message("Raw", f"{2:032X}").messages) == 1
     assert store.query_message("Raw", "k").messages == []
+
+
+def _walked_starts(data: bytes) -> list[int]:
+    """Record starts found by following each TOTALSIZE (the reference for the uniform-size shortcut)."""
+    starts, pos = [], 0
+    while pos < len(data):
+        starts.append(pos)
+        pos += int.from_bytes(data[pos:pos + 4], "big", signed=True)
+    return starts
+
+
+@given(sizes=st.lists(st.sampled_from([0, 1, 7, 40]), min_size=1, max_size=12), uniform=st.booleans())
+def test_batch_layout_is_the_same_whether_records_share_one_size_or_not(sizes, uniform):
+    if uniform:
+        sizes = [sizes[0]] * len(sizes)
+    data = encode_batch([BatchItem(b"b" * s, {"UNIQ_KEY": f"{i:032X}"}) for i, s in enumerate(sizes)])
+    cols = scan_batch_columns(data)
+    assert (cols.body_start - 20).tolist() == _walked_starts(data)
+    assert (cols.props_len_pos - cols.body_start).tolist() == sizes
+
+
+def test_records_of_one_size_keep_their_own_layouts_and_mixed_sizes_are_walked():
+    # One TOTALSIZE, different layouts inside (40 body bytes and no properties, or the reverse): each
+    # record's own lengths are read.
+    a = encode_batch([BatchItem(b"x" * 40, {})])
+    b = encode_batch([BatchItem(b"", {"k": "v" * 38})])  # same TOTALSIZE as ``a``, other layout inside
+    assert len(a) == len(b)
+    data = a + b + a
+    cols = scan_batch_columns(data)
+    assert (cols.props_len_pos - cols.body_start).tolist() == [40, 0, 40]
+    odd = encode_batch([BatchItem(b"x" * 40, {}), BatchItem(b"y" * 17, {}), BatchItem(b"z" * 23, {})])
+    assert (scan_batch_columns(odd).props_len_pos - scan_batch_columns(odd).body_start).tolist() == [40, 17, 23]

@@ -77,7 +77,22 @@ class BatchColumns(NamedTuple):
 
 
 _HEAD_WORDS: Final = np.arange(_HEAD.size)
+_TOTAL_BYTES: Final = np.arange(4)
 _PROPS_LEN_BYTES: Final = np.arange(_PROPS_LEN.size)
+
+
+def _uniform_starts(buf: bytes | memoryview, arr: np.ndarray, end: int) -> np.ndarray | None:
+    """Where the records start when every record has the first one's TOTALSIZE (the usual batch: one
+    producer, one body size) — checked for all at once; None otherwise (then the records are walked)."""
+    if end < BATCH_RECORD_OVERHEAD:
+        return None
+    (total,) = _TOTAL.unpack_from(buf, 0)
+    if total < BATCH_RECORD_OVERHEAD or total > end or end % total:
+        return None
+    start = np.arange(0, end, total, dtype=np.int64)
+    if len(start) > 1 and not (arr[start[:, None] + _TOTAL_BYTES].view(">i4").ravel() == total).all():
+        return None
+    return start
 
 
 def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
@@ -89,22 +104,24 @@ def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
     """
     buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     end = len(buf)
-    starts: list[int] = []
-    add = starts.append
-    unpack_total = _TOTAL.unpack_from
-    pos = 0
-    while pos < end:
-        if end - pos < BATCH_RECORD_OVERHEAD:
-            raise MessageFormatError(f"batch body truncated at byte {pos}: {end - pos} bytes left, "
-                                     f"a record needs at least {BATCH_RECORD_OVERHEAD}")
-        (total,) = unpack_total(buf, pos)
-        if total < BATCH_RECORD_OVERHEAD or total > end - pos:
-            raise MessageFormatError(f"batch record at byte {pos}: total size {total} does not fit the "
-                                     f"{end - pos} bytes left")
-        add(pos)
-        pos += total
-    start = np.array(starts, dtype=np.int64)
     arr = np.frombuffer(buf, dtype=np.uint8)
+    start = _uniform_starts(buf, arr, end)
+    if start is None:
+        starts: list[int] = []
+        add = starts.append
+        unpack_total = _TOTAL.unpack_from
+        pos = 0
+        while pos < end:
+            if end - pos < BATCH_RECORD_OVERHEAD:
+                raise MessageFormatError(f"batch body truncated at byte {pos}: {end - pos} bytes left, "
+                                         f"a record needs at least {BATCH_RECORD_OVERHEAD}")
+            (total,) = unpack_total(buf, pos)
+            if total < BATCH_RECORD_OVERHEAD or total > end - pos:
+                raise MessageFormatError(f"batch record at byte {pos}: total size {total} does not fit the "
+                                         f"{end - pos} bytes left")
+            add(pos)
+            pos += total
+        start = np.array(starts, dtype=np.int64)
     head = arr[start[:, None] + _HEAD_WORDS].view(">i4").astype(np.int64)  # TOTALSIZE MAGIC CRC FLAG BODYLENGTH
     total, flag, body_len = head[:, 0], head[:, 3], head[:, 4]
     props_len_pos = start + _HEAD.size + body_len
