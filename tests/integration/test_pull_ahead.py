@@ -28,6 +28,21 @@ def _send_backlog(cluster, topic: str, n: int) -> list[bytes]:
     return bodies
 
 
+def _collect(got: list[bytes], expected: int, done: asyncio.Event, gate: asyncio.Event | None = None):
+    """An async listener that appends the bodies to ``got`` (after ``gate`` opens) and sets ``done`` at
+    ``expected`` messages."""
+
+    async def on(msgs):
+        if gate is not None:
+            await gate.wait()
+        got.extend(m.body for m in msgs)
+        if len(got) >= expected:
+            done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    return on
+
+
 def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monkeypatch: pytest.MonkeyPatch):
     cluster.create_topic("ahead", 1)
     bodies = _send_backlog(cluster, "ahead", 10 * BATCH)
@@ -49,13 +64,7 @@ def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monke
 
         monkeypatch.setattr(consumer_base_module, "decode_records", decode)
 
-        @consumer.listener
-        async def on(msgs):
-            got.extend(m.body for m in msgs)
-            if len(got) >= len(bodies):
-                done.set()
-            return ConsumeStatus.CONSUME_SUCCESS
-
+        consumer.register_listener(_collect(got, len(bodies), done))
         await consumer.start()
         try:
             await asyncio.wait_for(done.wait(), 20)
@@ -84,14 +93,7 @@ def test_pulling_ahead_keeps_a_queue_within_its_threshold_plus_one_batch(cluster
                                 consume_message_batch_max_size=BATCH, pull_threshold_for_queue=threshold)
         consumer.subscribe("bounded")
 
-        @consumer.listener
-        async def on(msgs):
-            await release.wait()
-            got.extend(m.body for m in msgs)
-            if len(got) >= len(bodies):
-                done.set()
-            return ConsumeStatus.CONSUME_SUCCESS
-
+        consumer.register_listener(_collect(got, len(bodies), done, gate=release))
         await consumer.start()
         try:
             most = 0

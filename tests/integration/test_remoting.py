@@ -250,16 +250,21 @@ def test_oneway_request_runs_its_handler_and_gets_no_response(run):
     run(scenario())
 
 
+def late_answer(delay: float, answered: asyncio.Event) -> RequestHandler:
+    """A handler that answers "late" after ``delay`` seconds, setting ``answered`` as it does."""
+
+    async def late(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(delay)
+        answered.set()
+        return req.response(ResponseCode.SUCCESS, "late")
+
+    return late
+
+
 def test_request_timeout_raises_and_the_late_response_is_dropped(run):
     async def scenario():
         late_sent = asyncio.Event()
-
-        async def late(conn, req):
-            await asyncio.sleep(0.3)
-            late_sent.set()
-            return req.response(ResponseCode.SUCCESS, "late")
-
-        async with serving(dispatcher({LATE: late})) as server, client_of() as client:
+        async with serving(dispatcher({LATE: late_answer(0.3, late_sent)})) as server, client_of() as client:
             conn = await client.connection(server.address)
             t0 = time.monotonic()
             with pytest.raises(RemotingTimeoutError) as err:
@@ -314,13 +319,7 @@ def test_started_request_is_on_the_wire_before_the_loop_turn_ends(run):
 def test_abandoned_request_is_forgotten_and_its_late_answer_dropped(run):
     async def scenario():
         answered = asyncio.Event()
-
-        async def late(conn, req):
-            await asyncio.sleep(0.1)
-            answered.set()
-            return req.response(ResponseCode.SUCCESS, "late")
-
-        async with serving(dispatcher({LATE: late})) as server, client_of() as client:
+        async with serving(dispatcher({LATE: late_answer(0.1, answered)})) as server, client_of() as client:
             conn = await client.connection(server.address)
             req = RemotingCommand.request(LATE)
             started = client.start_request(server.address, req, 2000)
