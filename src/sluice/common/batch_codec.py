@@ -128,13 +128,13 @@ def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
     bad = (body_len < 0) | (props_len_pos + _PROPS_LEN.size > start + total)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise MessageFormatError(f"batch record at byte {starts[i]}: body length {int(body_len[i])} overruns "
+        raise MessageFormatError(f"batch record at byte {int(start[i])}: body length {int(body_len[i])} overruns "
                                  f"total size {int(total[i])}")
     props_len = arr[props_len_pos[:, None] + _PROPS_LEN_BYTES].view(">i2").astype(np.int64)[:, 0]
     bad = (props_len < 0) | (BATCH_RECORD_OVERHEAD + body_len + props_len != total)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise MessageFormatError(f"batch record at byte {starts[i]}: total size {int(total[i])} disagrees with "
+        raise MessageFormatError(f"batch record at byte {int(start[i])}: total size {int(total[i])} disagrees with "
                                  f"body length {int(body_len[i])} + properties length {int(props_len[i])} + "
                                  f"{BATCH_RECORD_OVERHEAD}")
     return BatchColumns(start + _HEAD.size, props_len_pos, start + total, flag)
