@@ -5,13 +5,13 @@ bounds what a queue holds."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
 from sluice.client.aio import Producer, PushConsumer
 from sluice.client.aio import consumer_base as consumer_base_module
 from sluice.client.message import ConsumeStatus, Message
-from sluice.remoting import RequestCode
 
 BATCH = 32
 
@@ -56,12 +56,23 @@ def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monke
                                 consume_message_batch_max_size=BATCH)
         consumer.subscribe("ahead")
 
-        def decode(body):  # what else is in flight on the consumer's connections while it decodes an answer
+        # The opaques of this topic's pulls (the consumer also long-polls its group's retry topic, on the same
+        # connection: those pulls must not count).
+        ahead_pulls: set[int] = set()
+        real_command = consumer._pull_command
+
+        def pull_command(mq, *args):
+            req, sub, timeout = real_command(mq, *args)
+            if mq.topic == "ahead":
+                ahead_pulls.add(req.opaque)
+            return req, sub, timeout
+
+        def decode(body):  # is the next pull of "ahead" in flight while an answer of it is decoded?
             conns = list(consumer.client.remoting._conns.values())
-            pending_at_decode.append(any(code == RequestCode.PULL_MESSAGE
-                                         for c in conns for _, code, _ in c._deadlines.values()))
+            pending_at_decode.append(any(o in c._pending for c in conns for o in ahead_pulls))
             return real_decode(body)
 
+        monkeypatch.setattr(consumer, "_pull_command", pull_command)
         monkeypatch.setattr(consumer_base_module, "decode_records", decode)
 
         consumer.register_listener(_collect(got, len(bodies), done))
@@ -109,3 +120,42 @@ def test_pulling_ahead_keeps_a_queue_within_its_threshold_plus_one_batch(cluster
     most, got = asyncio.run(scenario())
     assert threshold <= most <= threshold + BATCH
     assert sorted(got) == sorted(bodies) and len(got) == len(bodies)
+
+
+def test_pulling_ahead_keeps_a_queue_within_its_byte_limit_plus_one_answer(cluster):
+    """100 KiB bodies: an answer carries at most 256 KiB (the broker's transfer cap), so a stuck listener's
+    queue holds at most its byte limit plus one answer, also when the next pull was sent ahead."""
+    cluster.create_topic("heavy", 1)
+    body = os.urandom(100 * 1024)  # incompressible: the producer deflates bodies over 4 KiB
+    limit = 1 << 20
+
+    async def produce() -> None:
+        async with Producer("pull-ahead-producer", namesrv=cluster.namesrv_addr) as p:
+            for _ in range(40):
+                await p.send(Message("heavy", body))
+
+    asyncio.run(produce())
+
+    async def scenario() -> tuple[int, int]:
+        release = asyncio.Event()
+        got: list[bytes] = []
+        done = asyncio.Event()
+        consumer = PushConsumer("heavy-group", namesrv=cluster.namesrv_addr, consume_from="first",
+                                consume_message_batch_max_size=BATCH, pull_threshold_size_for_queue=1)
+        consumer.subscribe("heavy")
+        consumer.register_listener(_collect(got, 40, done, gate=release))
+        await consumer.start()
+        try:
+            most = 0
+            for _ in range(80):
+                await asyncio.sleep(0.01)
+                most = max([most, *(pq.msg_size for pq in consumer.process_queues.values())])
+            release.set()
+            await asyncio.wait_for(done.wait(), 20)
+        finally:
+            await consumer.shutdown()
+        return most, len(got)
+
+    most, got = asyncio.run(scenario())
+    assert got == 40
+    assert limit <= most <= limit + 256 * 1024

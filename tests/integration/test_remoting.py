@@ -332,11 +332,13 @@ def test_abandoned_request_is_forgotten_and_its_late_answer_dropped(run):
             resp = await client.invoke(server.address, RemotingCommand.request(ECHO), 2000)
             assert resp.remark == "echo"
             # A started request on a connection that then closes: abandoning it retrieves the failure.
-            other = client.start_request(server.address, RemotingCommand.request(LATE), 2000)
+            other_req = RemotingCommand.request(LATE)
+            other = client.start_request(server.address, other_req, 2000)
             assert other is not None
             conn.abort()
             await asyncio.sleep(0.05)
-            conn.abandon(0, other[1])
+            assert isinstance(other[1].exception(), RemotingConnectError)  # failed by the close ...
+            conn.abandon(other_req.opaque, other[1])  # ... and given up: nothing left to report
         assert client.start_request(server.address, RemotingCommand.request(ECHO), 2000) is None  # closed
 
     run(scenario())

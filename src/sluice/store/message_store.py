@@ -257,10 +257,19 @@ class MessageStore:
             log.exception("commit log append failed")
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"cannot write: {exc}")
 
+    def waits_for_flush(self, msgs: list[MessageExtBrokerInner]) -> bool:
+        """Whether a put of ``msgs`` answers only after a group commit: SYNC_FLUSH, unless every message
+        says WAIT=false."""
+        return self._group_commit is not None and any(m.wait_store_msg_ok for m in msgs)
+
+    def raw_batch_waits_for_flush(self, batch: RawBatch) -> bool:
+        """``waits_for_flush`` for a raw batch (its WAIT comes with the request's properties)."""
+        return self._group_commit is not None and batch.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+
     def _flush_waiter(self, msgs: list[MessageExtBrokerInner], r: AppendResult,
                       loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
         """In SYNC_FLUSH mode (unless every message says WAIT=false), queue a group-commit waiter."""
-        if self._group_commit is None or not any(m.wait_store_msg_ok for m in msgs):
+        if not self.waits_for_flush(msgs):
             return None
         waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, loop)
         self._group_commit.submit(waiter)
@@ -339,7 +348,7 @@ class MessageStore:
 
     def _raw_flush_waiter(self, batch: RawBatch, r: AppendResult,
                           loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
-        if self._group_commit is None or batch.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+        if not self.raw_batch_waits_for_flush(batch):
             return None
         waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, loop)
         self._group_commit.submit(waiter)
@@ -353,7 +362,7 @@ class MessageStore:
         r = self._append(msgs)
         if isinstance(r, PutMessageResult):
             return r
-        if self._group_commit is None or not any(m.wait_store_msg_ok for m in msgs):
+        if not self.waits_for_flush(msgs):
             return self._finish_put(r, len(msgs), True)
         self._await_flush(r, len(msgs), done)
         return None
@@ -364,7 +373,7 @@ class MessageStore:
         r = self._append_raw(batch)
         if isinstance(r, PutMessageResult):
             return r
-        if self._group_commit is None or batch.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+        if not self.raw_batch_waits_for_flush(batch):
             return self._finish_put(r, batch.columns.count, True)
         self._await_flush(r, batch.columns.count, done)
         return None

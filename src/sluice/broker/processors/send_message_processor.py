@@ -273,7 +273,7 @@ class SendMessageProcessor:
 
     def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
         store = self.broker.store
-        if not store.sync_flush or raw.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+        if not store.raw_batch_waits_for_flush(raw):
             t0 = perf_counter()
             return self._answer(store.put_raw_batch(raw), t0, respond)
         return self._store_waiting(lambda done: store.put_raw_batch_then(raw, done), respond)
@@ -281,7 +281,7 @@ class SendMessageProcessor:
     def _put(self, req: RemotingCommand, msgs: list[MessageExtBrokerInner],
              respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
         store = self.broker.store
-        if not store.sync_flush or not any(m.wait_store_msg_ok for m in msgs):
+        if not store.waits_for_flush(msgs):
             t0 = perf_counter()
             return self._answer(store.put_messages(msgs), t0, respond)
         return self._store_waiting(lambda done: store.put_messages_then(msgs, done), respond)

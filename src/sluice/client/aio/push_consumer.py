@@ -179,7 +179,8 @@ class PushConsumer(ConsumerBase):
         """Pull ``mq`` into ``pq`` until the queue is dropped. A concurrent consumer sends the next pull as
         soon as an answer with messages arrives, before decoding it (RocketMQ pulls again right after a pull's
         callback too): the broker serves the next pull while this one is decoded, instead of the two
-        processes taking turns. Flow control then counts the undecoded answer as a full batch."""
+        processes taking turns. Flow control then counts the undecoded answer as a full batch of messages, with
+        its body bytes and its offsets."""
         cfg = self.config
         offset: int | None = None
         size_limit = cfg.pull_threshold_size_for_queue * 1024 * 1024
@@ -197,7 +198,7 @@ class PushConsumer(ConsumerBase):
                         if self.clustering:
                             self.offset_store.update_offset(mq, offset)
                     if started is None:
-                        if self._flow_controlled(pq, size_limit, 0):
+                        if self._flow_controlled(pq, size_limit):
                             await asyncio.sleep(cfg.pull_time_delay_millis_when_flow_control / 1000)
                             continue
                         result = await self.pull(mq, offset, cfg.pull_batch_size, suspend=True,
@@ -220,9 +221,9 @@ class PushConsumer(ConsumerBase):
                         self.offset_store.update_offset(mq, result.next_begin_offset)
                     elif pq.msg_count == 0:
                         self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=True)
-                    if started is None and not self.orderly and result.status is PullStatus.FOUND:
-                        started = self._pull_ahead_after(mq, pq, result.next_begin_offset, size_limit)
                     offset = result.next_begin_offset
+                    if started is None and not self.orderly and result.status is PullStatus.FOUND:
+                        started = self._pull_ahead_after(mq, pq, offset, size_limit)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -238,11 +239,21 @@ class PushConsumer(ConsumerBase):
             if started is not None:
                 started.abandon()
 
-    def _flow_controlled(self, pq: ProcessQueue, size_limit: int, undecoded: int) -> bool:
-        """Whether ``pq`` holds too much to pull more (``undecoded``: messages of an answer not yet added)."""
+    def _flow_controlled(self, pq: ProcessQueue, size_limit: int, undecoded: int = 0, undecoded_bytes: int = 0,
+                         next_offset: int | None = None) -> bool:
+        """Whether ``pq`` holds too much to pull more. An answer not yet added counts with ``undecoded``
+        messages, ``undecoded_bytes`` of body and offsets up to ``next_offset`` (exclusive)."""
         cfg = self.config
-        return (pq.msg_count + undecoded > cfg.pull_threshold_for_queue or pq.msg_size > size_limit
-                or (not self.orderly and pq.max_span > 2000))
+        if pq.msg_count + undecoded > cfg.pull_threshold_for_queue or pq.msg_size + undecoded_bytes > size_limit:
+            return True
+        if self.orderly:
+            return False
+        span = pq.max_span
+        if next_offset is not None:
+            low = pq.min_offset()
+            if low is not None:
+                span = max(span, next_offset - 1 - low)
+        return span > 2000
 
     def _pull_commit_offset(self, mq: MessageQueue, pq: ProcessQueue) -> int:
         pq.last_pull_timestamp = time.monotonic()
@@ -257,7 +268,7 @@ class PushConsumer(ConsumerBase):
         next_offset = resp.ext_fields.get("nextBeginOffset")
         if next_offset is None or not next_offset.isdigit() or int(next_offset) <= offset:
             return None
-        if self._flow_controlled(pq, size_limit, self.config.pull_batch_size):
+        if self._flow_controlled(pq, size_limit, self.config.pull_batch_size, len(resp.body), int(next_offset)):
             return None
         return self.start_pull(mq, int(next_offset), self.config.pull_batch_size, self._pull_commit_offset(mq, pq))
 
@@ -265,7 +276,7 @@ class PushConsumer(ConsumerBase):
                           size_limit: int) -> StartedPull | None:
         """After a pull answered the ordinary way: the next one sent at once, so the loop's following turn
         takes the pull-ahead path."""
-        if self._flow_controlled(pq, size_limit, 0):
+        if self._flow_controlled(pq, size_limit):
             return None
         return self.start_pull(mq, next_offset, self.config.pull_batch_size, self._pull_commit_offset(mq, pq))
 
