@@ -112,3 +112,9 @@ def test_a_decoded_message_reads_its_properties_only_when_asked():
     m.properties["x"] = "z"
     assert m.properties["x"] == "z" and m != eager
     assert m.replace(queue_offset=8).queue_offset == 8 and m.replace(queue_offset=8).properties == m.properties
+
+
+def test_records_of_several_topics_in_one_body_keep_their_own_topics():
+    topics = ["a", "ab", "b", "b", "a", "", "ab"]
+    body = b"".join(encode_record(topic=t.encode(), body=b"x", properties=b"") for t in topics)
+    assert [m.topic for m in decode_records(body)] == topics

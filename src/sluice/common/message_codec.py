@@ -188,6 +188,7 @@ def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
     unpack = _DECODE_HEADER.unpack_from
     unpack_i16 = _I16.unpack_from
     hosts, host8, topic_name = _HOSTS, _host8, _topic_name
+    last_raw, topic = b"", ""  # a pull's records share one topic: reuse the last one's name when it matches
     pos = 0
     n = len(buf)
     try:
@@ -204,7 +205,9 @@ def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
             body = buf[p:p + body_len]
             p += body_len
             topic_len = buf[p]
-            topic = topic_name(buf[p + 1:p + 1 + topic_len])
+            if topic_len != len(last_raw) or not buf.startswith(last_raw, p + 1):
+                last_raw = buf[p + 1:p + 1 + topic_len]
+                topic = topic_name(last_raw)
             p += 1 + topic_len
             props_len = unpack_i16(buf, p)[0]
             p += 2
