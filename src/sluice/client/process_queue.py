@@ -90,6 +90,12 @@ class ProcessQueue:
             offs = self._offsets
             return offs[-1] - offs[0] if offs else 0
 
+    def span_with(self, end_offset: int) -> int:
+        """``max_span`` as it will be once messages below ``end_offset`` (an answer not yet added) are in."""
+        with self._lock:
+            offs = self._offsets
+            return max(offs[-1], end_offset - 1) - offs[0] if offs else 0
+
     @property
     def max_offset_put(self) -> int:
         """The largest offset ever put, -1 before the first put."""

@@ -78,6 +78,7 @@ class ConsumerBase:
         self.strategy = get_strategy(allocate) if isinstance(allocate, str) else allocate
         self.client = MQClientInstance(config)
         self.subscriptions: dict[str, SubscriptionData] = {}
+        self._pull_headers: dict[tuple[str, int, int, str, int], dict[str, str]] = {}
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
         if self.message_model is MessageModel.CLUSTERING:
             self.offset_store = RemoteBrokerOffsetStore(self.client, group)
@@ -218,10 +219,20 @@ class ConsumerBase:
         if commit_offset > 0:
             sys_flag |= PULL_FLAG_COMMIT_OFFSET
         cfg = self.config
-        ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id),
-               "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag),
-               "commitOffset": str(commit_offset), "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis),
-               "subscription": sub.sub_string, "subVersion": str(sub.sub_version), "expressionType": "TAG"}
+        key = (mq.topic, mq.queue_id, max_nums, sub.sub_string, sub.sub_version)
+        base = self._pull_headers.get(key)
+        if base is None:  # what stays the same from one pull of a queue to the next, made once
+            if len(self._pull_headers) >= 4096:
+                self._pull_headers.clear()
+            base = self._pull_headers[key] = {
+                "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": "",
+                "maxMsgNums": str(max_nums), "sysFlag": "", "commitOffset": "",
+                "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis), "subscription": sub.sub_string,
+                "subVersion": str(sub.sub_version), "expressionType": "TAG"}
+        ext = base.copy()
+        ext["queueOffset"] = str(offset)
+        ext["sysFlag"] = str(sys_flag)
+        ext["commitOffset"] = str(commit_offset)
         timeout = cfg.consumer_timeout_millis_when_suspend if suspend else cfg.consumer_pull_timeout_millis
         return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), sub, timeout
 

@@ -248,12 +248,7 @@ class PushConsumer(ConsumerBase):
             return True
         if self.orderly:
             return False
-        span = pq.max_span
-        if next_offset is not None:
-            low = pq.min_offset()
-            if low is not None:
-                span = max(span, next_offset - 1 - low)
-        return span > 2000
+        return (pq.max_span if next_offset is None else pq.span_with(next_offset)) > 2000
 
     def _pull_commit_offset(self, mq: MessageQueue, pq: ProcessQueue) -> int:
         pq.last_pull_timestamp = time.monotonic()
