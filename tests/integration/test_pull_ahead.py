@@ -43,6 +43,15 @@ def _collect(got: list[bytes], expected: int, done: asyncio.Event, gate: asyncio
     return on
 
 
+async def _most_held(consumer: PushConsumer, measure, seconds: float) -> int:
+    """The largest ``measure`` of any process queue of ``consumer``, sampled every 10 ms for ``seconds``."""
+    most = 0
+    for _ in range(round(seconds / 0.01)):
+        await asyncio.sleep(0.01)
+        most = max([most, *(measure(pq) for pq in consumer.process_queues.values())])
+    return most
+
+
 def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monkeypatch: pytest.MonkeyPatch):
     cluster.create_topic("ahead", 1)
     bodies = _send_backlog(cluster, "ahead", 10 * BATCH)
@@ -107,10 +116,8 @@ def test_pulling_ahead_keeps_a_queue_within_its_threshold_plus_one_batch(cluster
         consumer.register_listener(_collect(got, len(bodies), done, gate=release))
         await consumer.start()
         try:
-            most = 0
-            for _ in range(60):  # the listener is stuck: the queue fills up to its bound and stops there
-                await asyncio.sleep(0.01)
-                most = max([most, *(pq.msg_count for pq in consumer.process_queues.values())])
+            # the listener is stuck: the queue fills up to its bound and stops there
+            most = await _most_held(consumer, lambda pq: pq.msg_count, 0.6)
             release.set()
             await asyncio.wait_for(done.wait(), 20)
         finally:
@@ -146,10 +153,7 @@ def test_pulling_ahead_keeps_a_queue_within_its_byte_limit_plus_one_answer(clust
         consumer.register_listener(_collect(got, 40, done, gate=release))
         await consumer.start()
         try:
-            most = 0
-            for _ in range(80):
-                await asyncio.sleep(0.01)
-                most = max([most, *(pq.msg_size for pq in consumer.process_queues.values())])
+            most = await _most_held(consumer, lambda pq: pq.msg_size, 0.8)
             release.set()
             await asyncio.wait_for(done.wait(), 20)
         finally:

@@ -266,11 +266,12 @@ class MessageStore:
         """``waits_for_flush`` for a raw batch (its WAIT comes with the request's properties)."""
         return self._group_commit is not None and batch.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
 
-    def _flush_waiter(self, msgs: list[MessageExtBrokerInner], r: AppendResult,
+    def _flush_waiter(self, waits: bool, r: AppendResult,
                       loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
-        """In SYNC_FLUSH mode (unless every message says WAIT=false), queue a group-commit waiter."""
-        if not self.waits_for_flush(msgs):
+        """When the put ``waits`` for the flush (``waits_for_flush``), queue a group-commit waiter for it."""
+        if not waits:
             return None
+        assert self._group_commit is not None
         waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, loop)
         self._group_commit.submit(waiter)
         return waiter
@@ -295,7 +296,7 @@ class MessageStore:
         r = self._append(msgs)
         if isinstance(r, PutMessageResult):
             return r
-        waiter = self._flush_waiter(msgs, r, None)
+        waiter = self._flush_waiter(self.waits_for_flush(msgs), r, None)
         ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
         return self._finish_put(r, len(msgs), ok)
 
@@ -333,7 +334,7 @@ class MessageStore:
         r = self._append_raw(batch)
         if isinstance(r, PutMessageResult):
             return r
-        waiter = self._raw_flush_waiter(batch, r, None)
+        waiter = self._flush_waiter(self.raw_batch_waits_for_flush(batch), r, None)
         ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
         return self._finish_put(r, batch.columns.count, ok)
 
@@ -342,17 +343,9 @@ class MessageStore:
         r = self._append_raw(batch)
         if isinstance(r, PutMessageResult):
             return r
-        waiter = self._raw_flush_waiter(batch, r, asyncio.get_running_loop())
+        waiter = self._flush_waiter(self.raw_batch_waits_for_flush(batch), r, asyncio.get_running_loop())
         ok = waiter is None or await waiter.wait_async(self.config.sync_flush_timeout / 1000)
         return self._finish_put(r, batch.columns.count, ok)
-
-    def _raw_flush_waiter(self, batch: RawBatch, r: AppendResult,
-                          loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
-        if not self.raw_batch_waits_for_flush(batch):
-            return None
-        waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, loop)
-        self._group_commit.submit(waiter)
-        return waiter
 
     def put_messages_then(self, msgs: list[MessageExtBrokerInner],
                           done: Callable[[PutMessageResult], None]) -> PutMessageResult | None:
@@ -399,7 +392,7 @@ class MessageStore:
         r = self._append(msgs)
         if isinstance(r, PutMessageResult):
             return r
-        waiter = self._flush_waiter(msgs, r, asyncio.get_running_loop())
+        waiter = self._flush_waiter(self.waits_for_flush(msgs), r, asyncio.get_running_loop())
         ok = waiter is None or await waiter.wait_async(self.config.sync_flush_timeout / 1000)
         return self._finish_put(r, len(msgs), ok)
 
