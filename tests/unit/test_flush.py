@@ -154,3 +154,32 @@ def test_put_then_refusal_is_answered_at_once(store_config: MessageStoreConfig):
     with MessageStore(store_config.replace(flush_disk_type="SYNC", max_message_size=10)) as store:
         now, later = _put_then_all(store, 1, size=11)
         assert later == [] and now[0].status is PutMessageStatus.MESSAGE_ILLEGAL
+
+
+def test_index_files_are_flushed_only_on_thorough_rounds(store_config: MessageStoreConfig):
+    quiet = store_config.replace(flush_interval_consume_queue=600_000)  # rounds run by hand below
+    with MessageStore(quiet) as store:
+        safe_at_start = store.checkpoint.index_safe_offset
+        for i in range(10):
+            assert store.put_message(msg(keys=f"k{i}", uniq=f"U{i}")).ok
+        index = store.index_service.files[-1]
+        store.flush_logics_and_checkpoint(quiet.flush_consume_queue_least_pages)
+        assert index.dirty
+        assert store.checkpoint.index_safe_offset == safe_at_start
+        store.flush_logics_and_checkpoint(0)
+        assert not index.dirty
+        assert store.checkpoint.index_safe_offset == store.dispatched_offset > safe_at_start
+
+
+def test_logics_safe_offset_moves_only_past_flushed_consume_queues(store_config: MessageStoreConfig):
+    quiet = store_config.replace(flush_interval_consume_queue=600_000, flush_consume_queue_least_pages=2)
+    with MessageStore(quiet) as store:
+        safe_at_start = store.checkpoint.logics_safe_offset
+        assert store.put_message(msg(queue_id=0)).ok  # one 20-byte entry: fewer dirty pages than the least
+        store.flush_logics_and_checkpoint(quiet.flush_consume_queue_least_pages)
+        cq = store.find_consume_queue("T", 0, create=False)
+        assert cq is not None and cq.queue.flushed_where < cq.queue.max_offset
+        assert store.checkpoint.logics_safe_offset == safe_at_start
+        store.flush_logics_and_checkpoint(0)
+        assert cq.queue.flushed_where == cq.queue.max_offset
+        assert store.checkpoint.logics_safe_offset == store.dispatched_offset > safe_at_start

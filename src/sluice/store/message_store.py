@@ -459,17 +459,31 @@ class MessageStore:
                                            r.store_timestamp)
 
     def flush_logics_and_checkpoint(self, least_pages: int) -> None:
-        """Flush consume queues and index files, then advance the checkpoint's safe offsets."""
+        """Flush consume queues (and, on a thorough round, index files), then advance the checkpoint.
+
+        ``least_pages`` 0 is a thorough round: every consume queue and index file is flushed. Otherwise a
+        consume queue is flushed only when that many pages are dirty, and index files not at all: their hash
+        slots are written at random, so every flush writes back (and the next puts fault in again) thousands of
+        pages. RocketMQ flushes index files only when one fills up; here they are also flushed every thorough
+        interval so that recovery re-indexes at most that much of the log. Each safe offset moves only past
+        what was really flushed: the consume queues' when none was left with unflushed entries below it.
+        """
         with self._logics_flush_lock:
             dispatched = self.dispatched_offset  # everything below is in the CQ / index files now
+            complete = True
             for cq in list(self.consume_queues.values()):
-                cq.flush(least_pages)
-            self.index_service.flush()
+                end = cq.queue.max_offset  # read after ``dispatched``: covers every entry below it
+                if cq.flush(least_pages) < end:
+                    complete = False
             cp = self.checkpoint
             now = int(time.time() * 1000)
-            if least_pages == 0 or dispatched > cp.logics_safe_offset:
-                cp.logics_safe_offset = cp.index_safe_offset = dispatched
-                cp.logics_msg_timestamp = cp.index_msg_timestamp = now
+            if least_pages == 0:
+                self.index_service.flush()
+                cp.index_safe_offset = dispatched
+                cp.index_msg_timestamp = now
+            if complete and (least_pages == 0 or dispatched > cp.logics_safe_offset):
+                cp.logics_safe_offset = dispatched
+                cp.logics_msg_timestamp = now
             cp.physic_safe_offset = self.commit_log.flushed_where
             cp.flush()
 
