@@ -227,7 +227,11 @@ async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
 
     sent = 0
     async with Producer("benchmark_producer", namesrv=opts.namesrv) as producer:
+        # Warm up every queue (the first message creates the topic; the rest make each queue's files) so the
+        # run measures a steady state, not the creation of consume-queue files.
         await producer.send(Message(opts.topic, body))
+        for mq in (await producer.publish_info(opts.topic)).queues:
+            await producer.send(Message(opts.topic, body), queue=mq)
         await consumer.start()
         await asyncio.sleep(2.0)  # let the consumer get its queues
         tasks: set[asyncio.Task] = set()
