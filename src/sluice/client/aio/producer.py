@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import random
@@ -13,7 +14,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sluice.client.batch import encode_message_batch
 from sluice.client.latency_fault_tolerance import LatencyFaultTolerance
@@ -68,7 +69,8 @@ class Producer:
         self.faults = LatencyFaultTolerance()
         self._rr = itertools.count(random.randrange(1 << 16))
         self._publish: dict[str, tuple[TopicRouteData | None, TopicPublishInfo]] = {}
-        self._inflight: asyncio.Semaphore | None = None
+        self._inflight = 0  # async sends started and not yet answered (bounded by max_inflight_async_sends)
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.started = False
 
     # == lifecycle ===================================================================================
@@ -77,7 +79,6 @@ class Producer:
             return self
         self.client.producer_groups.add(self.group)
         await self.client.start()
-        self._inflight = asyncio.Semaphore(self.config.max_inflight_async_sends)
         self.started = True
         return self
 
@@ -110,16 +111,108 @@ class Producer:
         await self._send_one(msg, sharding_key, queue, None, None, None, oneway=True)
 
     def send_async(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None,
-                   timeout: float | None = None) -> asyncio.Task[SendResult]:
-        """Start a send and return at once; the task's result is the ``SendResult``."""
-        return asyncio.get_running_loop().create_task(self._bounded_send(msg, sharding_key, queue, timeout))
+                   timeout: float | None = None) -> asyncio.Future[SendResult]:
+        """Start a send and return at once; the future's result is the ``SendResult`` (retried as ``send`` is).
+
+        When the topic's route and the broker's connection are known and fewer than
+        ``max_inflight_async_sends`` sends are in flight, the request is on the wire when this returns and its
+        answer completes the future from the response's callback (no task per send). Otherwise a task does
+        what ``send`` does, once there is room.
+        """
+        self._check_started()
+        loop = asyncio.get_running_loop()
+        if self._inflight < self.config.max_inflight_async_sends:
+            fut = self._start_async(msg, sharding_key, queue, timeout, loop)
+            if fut is not None:
+                return fut
+        return loop.create_task(self._bounded_send(msg, sharding_key, queue, timeout))
 
     async def _bounded_send(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
                             timeout: float | None) -> SendResult:
         self._check_started()
-        assert self._inflight is not None
-        async with self._inflight:
+        while self._inflight >= self.config.max_inflight_async_sends:
+            waiter = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # the room this send was given goes to the next one
+                raise
+        self._inflight += 1
+        try:
             return await self.send(msg, sharding_key=sharding_key, queue=queue, timeout=timeout)
+        finally:
+            self._release()
+
+    def _release(self, _: object = None) -> None:
+        self._inflight -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._room_waiters:
+            waiter = self._room_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _start_async(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
+                     timeout: float | None, loop: asyncio.AbstractEventLoop) -> asyncio.Future[SendResult] | None:
+        """The first attempt of an async send put on the wire now, or None when it needs to wait for something
+        (a route, a connection, a peer that is not reading) or the message is bad: the task path then does it
+        and raises what is wrong."""
+        cached = self._publish.get(msg.topic) if isinstance(msg, Message) else None
+        route = self.client.routes.get(msg.topic) if cached is not None else None
+        if cached is None or route is None or cached[0] is not route:
+            return None
+        info = cached[1]
+        if queue is not None:
+            mq = queue
+        elif sharding_key is not None:
+            mq = select_by_hash(info.queues, sharding_key)
+        else:
+            mq = self._select_queue(info.queues, None)
+        addr = self.client.find_broker_addr(mq.broker_name)
+        if addr is None:
+            return None
+        try:
+            uniq, request = self._single_request(msg, sharding_key)
+        except Exception:
+            return None
+        timeout_s = timeout if timeout is not None else self.config.send_msg_timeout / 1000
+        req = request(mq, info.via_default_topic)
+        t0 = loop.time()
+        started = self.client.remoting.start_request(addr, req, int(timeout_s * 1000))
+        if started is None:
+            return None
+        conn, answer = started
+        out: asyncio.Future[SendResult] = loop.create_future()
+        self._inflight += 1
+        out.add_done_callback(self._release)
+        opaque = req.opaque
+
+        def answered(f: asyncio.Future[RemotingCommand]) -> None:
+            conn.abandon(opaque, f)
+            if out.done():  # the caller cancelled it
+                return
+            resp, exc = (None, f.exception()) if not f.cancelled() else (None, RemotingError("send cancelled"))
+            if exc is None:
+                resp = f.result()
+            try:
+                outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, resp, exc)
+            except BaseException as final:  # an answer no retry can help
+                out.set_exception(final)
+                return
+            if isinstance(outcome, RemotingCommand):
+                out.set_result(self._result(outcome, mq, [uniq]))
+                return
+            first = _FirstAttempt(outcome, mq.broker_name, t0 + timeout_s)
+            retry = loop.create_task(self._send_with_retries(msg.topic, request, msg, sharding_key, queue, None, None,
+                                                             timeout, oneway=False, first=first))
+            retry.add_done_callback(lambda t: _settle(out, t, lambda r: self._result(r[0], r[1], [uniq])))
+
+        answer.add_done_callback(answered)
+        return out
 
     async def send_batch(self, msgs: Sequence[Message], *, sharding_key: str | None = None,
                          queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
@@ -170,6 +263,15 @@ class Producer:
         self._check_started()
         if not isinstance(msg, Message):
             raise TypeError(f"send takes a Message, not {type(msg).__name__}")
+        uniq, request = self._single_request(msg, sharding_key)
+
+        resp, mq = await self._send_with_retries(msg.topic, request, msg, sharding_key, queue, selector, arg,
+                                                 timeout, oneway)
+        return None if resp is None else self._result(resp, mq, [uniq])
+
+    def _single_request(self, msg: Message, sharding_key: str | None
+                        ) -> tuple[str, Callable[[MessageQueue, bool], RemotingCommand]]:
+        """A message's id and its SEND_MESSAGE_V2 request for a queue (the same id on every attempt)."""
         uniq = create_uniq_id()
         props_str = msg.wire_for_send(uniq, self.config.max_message_size, sharding_key).decode()
         body, sys_flag = msg.body, 0
@@ -181,9 +283,7 @@ class Producer:
             return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2,
                                            self._header(mq, via_default, sys_flag, born, msg.flag, props_str), body)
 
-        resp, mq = await self._send_with_retries(msg.topic, request, msg, sharding_key, queue, selector, arg,
-                                                 timeout, oneway)
-        return None if resp is None else self._result(resp, mq, [uniq])
+        return uniq, request
 
     def _header(self, mq: MessageQueue, via_default: bool, sys_flag: int, born: int, flag: int, props: str,
                 batch: bool = False) -> dict[str, str]:
@@ -249,15 +349,21 @@ class Producer:
     async def _send_with_retries(self, topic: str, request: Callable[[MessageQueue, bool], RemotingCommand],
                                  msg: Message | None, sharding_key: str | None, queue: MessageQueue | None,
                                  selector: QueueSelector | None, arg: Any, timeout: float | None,
-                                 oneway: bool) -> tuple[RemotingCommand | None, MessageQueue]:
+                                 oneway: bool, first: _FirstAttempt | None = None
+                                 ) -> tuple[RemotingCommand | None, MessageQueue]:
+        """Attempts until one is answered with a send status; ``first``: an attempt already made (by
+        ``send_async``), which counts as the first and whose deadline holds."""
         loop = asyncio.get_running_loop()
         timeout_s = timeout if timeout is not None else self.config.send_msg_timeout / 1000
-        deadline = loop.time() + timeout_s
+        deadline = first.deadline if first is not None else loop.time() + timeout_s
         attempts = 1 if oneway else 1 + self.config.retry_times_when_send_failed
-        last_broker: str | None = None
-        last_error: Exception | None = None
+        last_broker = first.broker if first is not None else None
+        last_error = first.error if first is not None else None
         mq: MessageQueue | None = None
-        for attempt in range(attempts):
+        if isinstance(last_error, BrokerResponseError) and last_error.code == ResponseCode.TOPIC_NOT_EXIST:
+            self._publish.pop(topic, None)
+            await self.client.update_route(topic)
+        for attempt in range(0 if first is None else 1, attempts):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
@@ -284,24 +390,65 @@ class Producer:
                     await self.client.remoting.invoke_oneway(addr, req)
                     return None, mq
                 resp = await self.client.remoting.invoke(addr, req, int(remaining * 1000))
+                outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, resp, None)
             except RemotingError as exc:
-                self.faults.update(mq.broker_name, (loop.time() - t0) * 1000, isolation=True)
-                last_error, last_broker = exc, mq.broker_name
-                log.info("send to %s (%s) failed on attempt %d: %s", mq, addr, attempt + 1, exc)
-                continue
-            self.faults.update(mq.broker_name, (loop.time() - t0) * 1000)
-            if SendStatus.from_response_code(resp.code) is not None:
-                return resp, mq
-            error = BrokerResponseError(resp.code, resp.remark, addr)
-            if resp.code not in RETRY_RESPONSE_CODES:
-                raise error
-            last_error, last_broker = error, mq.broker_name
-            if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, None, exc)
+            if isinstance(outcome, RemotingCommand):
+                return outcome, mq
+            last_error, last_broker = outcome, mq.broker_name
+            log.info("send to %s (%s) failed on attempt %d: %s", mq, addr, attempt + 1, outcome)
+            if isinstance(outcome, BrokerResponseError) and outcome.code == ResponseCode.TOPIC_NOT_EXIST:
                 self._publish.pop(topic, None)
                 await self.client.update_route(topic)
         if last_error is None:
             last_error = TimeoutError(f"send timed out after {timeout_s:.3f} s")
         raise ClientError(f"send to topic {topic} failed after {attempts} attempt(s): {last_error}") from last_error
+
+    def _outcome(self, mq: MessageQueue, addr: str, latency_ms: float, resp: RemotingCommand | None,
+                 exc: BaseException | None) -> RemotingCommand | Exception:
+        """One attempt's outcome, noted for fault avoidance: the answer to keep, or the error worth another
+        attempt; raises the error no other attempt can help (a broker refusal outside the retry codes, or an
+        error that is not the connection's)."""
+        if exc is not None:
+            if not isinstance(exc, RemotingError):
+                raise exc
+            self.faults.update(mq.broker_name, latency_ms, isolation=True)
+            return exc
+        assert resp is not None
+        self.faults.update(mq.broker_name, latency_ms)
+        if SendStatus.from_response_code(resp.code) is not None:
+            return resp
+        error = BrokerResponseError(resp.code, resp.remark, addr)
+        if resp.code not in RETRY_RESPONSE_CODES:
+            raise error
+        return error
+
+
+@dataclass(slots=True)
+class _FirstAttempt:
+    """A failed first attempt of ``send_async``, handed to the retries."""
+
+    error: Exception
+    broker: str
+    deadline: float
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _settle(out: asyncio.Future[R], task: asyncio.Future[T], convert: Callable[[T], R]) -> None:
+    """Complete ``out`` with ``task``'s outcome (converted), unless it is done already."""
+    if out.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: nobody waits for it any more
+        return
+    if task.cancelled():
+        out.cancel()
+    elif (exc := task.exception()) is not None:
+        out.set_exception(exc)
+    else:
+        out.set_result(convert(task.result()))
 
 
 __all__ = ["Producer", "QueueSelector", "TopicPublishInfo", "select_by_hash"]

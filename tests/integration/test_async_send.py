@@ -1,0 +1,110 @@
+"""Async sends: on the wire before ``send_async`` returns, retried like ``send``, bounded in number."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import uvloop
+
+from sluice.aio import Producer
+from sluice.client.message import Message, SendStatus
+from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
+from sluice.remoting import ResponseCode
+from tests.conftest import Cluster
+
+
+def stored(cluster: Cluster, topic: str) -> int:
+    """Messages of ``topic`` in the broker's consume queues (read from the servers' thread's store)."""
+    store = cluster.brokers[0].store
+    return sum(cq.max_offset for (t, _), cq in list(store.consume_queues.items()) if t == topic)
+
+
+def test_send_async_is_on_the_wire_before_the_loop_runs_again(cluster: Cluster):
+    topic = "async-wire"
+    cluster.create_topic(topic, 4)
+
+    async def go() -> tuple[int, list[SendStatus]]:
+        async with Producer("async-wire-pg", namesrv=cluster.namesrv_addr) as p:
+            await p.send(Message(topic, b"warm-up"))  # the route and the connection are known from here
+            before = stored(cluster, topic)
+            futures = [p.send_async(Message(topic, b"m%d" % i)) for i in range(5)]
+            # This loop is blocked: a send made by a task would not have left yet; the broker runs on its own.
+            deadline = time.monotonic() + 5
+            while stored(cluster, topic) - before < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            on_the_wire = stored(cluster, topic) - before
+            return on_the_wire, [r.status for r in await asyncio.gather(*futures)]
+
+    on_the_wire, statuses = uvloop.run(go())
+    assert on_the_wire == 5
+    assert statuses == [SendStatus.SEND_OK] * 5
+
+
+def test_send_async_refused_first_attempt_is_retried_like_send(empty_cluster: Cluster):
+    cluster = empty_cluster
+    broker = cluster.start_broker("broker-a", auto_create_topic_enable=False)
+    topic = "async-refused"
+    cluster.create_topic(topic, 2)
+
+    async def go() -> BaseException | None:
+        async with Producer("async-refused-pg", namesrv=cluster.namesrv_addr,
+                            retry_times_when_send_failed=2) as p:
+            await p.send(Message(topic, b"warm-up"))
+            broker.topic_config_manager.delete(topic)  # the name server (and the producer) still route here
+            fut = p.send_async(Message(topic, b"refused"))
+            assert p._inflight == 1  # the first attempt left at once, not from a task
+            try:
+                await fut
+            except ClientError as exc:
+                return exc
+            return None
+
+    err = uvloop.run(go())
+    assert isinstance(err, ClientError) and "after 3 attempt(s)" in str(err)
+    assert isinstance(err.__cause__, BrokerResponseError) and err.__cause__.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_send_async_keeps_at_most_max_inflight_async_sends_in_flight(cluster: Cluster):
+    topic = "async-bounded"
+    cluster.create_topic(topic, 4)
+
+    async def go() -> tuple[int, list[SendStatus], bool]:
+        async with Producer("async-bounded-pg", namesrv=cluster.namesrv_addr, max_inflight_async_sends=2) as p:
+            await p.send(Message(topic, b"warm-up"))
+            futures = [p.send_async(Message(topic, b"m%d" % i)) for i in range(20)]
+            started_at_once = p._inflight
+            most = 0
+
+            async def watch() -> None:
+                nonlocal most
+                while True:
+                    most = max(most, p._inflight)
+                    await asyncio.sleep(0)
+
+            watcher = asyncio.create_task(watch())
+            futures[5].cancel()  # a send waiting for room gives up: the others still get theirs
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            watcher.cancel()
+            statuses = [r.status for r in results if not isinstance(r, BaseException)]
+            return started_at_once, statuses, most <= 2 and p._inflight == 0
+
+    started_at_once, statuses, bounded = uvloop.run(go())
+    assert started_at_once == 2
+    assert statuses == [SendStatus.SEND_OK] * 19
+    assert bounded
+
+
+@pytest.mark.parametrize("bad", [Message("async-bad", b"x" * 2000), "not a message"])
+def test_send_async_of_a_bad_message_fails_its_future(cluster: Cluster, bad: object):
+    async def go() -> BaseException:
+        async with Producer("async-bad-pg", namesrv=cluster.namesrv_addr, max_message_size=1024) as p:
+            await p.send(Message("async-bad", b"fits"))  # a route and a connection: the fast path is open
+            fut = p.send_async(bad)  # type: ignore[arg-type]
+            with pytest.raises((MessageFormatError, TypeError)) as info:
+                await fut
+            return info.value
+
+    err = uvloop.run(go())
+    assert ("over the limit of 1024" in str(err)) if isinstance(bad, Message) else isinstance(err, TypeError)
