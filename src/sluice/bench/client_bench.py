@@ -220,7 +220,7 @@ async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
     async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
         now = time.time()
         for m in msgs:
-            sent_at = m.properties.get("bench_sent")
+            sent_at = m.get_property("bench_sent")
             if sent_at is not None:  # not the warm-up message
                 lat.append(now - float(sent_at))
         return ConsumeStatus.CONSUME_SUCCESS
