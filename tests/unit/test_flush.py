@@ -12,6 +12,7 @@ import pytest
 from sluice.common.config import MessageStoreConfig
 from sluice.store import MessageStore, PutMessageStatus
 from sluice.store import mapped_file as mapped_file_module
+from sluice.store.index_file import IndexFile
 
 from .helpers import msg
 
@@ -183,3 +184,25 @@ def test_logics_safe_offset_moves_only_past_flushed_consume_queues(store_config:
         store.flush_logics_and_checkpoint(0)
         assert cq.queue.flushed_where == cq.queue.max_offset
         assert store.checkpoint.logics_safe_offset == store.dispatched_offset > safe_at_start
+
+
+def test_a_full_index_file_is_flushed_by_the_flush_round_not_by_the_put(store_config: MessageStoreConfig,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    quiet = store_config.replace(flush_interval_consume_queue=600_000)  # rounds run by hand below
+    with MessageStore(quiet) as store:
+        flushed: list[str] = []
+        real_flush = IndexFile.flush
+
+        def recording_flush(f: IndexFile) -> None:
+            if f.dirty:
+                flushed.append(os.path.basename(f.path))
+            real_flush(f)
+
+        monkeypatch.setattr(IndexFile, "flush", recording_flush)
+        for i in range(250):  # two keys each: 500 entries fill the first 400-entry file
+            assert store.put_message(msg(keys=f"k{i}", uniq=f"U{i}")).ok
+        files = store.index_service.files
+        assert len(files) == 2 and flushed == []  # the put that filled it did not flush it
+        store.flush_logics_and_checkpoint(quiet.flush_consume_queue_least_pages)
+        assert flushed == [os.path.basename(files[0].path)] and files[1].dirty
+        assert store.query_message("T", "k10").messages and store.query_message("T", "k240").messages

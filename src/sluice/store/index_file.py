@@ -275,14 +275,12 @@ class IndexService:
             if done < len(key_hashes):
                 if put == 0 and f.index_count <= 1:
                     raise ValueError(f"an index file of {self.index_num} entries cannot hold any key")
-                f.flush()
-                f = self._new_file()
+                f = self._new_file()  # the full one is flushed by the flush service, off the put path
 
     def _put(self, key: str, phy_offset: int, store_timestamp: int) -> None:
         f = self.files[-1] if self.files else self._new_file()
         if not f.put_key(key, phy_offset, store_timestamp):
-            f.flush()
-            self._new_file().put_key(key, phy_offset, store_timestamp)
+            self._new_file().put_key(key, phy_offset, store_timestamp)  # the full file: see ``flush_full``
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Commit-log offsets of messages indexed under ``topic#key`` stored in [begin, end], newest first."""
@@ -308,6 +306,14 @@ class IndexService:
     def flush(self) -> None:
         for f in self.files:
             f.flush()
+
+    def flush_full(self) -> None:
+        """Flush the files that filled up (every one but the newest): the put that fills a file starts the next
+        one and leaves this to the flush service's thread, as RocketMQ flushes a full index file in a thread of
+        its own (a whole file's dirty pages can take seconds to write)."""
+        for f in self.files[:-1]:
+            if f.dirty:
+                f.flush()
 
     def close(self) -> None:
         for f in self.files:

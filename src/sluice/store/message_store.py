@@ -465,7 +465,8 @@ class MessageStore:
         consume queue is flushed only when that many pages are dirty, and index files not at all: their hash
         slots are written at random, so every flush writes back (and the next puts fault in again) thousands of
         pages. RocketMQ flushes index files only when one fills up; here they are also flushed every thorough
-        interval so that recovery re-indexes at most that much of the log. Each safe offset moves only past
+        interval so that recovery re-indexes at most that much of the log; a file that filled up is flushed at the
+        next round. Each safe offset moves only past
         what was really flushed: the consume queues' when none was left with unflushed entries below it.
         """
         with self._logics_flush_lock:
@@ -481,6 +482,8 @@ class MessageStore:
                 self.index_service.flush()
                 cp.index_safe_offset = dispatched
                 cp.index_msg_timestamp = now
+            else:
+                self.index_service.flush_full()
             if complete and (least_pages == 0 or dispatched > cp.logics_safe_offset):
                 cp.logics_safe_offset = dispatched
                 cp.logics_msg_timestamp = now
