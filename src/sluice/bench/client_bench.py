@@ -107,6 +107,8 @@ async def bench_produce(opts: BenchOptions) -> dict[str, Any]:
                 return producer.send_batch([Message(opts.topic, body) for _ in range(opts.batch)])
             if opts.mode == "oneway":
                 return producer.send_oneway(Message(opts.topic, body))
+            if opts.mode == "async":
+                return producer.send_async(Message(opts.topic, body))
             return producer.send(Message(opts.topic, body))
 
         async def worker() -> None:
