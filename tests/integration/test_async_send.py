@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
 import uvloop
 
 from sluice.aio import Producer
-from sluice.client.message import Message, SendStatus
+from sluice.client.message import Message, SendResult, SendStatus
 from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
 from sluice.remoting import ResponseCode
 from tests.conftest import Cluster
@@ -42,7 +43,8 @@ def test_send_async_is_on_the_wire_before_the_loop_runs_again(cluster: Cluster):
     assert statuses == [SendStatus.SEND_OK] * 5
 
 
-def test_send_async_refused_first_attempt_is_retried_like_send(empty_cluster: Cluster):
+def test_send_async_refused_first_attempt_is_retried_like_send(empty_cluster: Cluster,
+                                                                caplog: pytest.LogCaptureFixture):
     cluster = empty_cluster
     broker = cluster.start_broker("broker-a", auto_create_topic_enable=False)
     topic = "async-refused"
@@ -59,41 +61,81 @@ def test_send_async_refused_first_attempt_is_retried_like_send(empty_cluster: Cl
                 await fut
             except ClientError as exc:
                 return exc
+            finally:
+                assert p._inflight == 0
             return None
 
-    err = uvloop.run(go())
+    with caplog.at_level(logging.INFO, logger="sluice.client.aio.producer"):
+        err = uvloop.run(go())
     assert isinstance(err, ClientError) and "after 3 attempt(s)" in str(err)
     assert isinstance(err.__cause__, BrokerResponseError) and err.__cause__.code == ResponseCode.TOPIC_NOT_EXIST
+    attempts = [r.getMessage() for r in caplog.records if "failed on attempt" in r.getMessage()]
+    assert [a.rsplit("failed on attempt ", 1)[1].split(":")[0] for a in attempts] == ["1", "2", "3"]
 
 
 def test_send_async_keeps_at_most_max_inflight_async_sends_in_flight(cluster: Cluster):
     topic = "async-bounded"
     cluster.create_topic(topic, 4)
 
-    async def go() -> tuple[int, list[SendStatus], bool]:
+    async def go() -> tuple[int, list[SendStatus], int, int]:
         async with Producer("async-bounded-pg", namesrv=cluster.namesrv_addr, max_inflight_async_sends=2) as p:
             await p.send(Message(topic, b"warm-up"))
             futures = [p.send_async(Message(topic, b"m%d" % i)) for i in range(20)]
             started_at_once = p._inflight
-            most = 0
-
-            async def watch() -> None:
-                nonlocal most
-                while True:
-                    most = max(most, p._inflight)
-                    await asyncio.sleep(0)
-
-            watcher = asyncio.create_task(watch())
+            await asyncio.sleep(0)  # the waiting sends' tasks run and park
+            parked = len(p._room_waiters)
             futures[5].cancel()  # a send waiting for room gives up: the others still get theirs
             results = await asyncio.gather(*futures, return_exceptions=True)
-            watcher.cancel()
             statuses = [r.status for r in results if not isinstance(r, BaseException)]
-            return started_at_once, statuses, most <= 2 and p._inflight == 0
+            return started_at_once, statuses, parked, p._inflight
 
-    started_at_once, statuses, bounded = uvloop.run(go())
-    assert started_at_once == 2
+    started_at_once, statuses, parked, left = uvloop.run(go())
+    assert started_at_once == 2 and parked == 18
     assert statuses == [SendStatus.SEND_OK] * 19
-    assert bounded
+    assert left == 0
+
+
+def test_send_async_waiting_for_room_keeps_its_turn(cluster: Cluster):
+    topic = "async-turns"
+    cluster.create_topic(topic, 4)
+
+    async def go() -> list[int]:
+        async with Producer("async-turns-pg", namesrv=cluster.namesrv_addr, max_inflight_async_sends=1) as p:
+            await p.send(Message(topic, b"warm-up"), sharding_key="k")
+            later: list[asyncio.Future[SendResult]] = []
+            a = p.send_async(Message(topic, b"a"), sharding_key="k")
+            b = p.send_async(Message(topic, b"b"), sharding_key="k")  # waits for a's slot
+            # When a is answered, c comes after b, which was waiting: it may not take the slot a frees.
+            a.add_done_callback(lambda _: later.append(p.send_async(Message(topic, b"c"), sharding_key="k")))
+            await asyncio.gather(a, b)
+            await asyncio.sleep(0)
+            c = await later[0]
+            return [(await a).queue_offset, (await b).queue_offset, c.queue_offset]
+
+    offsets = uvloop.run(go())
+    assert offsets == sorted(offsets) and len(set(offsets)) == 3
+
+
+def test_cancelled_send_async_holds_its_slot_until_its_request_is_answered(cluster: Cluster):
+    topic = "async-cancelled"
+    cluster.create_topic(topic, 4)
+
+    async def go() -> tuple[int, int, int]:
+        async with Producer("async-cancelled-pg", namesrv=cluster.namesrv_addr) as p:
+            await p.send(Message(topic, b"warm-up"))
+            before = stored(cluster, topic)
+            cluster.loop.loop.call_soon_threadsafe(time.sleep, 0.3)  # the broker answers nothing for 0.3 s
+            fut = p.send_async(Message(topic, b"cancelled"))
+            fut.cancel()
+            await asyncio.sleep(0.1)
+            held = p._inflight  # the request is on the wire: it counts until its answer comes
+            deadline = time.monotonic() + 5
+            while p._inflight and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            return held, p._inflight, stored(cluster, topic) - before
+
+    held, left, stored_after = uvloop.run(go())
+    assert (held, left, stored_after) == (1, 0, 1)
 
 
 @pytest.mark.parametrize("bad", [Message("async-bad", b"x" * 2000), "not a message"])

@@ -30,6 +30,7 @@ from sluice.common.structs import MessageQueue, TopicRouteData, perm_writeable
 from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
 from sluice.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class Producer:
         self._publish: dict[str, tuple[TopicRouteData | None, TopicPublishInfo]] = {}
         self._inflight = 0  # async sends started and not yet answered (bounded by max_inflight_async_sends)
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._retries: set[asyncio.Task[Any]] = set()  # async sends' later attempts
         self.started = False
 
     # == lifecycle ===================================================================================
@@ -79,12 +81,16 @@ class Producer:
             return self
         self.client.producer_groups.add(self.group)
         await self.client.start()
+        self._inflight = 0
+        self._room_waiters.clear()
         self.started = True
         return self
 
     async def shutdown(self) -> None:
         if self.started:
             self.started = False
+            for t in list(self._retries):
+                t.cancel()
             await self.client.shutdown()
 
     async def __aenter__(self) -> Producer:
@@ -115,13 +121,14 @@ class Producer:
         """Start a send and return at once; the future's result is the ``SendResult`` (retried as ``send`` is).
 
         When the topic's route and the broker's connection are known and fewer than
-        ``max_inflight_async_sends`` sends are in flight, the request is on the wire when this returns and its
-        answer completes the future from the response's callback (no task per send). Otherwise a task does
-        what ``send`` does, once there is room.
+        ``max_inflight_async_sends`` sends are in flight (none waiting for room), the request is on the wire
+        when this returns and its answer completes the future from the response's callback (no task per send).
+        Otherwise a task does what ``send`` does, once there is room; sends waiting for room go in the order
+        they came. Cancelling the future stops any further attempt (one already on the wire may still store
+        the message).
         """
-        self._check_started()
         loop = asyncio.get_running_loop()
-        if self._inflight < self.config.max_inflight_async_sends:
+        if self.started and self._inflight < self.config.max_inflight_async_sends and not self._parked():
             fut = self._start_async(msg, sharding_key, queue, timeout, loop)
             if fut is not None:
                 return fut
@@ -130,89 +137,76 @@ class Producer:
     async def _bounded_send(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
                             timeout: float | None) -> SendResult:
         self._check_started()
-        while self._inflight >= self.config.max_inflight_async_sends:
+        if self._inflight >= self.config.max_inflight_async_sends or self._parked():
             waiter = asyncio.get_running_loop().create_future()
             self._room_waiters.append(waiter)
             try:
-                await waiter
+                await waiter  # ``_release`` hands this send the slot it frees
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():
-                    self._wake_one()  # the room this send was given goes to the next one
+                    self._release()  # the slot this send was handed goes to the next one
                 raise
-        self._inflight += 1
+        else:
+            self._inflight += 1
         try:
             return await self.send(msg, sharding_key=sharding_key, queue=queue, timeout=timeout)
         finally:
             self._release()
 
-    def _release(self, _: object = None) -> None:
-        self._inflight -= 1
-        self._wake_one()
+    def _parked(self) -> bool:
+        """Whether some send is waiting for room."""
+        waiters = self._room_waiters
+        while waiters and waiters[0].done():
+            waiters.popleft()
+        return bool(waiters)
 
-    def _wake_one(self) -> None:
-        while self._room_waiters:
-            waiter = self._room_waiters.popleft()
+    def _release(self) -> None:
+        """A send's slot is free: hand it to the oldest send waiting for room, else give it back."""
+        waiters = self._room_waiters
+        while waiters:
+            waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 return
+        self._inflight -= 1
 
     def _start_async(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
                      timeout: float | None, loop: asyncio.AbstractEventLoop) -> asyncio.Future[SendResult] | None:
         """The first attempt of an async send put on the wire now, or None when it needs to wait for something
-        (a route, a connection, a peer that is not reading) or the message is bad: the task path then does it
-        and raises what is wrong."""
-        cached = self._publish.get(msg.topic) if isinstance(msg, Message) else None
-        route = self.client.routes.get(msg.topic) if cached is not None else None
-        if cached is None or route is None or cached[0] is not route:
-            return None
-        info = cached[1]
-        if queue is not None:
-            mq = queue
-        elif sharding_key is not None:
-            mq = select_by_hash(info.queues, sharding_key)
-        else:
-            mq = self._select_queue(info.queues, None)
-        addr = self.client.find_broker_addr(mq.broker_name)
-        if addr is None:
-            return None
+        (a route, a connection, a peer that is not reading) or something is wrong with it: the task path then
+        does it, and raises what is wrong."""
+        timeout_s = timeout if timeout is not None else self.config.send_msg_timeout / 1000
         try:
+            cached = self._publish.get(msg.topic)
+            route = self.client.routes.get(msg.topic)
+            if cached is None or route is None or cached[0] is not route or timeout_s <= 0:
+                return None
+            info = cached[1]
+            if queue is not None:
+                mq = queue
+            elif sharding_key is not None:
+                mq = select_by_hash(info.queues, sharding_key)
+            else:
+                mq = self._select_queue(info.queues, None)
+            addr = self.client.find_broker_addr(mq.broker_name)
+            if addr is None:
+                return None
             uniq, request = self._single_request(msg, sharding_key)
+            req = request(mq, info.via_default_topic)
+            t0 = loop.time()
+            started = self.client.remoting.start_request(addr, req, max(1, int(timeout_s * 1000)))
         except Exception:
             return None
-        timeout_s = timeout if timeout is not None else self.config.send_msg_timeout / 1000
-        req = request(mq, info.via_default_topic)
-        t0 = loop.time()
-        started = self.client.remoting.start_request(addr, req, int(timeout_s * 1000))
         if started is None:
             return None
         conn, answer = started
-        out: asyncio.Future[SendResult] = loop.create_future()
+        send = _AsyncSend(self, loop.create_future(), msg, sharding_key, queue, timeout, uniq, request, mq, addr, t0,
+                          t0 + timeout_s)
         self._inflight += 1
-        out.add_done_callback(self._release)
+        send.out.add_done_callback(send.given_up)
         opaque = req.opaque
-
-        def answered(f: asyncio.Future[RemotingCommand]) -> None:
-            conn.abandon(opaque, f)
-            if out.done():  # the caller cancelled it
-                return
-            resp, exc = (None, f.exception()) if not f.cancelled() else (None, RemotingError("send cancelled"))
-            if exc is None:
-                resp = f.result()
-            try:
-                outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, resp, exc)
-            except BaseException as final:  # an answer no retry can help
-                out.set_exception(final)
-                return
-            if isinstance(outcome, RemotingCommand):
-                out.set_result(self._result(outcome, mq, [uniq]))
-                return
-            first = _FirstAttempt(outcome, mq.broker_name, t0 + timeout_s)
-            retry = loop.create_task(self._send_with_retries(msg.topic, request, msg, sharding_key, queue, None, None,
-                                                             timeout, oneway=False, first=first))
-            retry.add_done_callback(lambda t: _settle(out, t, lambda r: self._result(r[0], r[1], [uniq])))
-
-        answer.add_done_callback(answered)
-        return out
+        answer.add_done_callback(lambda f: send.answered(conn, opaque, f))
+        return send.out
 
     async def send_batch(self, msgs: Sequence[Message], *, sharding_key: str | None = None,
                          queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
@@ -431,6 +425,73 @@ class _FirstAttempt:
     error: Exception
     broker: str
     deadline: float
+
+
+class _AsyncSend:
+    """An async send whose first attempt ``send_async`` put on the wire: its answer completes ``out``, or hands
+    over to the retries in a task. The send's in-flight slot is freed once, when its last attempt ends."""
+
+    __slots__ = ("producer", "out", "msg", "sharding_key", "queue", "timeout", "uniq", "request", "mq", "addr",
+                 "t0", "deadline", "retry")
+
+    def __init__(self, producer: Producer, out: asyncio.Future[SendResult], msg: Message, sharding_key: str | None,
+                 queue: MessageQueue | None, timeout: float | None, uniq: str,
+                 request: Callable[[MessageQueue, bool], RemotingCommand], mq: MessageQueue, addr: str, t0: float,
+                 deadline: float) -> None:
+        self.producer = producer
+        self.out = out
+        self.msg = msg
+        self.sharding_key = sharding_key
+        self.queue = queue
+        self.timeout = timeout
+        self.uniq = uniq
+        self.request = request
+        self.mq = mq
+        self.addr = addr
+        self.t0 = t0
+        self.deadline = deadline
+        self.retry: asyncio.Task[tuple[RemotingCommand | None, MessageQueue]] | None = None
+
+    def answered(self, conn: Connection, opaque: int, f: asyncio.Future[RemotingCommand]) -> None:
+        conn.abandon(opaque, f)
+        p, out = self.producer, self.out
+        loop = out.get_loop()
+        try:
+            exc = RemotingError("send cancelled") if f.cancelled() else f.exception()
+            outcome = p._outcome(self.mq, self.addr, (loop.time() - self.t0) * 1000, None if exc else f.result(), exc)
+            if out.done():  # the caller gave up on it
+                p._release()
+            elif isinstance(outcome, RemotingCommand):
+                out.set_result(p._result(outcome, self.mq, [self.uniq]))
+                p._release()
+            elif not p.started:
+                raise ClientError(f"the producer was shut down while sending to {self.mq}: {outcome}")
+            else:
+                log.info("send to %s (%s) failed on attempt 1: %s", self.mq, self.addr, outcome)
+                retry = self.retry = loop.create_task(p._send_with_retries(
+                    self.msg.topic, self.request, self.msg, self.sharding_key, self.queue, None, None, self.timeout,
+                    oneway=False, first=_FirstAttempt(outcome, self.mq.broker_name, self.deadline)))
+                p._retries.add(retry)
+                retry.add_done_callback(self.retried)
+        except Exception as final:  # no other attempt can help, or the answer could not be read
+            if not out.done():
+                out.set_exception(final)
+            p._release()
+
+    def retried(self, task: asyncio.Task[tuple[RemotingCommand | None, MessageQueue]]) -> None:
+        p = self.producer
+        p._retries.discard(task)
+        p._release()
+        try:
+            _settle(self.out, task, lambda r: p._result(r[0], r[1], [self.uniq]))
+        except Exception as exc:  # the answer could not be read
+            if not self.out.done():
+                self.out.set_exception(exc)
+
+    def given_up(self, out: asyncio.Future[SendResult]) -> None:
+        """``out`` is done: when the caller cancelled it, no further attempt."""
+        if out.cancelled() and self.retry is not None:
+            self.retry.cancel()
 
 
 T = TypeVar("T")
