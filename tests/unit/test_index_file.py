@@ -80,3 +80,29 @@ def test_putting_many_keys_at_once_writes_what_putting_them_one_by_one_writes(ba
         assert bytes(bulk.mf.buf) == bytes(single.mf.buf)  # header, slots, entries and chains, byte for byte
         bulk.close()
         single.close()
+
+
+def test_recovery_keeps_every_flushed_key_when_the_header_is_older_than_the_slots(tmp_path):
+    # A power loss after the kernel wrote some pages back on its own: the header on disk counts fewer entries
+    # than the slots and entries that reached the disk point at. Entries of messages before the last complete
+    # flush (phy < 6,000 here) must all stay found once recovery has indexed the later messages again.
+    path = str(tmp_path / "20260101000000000")
+    f = IndexFile(path, 8, 400)
+    keys = [f"T#k{i}" for i in range(120)]
+    older_header = b""
+    for i, key in enumerate(keys):
+        assert f.put_key(key, i * 100, 1_000_000 + i)
+        if i == 80:
+            older_header = bytes(f.mf.buf[:INDEX_HEADER.size])
+    f.close()
+    with open(path, "r+b") as raw:  # the header page on disk is the one written back after the 81st key
+        raw.write(older_header)
+    again = IndexFile(path, 8, 400)
+    assert again.keep_below(6_000) == 81 - 60  # the header's 81 entries, less the 60 flushed ones
+    for i in range(60, 120):  # recovery indexes the messages from the safe offset again
+        assert again.put_key(keys[i], i * 100, 1_000_000 + i)
+    for i, key in enumerate(keys):
+        out: list[int] = []
+        again.select(key, 0, 10**12, 10, out)
+        assert out == [i * 100], f"{key}: {out}"
+    again.close()

@@ -148,6 +148,42 @@ class IndexFile:
             n = prev
         return n if 0 < n < self.index_count else 0
 
+    def keep_below(self, phy_offset: int) -> int:
+        """After an abnormal stop: keep only the leading entries of messages below ``phy_offset`` (what the last
+        complete flush made durable), rebuild every slot from them and rewrite the header; returns the entries
+        dropped. Pages written back on their own after that flush may have left the header, the slots and the
+        entries from different moments (a power loss): a slot may point past the entries the header counts, or
+        past entries that hold other keys. None of it is trusted past that point: recovery indexes the later
+        messages again."""
+        buf = self.mf.buf
+        count = min(max(self.index_count, 1), self.index_num)
+        entries = np.frombuffer(buf, dtype=INDEX_ENTRY_DTYPE, count=count, offset=self._entries_base)
+        phys = entries["phy"][1:].astype(np.int64)
+        # Entries come in commit-log order: the kept ones are the first run that is ordered and below the offset.
+        bad = (phys >= phy_offset) | (phys < np.maximum.accumulate(np.concatenate(([0], phys)))[:-1])
+        keep = 1 + (int(np.argmax(bad)) if bad.any() else len(phys))
+        dropped = self.index_count - keep
+        slots = np.frombuffer(buf, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
+        if dropped <= 0 and not (slots >= keep).any():
+            return 0
+        slots[:] = 0
+        kept = entries[1:keep]
+        if len(kept):
+            slot_no = kept["hash"].astype(np.int64) % self.hash_slot_num
+            # The newest entry of each slot heads its chain: the last occurrence of each slot number.
+            rev_slots, rev_first = np.unique(slot_no[::-1], return_index=True)
+            slots[rev_slots] = len(kept) - rev_first  # entry numbers start at 1
+            self.hash_slot_count = len(rev_slots)
+            self.end_phy_offset = int(kept["phy"][-1])
+            self.end_timestamp = self.begin_timestamp + int(kept["time_diff"].max()) * 1000 + 999
+        else:
+            self.hash_slot_count = 0
+            self.begin_timestamp = self.end_timestamp = self.begin_phy_offset = self.end_phy_offset = 0
+        self.index_count = keep
+        self.write_header()
+        self.dirty = True
+        return dropped
+
     def write_header(self) -> None:
         """Write the header (also done by every put, so that it never lags the slots)."""
         INDEX_HEADER.pack_into(self.mf.buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
@@ -306,6 +342,16 @@ class IndexService:
     def flush(self) -> None:
         for f in self.files:
             f.flush()
+
+    def keep_below(self, phy_offset: int) -> int:
+        """``IndexFile.keep_below`` on every file that may hold entries of messages at or past ``phy_offset``;
+        returns the entries dropped. A header may be older than its file's slots and entries, so besides the
+        files whose header reaches ``phy_offset``, the newest two are always checked: the one being written at
+        the last complete flush and one started since (more would take a whole file of keys within a flush
+        interval)."""
+        files = self.files
+        return sum(f.keep_below(phy_offset) for i, f in enumerate(files)
+                   if f.end_phy_offset >= phy_offset or i >= len(files) - 2)
 
     def flush_full(self) -> None:
         """Flush the files that filled up (every one but the newest): the put that fills a file starts the next

@@ -35,6 +35,11 @@ def recover(store: MessageStore, abnormal: bool) -> None:
     if abnormal:
         log.warning("the store was not shut down cleanly: checking the commit log from offset %d", start)
     index_from = cp.index_safe_offset if cp.valid else 0
+    if abnormal:
+        dropped = store.index_service.keep_below(index_from)
+        if dropped:
+            log.warning("index: dropped %d entries of messages from offset %d to index them again", dropped,
+                        index_from)
     records = 0
     for phys, record in commit_log.scan(start, cfg.check_crc_on_recover):
         req = dispatch_request_of(phys, record)
