@@ -206,3 +206,17 @@ def test_a_full_index_file_is_flushed_by_the_flush_round_not_by_the_put(store_co
         store.flush_logics_and_checkpoint(quiet.flush_consume_queue_least_pages)
         assert flushed == [os.path.basename(files[0].path)] and files[1].dirty
         assert store.query_message("T", "k10").messages and store.query_message("T", "k240").messages
+
+
+def test_index_files_are_flushed_every_flush_interval_index(store_config: MessageStoreConfig):
+    cfg = store_config.replace(flush_interval_consume_queue=50, flush_interval_index=1_000)
+    with MessageStore(cfg) as store:
+        safe_at_start = store.checkpoint.index_safe_offset
+        assert store.put_message(msg(keys="k", uniq="U1")).ok
+        index = store.index_service.files[-1]
+        time.sleep(0.15)  # a few consume-queue rounds, none of them due for the index yet
+        assert index.dirty and store.checkpoint.index_safe_offset == safe_at_start
+        deadline = time.monotonic() + 3
+        while (index.dirty or store.checkpoint.index_safe_offset == safe_at_start) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not index.dirty and store.checkpoint.index_safe_offset == store.dispatched_offset

@@ -255,13 +255,17 @@ class FlushConsumeQueueService(ServiceThread):
         self.store = store
         self._thorough = ThoroughInterval()
         self._last_offsets_persist = time.monotonic()
+        self._last_index_flush = time.monotonic()
 
     def run_once(self) -> None:
         cfg = self.store.config
         least = self._thorough.least_pages(cfg.flush_consume_queue_least_pages,
                                            cfg.flush_consume_queue_thorough_interval)
         now = time.monotonic()
-        self.store.flush_logics_and_checkpoint(least)
+        index_due = (now - self._last_index_flush) * 1000 >= cfg.flush_interval_index
+        if index_due or least == 0:
+            self._last_index_flush = now
+        self.store.flush_logics_and_checkpoint(least, flush_index=index_due)
         if (now - self._last_offsets_persist) * 1000 >= cfg.flush_consumer_offset_interval:
             self._last_offsets_persist = now
             self.store.consumer_offsets.persist()
