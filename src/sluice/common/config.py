@@ -60,9 +60,9 @@ class MessageStoreConfig:
     flush_interval_consume_queue: int = 1_000
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 60_000
-    # Index files are flushed this often (and when one fills up, and on thorough rounds), not every consume-queue
-    # round: their hash slots are written at random, so each flush writes back (and the next puts fault in
-    # again) up to the whole slot table. After a crash, recovery indexes again what came after the last one.
+    # Index files are flushed this often (and when one fills up), with every consume queue, not every
+    # consume-queue round: their hash slots are written at random, so each flush writes back (and the next
+    # puts fault in again) up to the whole slot table. After a crash, recovery starts at most this far back.
     flush_interval_index: int = 10_000
     flush_consumer_offset_interval: int = 5_000
     # Commit-log appends of at least this many bytes are written with pwrite() instead of a copy into the

@@ -262,10 +262,12 @@ class FlushConsumeQueueService(ServiceThread):
         least = self._thorough.least_pages(cfg.flush_consume_queue_least_pages,
                                            cfg.flush_consume_queue_thorough_interval)
         now = time.monotonic()
-        index_due = (now - self._last_index_flush) * 1000 >= cfg.flush_interval_index
-        if index_due or least == 0:
+        if least == 0 or (now - self._last_index_flush) * 1000 >= cfg.flush_interval_index:
+            # The index's round flushes every consume queue too: the checkpoint's safe offsets, where recovery
+            # starts, then trail the log by at most this interval.
             self._last_index_flush = now
-        self.store.flush_logics_and_checkpoint(least, flush_index=index_due)
+            least = 0
+        self.store.flush_logics_and_checkpoint(least)
         if (now - self._last_offsets_persist) * 1000 >= cfg.flush_consumer_offset_interval:
             self._last_offsets_persist = now
             self.store.consumer_offsets.persist()

@@ -458,15 +458,15 @@ class MessageStore:
             self.index_service.build_index(r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset,
                                            r.store_timestamp)
 
-    def flush_logics_and_checkpoint(self, least_pages: int, flush_index: bool = False) -> None:
+    def flush_logics_and_checkpoint(self, least_pages: int) -> None:
         """Flush consume queues (and, on a thorough round, index files), then advance the checkpoint.
 
-        ``least_pages`` 0 is a thorough round: every consume queue and index file is flushed. Otherwise a
-        consume queue is flushed only when that many pages are dirty, and index files only with ``flush_index``
-        (every ``flush_interval_index``): their hash slots are written at random, so every flush writes back (and
-        the next puts fault in again) thousands of pages. RocketMQ flushes index files only when one fills up;
-        here they are also flushed on that interval so that recovery re-indexes at most that much of the log; a
-        file that filled up is flushed at the next round. Each safe offset moves only past
+        ``least_pages`` 0 is a thorough round (every ``flush_interval_index``): every consume queue and index
+        file is flushed. Otherwise a consume queue is flushed only when that many pages are dirty, and index
+        files not at all: their hash slots are written at random, so every flush writes back (and the next puts
+        fault in again) thousands of pages. RocketMQ flushes index files only when one fills up; here they are
+        also flushed on that interval so that recovery re-indexes at most that much of the log; a file that
+        filled up is flushed at the next round. Each safe offset moves only past
         what was really flushed: the consume queues' when none was left with unflushed entries below it.
         """
         with self._logics_flush_lock:
@@ -478,7 +478,7 @@ class MessageStore:
                     complete = False
             cp = self.checkpoint
             now = int(time.time() * 1000)
-            if least_pages == 0 or flush_index:
+            if least_pages == 0:
                 self.index_service.flush()
                 cp.index_safe_offset = dispatched
                 cp.index_msg_timestamp = now
