@@ -466,8 +466,8 @@ class MessageStore:
         files not at all: their hash slots are written at random, so every flush writes back (and the next puts
         fault in again) thousands of pages. RocketMQ flushes index files only when one fills up; here they are
         also flushed on that interval so that recovery re-indexes at most that much of the log; a file that
-        filled up is flushed at the next round. Each safe offset moves only past
-        what was really flushed: the consume queues' when none was left with unflushed entries below it.
+        filled up is flushed at the next round. Each safe offset moves only past what was really flushed: the
+        consume queues' when none was left with unflushed entries below it.
         """
         with self._logics_flush_lock:
             dispatched = self.dispatched_offset  # everything below is in the CQ / index files now
