@@ -123,35 +123,61 @@ class Producer:
         When the topic's route and the broker's connection are known and fewer than
         ``max_inflight_async_sends`` sends are in flight (none waiting for room), the request is on the wire
         when this returns and its answer completes the future from the response's callback (no task per send).
-        Otherwise a task does what ``send`` does, once there is room; sends waiting for room go in the order
-        they came. Cancelling the future stops any further attempt (one already on the wire may still store
-        the message).
+        Otherwise a task does what ``send`` does, once there is room; a send takes its place in line here, so
+        sends waiting for room go in the order they were made. Cancelling the future stops any further
+        attempt; a first attempt already on the wire keeps its slot until it is answered (and may still store
+        the message), a later one frees it at once.
         """
         loop = asyncio.get_running_loop()
-        if self.started and self._inflight < self.config.max_inflight_async_sends and not self._parked():
-            fut = self._start_async(msg, sharding_key, queue, timeout, loop)
-            if fut is not None:
-                return fut
-        return loop.create_task(self._bounded_send(msg, sharding_key, queue, timeout))
+        place: _Place | None = None
+        if self.started:
+            if self._inflight < self.config.max_inflight_async_sends and not self._parked():
+                fut = self._start_async(msg, sharding_key, queue, timeout, loop)
+                if fut is not None:
+                    return fut
+            place = self._take_place(loop)
+        task = loop.create_task(self._bounded_send(msg, sharding_key, queue, timeout, place))
+        if place is not None:
+            task.add_done_callback(lambda _, place=place: self._give_back_unused(place))
+        return task
 
     async def _bounded_send(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
-                            timeout: float | None) -> SendResult:
-        self._check_started()
-        if self._inflight >= self.config.max_inflight_async_sends or self._parked():
-            waiter = asyncio.get_running_loop().create_future()
-            self._room_waiters.append(waiter)
+                            timeout: float | None, place: _Place | None = None) -> SendResult:
+        if place is None:
+            self._check_started()
+            place = self._take_place(asyncio.get_running_loop())
+        place.used = True
+        if place.waiter is not None:
             try:
-                await waiter  # ``_release`` hands this send the slot it frees
+                await place.waiter  # ``_release`` hands this send the slot it frees
             except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
+                if place.waiter.done() and not place.waiter.cancelled():
                     self._release()  # the slot this send was handed goes to the next one
                 raise
-        else:
-            self._inflight += 1
         try:
+            self._check_started()
             return await self.send(msg, sharding_key=sharding_key, queue=queue, timeout=timeout)
         finally:
             self._release()
+
+    def _take_place(self, loop: asyncio.AbstractEventLoop) -> _Place:
+        """A slot if there is room and nobody waits for one, else a place at the end of the line."""
+        if self._inflight < self.config.max_inflight_async_sends and not self._parked():
+            self._inflight += 1
+            return _Place(None)
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._room_waiters.append(waiter)
+        return _Place(waiter)
+
+    def _give_back_unused(self, place: _Place) -> None:
+        """A send's task ended before it ran (cancelled at once): what ``send_async`` took for it goes back."""
+        if place.used:
+            return
+        waiter = place.waiter
+        if waiter is None or (waiter.done() and not waiter.cancelled()):
+            self._release()
+        else:
+            waiter.cancel()
 
     def _parked(self) -> bool:
         """Whether some send is waiting for room."""
@@ -358,6 +384,8 @@ class Producer:
             self._publish.pop(topic, None)
             await self.client.update_route(topic)
         for attempt in range(0 if first is None else 1, attempts):
+            if first is not None and first.out.done():
+                raise asyncio.CancelledError()  # the caller gave up on the send
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
@@ -383,7 +411,7 @@ class Producer:
                 if oneway:
                     await self.client.remoting.invoke_oneway(addr, req)
                     return None, mq
-                resp = await self.client.remoting.invoke(addr, req, int(remaining * 1000))
+                resp = await self.client.remoting.invoke(addr, req, max(1, int(remaining * 1000)))
                 outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, resp, None)
             except RemotingError as exc:
                 outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, None, exc)
@@ -420,11 +448,21 @@ class Producer:
 
 @dataclass(slots=True)
 class _FirstAttempt:
-    """A failed first attempt of ``send_async``, handed to the retries."""
+    """A failed first attempt of ``send_async``, handed to the retries (which stop once ``out`` is done: the
+    caller cancelled it)."""
 
     error: Exception
     broker: str
     deadline: float
+    out: asyncio.Future[SendResult]
+
+
+@dataclass(slots=True)
+class _Place:
+    """A send's place among the async sends: the slot it holds (``waiter`` None) or its place in line."""
+
+    waiter: asyncio.Future[None] | None
+    used: bool = False
 
 
 class _AsyncSend:
@@ -470,7 +508,7 @@ class _AsyncSend:
                 log.info("send to %s (%s) failed on attempt 1: %s", self.mq, self.addr, outcome)
                 retry = self.retry = loop.create_task(p._send_with_retries(
                     self.msg.topic, self.request, self.msg, self.sharding_key, self.queue, None, None, self.timeout,
-                    oneway=False, first=_FirstAttempt(outcome, self.mq.broker_name, self.deadline)))
+                    oneway=False, first=_FirstAttempt(outcome, self.mq.broker_name, self.deadline, out)))
                 p._retries.add(retry)
                 retry.add_done_callback(self.retried)
         except Exception as final:  # no other attempt can help, or the answer could not be read
@@ -482,6 +520,9 @@ class _AsyncSend:
         p = self.producer
         p._retries.discard(task)
         p._release()
+        if task.cancelled() and not self.out.done() and not p.started:  # cancelled by shutdown, not the caller
+            self.out.set_exception(ClientError(f"the producer was shut down while sending to {self.mq}"))
+            return
         try:
             _settle(self.out, task, lambda r: p._result(r[0], r[1], [self.uniq]))
         except Exception as exc:  # the answer could not be read

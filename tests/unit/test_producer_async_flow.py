@@ -1,0 +1,143 @@
+"""``send_async``'s bookkeeping, step by step: answers are handed in by hand through a scripted transport.
+
+The transport stands in for the network only (the broker's side of each request); routes, queues and the
+producer are the real ones. The integration tests in tests/integration/test_async_send.py run the same
+behaviours against a real broker where its timing allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sluice.aio import Producer
+from sluice.client.aio.producer import TopicPublishInfo
+from sluice.client.message import Message
+from sluice.common.errors import ClientError
+from sluice.common.structs import MessageQueue
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.errors import RemotingError
+
+TOPIC = "T"
+
+
+class ScriptedConnection:
+    def abandon(self, opaque: int, fut: asyncio.Future[Any]) -> None:
+        if not fut.done():
+            fut.cancel()
+
+
+class ScriptedRemoting:
+    """Requests go into ``wire`` with the future of their answer, which the test completes."""
+
+    def __init__(self) -> None:
+        self.wire: list[tuple[RemotingCommand, asyncio.Future[RemotingCommand]]] = []
+        self.conn = ScriptedConnection()
+
+    def _request(self, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self.wire.append((req, fut))
+        return fut
+
+    def start_request(self, addr: str, req: RemotingCommand, timeout_ms: int) -> tuple[Any, Any]:
+        return self.conn, self._request(req)
+
+    async def invoke(self, addr: str, req: RemotingCommand, timeout_ms: int) -> RemotingCommand:
+        return await self._request(req)
+
+    def answer(self, i: int, code: int = ResponseCode.SUCCESS) -> None:
+        req, fut = self.wire[i]
+        fut.set_result(RemotingCommand(code, {"msgId": "id", "queueId": "0", "queueOffset": str(i)}, b"",
+                                       req.opaque, 1, "" if code == ResponseCode.SUCCESS else "busy"))
+
+    def bodies(self) -> list[bytes]:
+        return [req.body or b"" for req, _ in self.wire]
+
+
+def scripted_producer(max_inflight: int = 1) -> tuple[Producer, ScriptedRemoting]:
+    p = Producer("pg", namesrv="127.0.0.1:1", max_inflight_async_sends=max_inflight, retry_times_when_send_failed=2)
+    route = object()
+    p.client.routes[TOPIC] = route  # type: ignore[assignment]
+    p._publish[TOPIC] = (route, TopicPublishInfo([MessageQueue(TOPIC, "b", 0)], False))  # type: ignore[assignment]
+    p.client.broker_addrs = {"b": {0: "addr-b"}}
+    remoting = ScriptedRemoting()
+    p.client.remoting = remoting  # type: ignore[assignment]
+    p.started = True
+
+    async def client_shutdown() -> None:
+        for _, fut in remoting.wire:
+            if not fut.done():
+                fut.set_exception(RemotingError("closed"))
+
+    p.client.shutdown = client_shutdown  # type: ignore[method-assign]
+    return p, remoting
+
+
+async def turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_send_made_while_full_is_not_overtaken_by_a_later_one():
+    async def go() -> list[bytes]:
+        p, wire = scripted_producer(max_inflight=1)
+        loop = asyncio.get_running_loop()
+        a = p.send_async(Message(TOPIC, b"a"))
+        wire.answer(0)  # a's answer is in: the slot frees when its callback runs, before b's task does
+        loop.call_soon(lambda: p.send_async(Message(TOPIC, b"c")))
+        p.send_async(Message(TOPIC, b"b"))  # made while a held the only slot
+        await turns()
+        assert (await a).queue_offset == 0
+        return wire.bodies()
+
+    assert asyncio.run(go()) == [b"a", b"b"]  # c waits behind b
+
+
+def test_cancelling_a_send_async_stops_its_retries():
+    async def go() -> tuple[int, int]:
+        p, wire = scripted_producer()
+        fut = p.send_async(Message(TOPIC, b"x"))
+        wire.answer(0, ResponseCode.SYSTEM_BUSY)  # the first attempt is refused: a retry goes out
+        await turns()
+        assert len(wire.wire) == 2
+        wire.answer(1, ResponseCode.SYSTEM_BUSY)  # the retry's refusal is in, and then the caller gives up
+        fut.cancel()
+        await turns()
+        return len(wire.wire), p._inflight
+
+    assert asyncio.run(go()) == (2, 0)
+
+
+def test_shutdown_fails_a_retrying_send_async_instead_of_cancelling_it():
+    async def go() -> BaseException:
+        p, wire = scripted_producer()
+        fut = p.send_async(Message(TOPIC, b"x"))
+        wire.answer(0, ResponseCode.SYSTEM_BUSY)
+        await turns()  # the retry is waiting for its answer
+        await p.shutdown()
+        with pytest.raises(ClientError) as info:
+            await fut
+        return info.value
+
+    assert "shut down" in str(asyncio.run(go()))
+
+
+def test_a_send_async_cancelled_before_its_task_ran_gives_its_place_back():
+    async def go() -> tuple[int, int, int]:
+        p, wire = scripted_producer(max_inflight=1)
+        p.send_async(Message(TOPIC, b"a"))
+        b = p.send_async(Message(TOPIC, b"b"))  # waits for a's slot, in a task
+        b.cancel()
+        await turns()
+        parked = len([w for w in p._room_waiters if not w.done()])
+        wire.answer(0)
+        await turns()
+        c = p.send_async(Message(TOPIC, b"c"))  # the slot is free again
+        wire.answer(1)
+        await c
+        return parked, p._inflight, len(wire.wire)
+
+    assert asyncio.run(go()) == (0, 0, 2)
