@@ -106,3 +106,36 @@ def test_recovery_keeps_every_flushed_key_when_the_header_is_older_than_the_slot
         again.select(key, 0, 10**12, 10, out)
         assert out == [i * 100], f"{key}: {out}"
     again.close()
+
+
+def test_recovery_keeps_entries_indexed_again_out_of_log_order(tmp_path):
+    # A recovery before this one indexed again, after later entries, messages lower in the log: every entry is
+    # still below the safe offset and all of them stay.
+    path = str(tmp_path / "20260101000000000")
+    f = IndexFile(path, 8, 64)
+    phys = [100, 200, 300, 400, 150, 250, 350]
+    for i, phy in enumerate(phys):
+        assert f.put_key(f"T#k{i}", phy, 1_000_000 + i)
+    assert f.keep_below(1_000) == 0
+    for i, phy in enumerate(phys):
+        out: list[int] = []
+        f.select(f"T#k{i}", 0, 10**12, 10, out)
+        assert out == [phy]
+    f.close()
+
+
+def test_recovery_drops_entries_the_header_counts_but_that_never_reached_the_disk(tmp_path):
+    path = str(tmp_path / "20260101000000000")
+    f = IndexFile(path, 8, 64)
+    for i in range(10):
+        assert f.put_key(f"T#k{i}", 100 + i, 1_000_000 + i)
+    f.index_count = 15  # a header written back after five more entries whose pages were lost: zeros
+    f.close()
+    again = IndexFile(path, 8, 64)
+    assert again.keep_below(10**9) == 4  # entries 11 to 14 of the header's 15 (entry 0 is never used)
+    assert again.index_count == 11
+    assert again.put_key("T#next", 500, 1_000_100)
+    out: list[int] = []
+    again.select("T#next", 0, 10**12, 10, out)
+    assert out == [500]
+    again.close()

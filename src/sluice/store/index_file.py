@@ -158,9 +158,13 @@ class IndexFile:
         buf = self.mf.buf
         count = min(max(self.index_count, 1), self.index_num)
         entries = np.frombuffer(buf, dtype=INDEX_ENTRY_DTYPE, count=count, offset=self._entries_base)
-        phys = entries["phy"][1:].astype(np.int64)
-        # Entries come in commit-log order: the kept ones are the first run that is ordered and below the offset.
-        bad = (phys >= phy_offset) | (phys < np.maximum.accumulate(np.concatenate(([0], phys)))[:-1])
+        body = entries[1:]
+        phys = body["phy"].astype(np.int64)
+        # Kept: the entries up to the first of a message at or past the offset, or one never written (zeros, or
+        # before the file's first message). Not "in log order": a recovery before this one may have indexed
+        # again, after later entries, messages lower in the log.
+        unwritten = (body["hash"] == 0) & (phys == 0) & (body["prev"] == 0) & (body["time_diff"] == 0)
+        bad = (phys >= phy_offset) | (phys < self.begin_phy_offset) | unwritten
         keep = 1 + (int(np.argmax(bad)) if bad.any() else len(phys))
         dropped = self.index_count - keep
         slots = np.frombuffer(buf, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
@@ -344,14 +348,18 @@ class IndexService:
             f.flush()
 
     def keep_below(self, phy_offset: int) -> int:
-        """``IndexFile.keep_below`` on every file that may hold entries of messages at or past ``phy_offset``;
-        returns the entries dropped. A header may be older than its file's slots and entries, so besides the
-        files whose header reaches ``phy_offset``, the newest two are always checked: the one being written at
-        the last complete flush and one started since (more would take a whole file of keys within a flush
-        interval)."""
-        files = self.files
-        return sum(f.keep_below(phy_offset) for i, f in enumerate(files)
-                   if f.end_phy_offset >= phy_offset or i >= len(files) - 2)
+        """``IndexFile.keep_below`` on every file that may hold entries of messages at or past ``phy_offset``
+        (from the newest back to the one that was being written at the last complete flush); returns the
+        entries dropped."""
+        dropped = 0
+        for f in reversed(self.files):
+            # Files older than the one that was being written at the last complete flush were full then, and
+            # flushed: that one is the newest whose (then flushed) header says it began below the offset.
+            began_before = f.index_count > 1 and f.begin_phy_offset < phy_offset
+            dropped += f.keep_below(phy_offset)
+            if began_before:
+                break
+        return dropped
 
     def flush_full(self) -> None:
         """Flush the files that filled up (every one but the newest): the put that fills a file starts the next

@@ -34,7 +34,9 @@ def recover(store: MessageStore, abnormal: bool) -> None:
             start = queue.min_offset
     if abnormal:
         log.warning("the store was not shut down cleanly: checking the commit log from offset %d", start)
-    index_from = cp.index_safe_offset if cp.valid else 0
+    # Index entries are trusted only for messages below both the last index flush and the last log flush: an
+    # index entry may outlive, in a power loss, the unflushed message it points to.
+    index_from = min(cp.index_safe_offset, cp.physic_safe_offset) if cp.valid else 0
     if abnormal:
         dropped = store.index_service.keep_below(index_from)
         if dropped:
