@@ -7,10 +7,14 @@ import random
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sluice.common.message_codec import check_record, decode_record
+from sluice.common.message_codec import check_record, decode_record, encode_record
+from sluice.common.properties import encode_properties
 from sluice.common.sysflag import BLANK_MAGIC_CODE
 from sluice.store import MessageStore, PutMessageStatus
+from sluice.store.commit_log import DispatchRequest, dispatch_request_of, tags_code_of
 
 from .helpers import msg, read_queue
 
@@ -141,3 +145,20 @@ def test_a_failed_pwrite_refuses_the_put_and_leaves_no_trace(store_config, monke
     with MessageStore(cfg) as again:
         assert [m.body for m in read_queue(again, "T", 0)] == [b"before", b"after"]
         assert [rec[3] for rec in _stored_records(again)] == [b"before", b"after"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,40}", fullmatch=True),
+       props=st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "TAGSX", "XKEYS", "WAIT"]),
+                             st.text(st.characters(blacklist_characters="\x00\x01\x02",
+                                                   blacklist_categories=("Cs",)), max_size=12), max_size=6),
+       queue_id=st.integers(0, 255), queue_offset=st.integers(0, 2**40), sys_flag=st.sampled_from([0, 4, 8, 12]),
+       store_ts=st.integers(0, 2**42), body=st.binary(max_size=64))
+def test_recovery_dispatch_request_reads_what_decoding_the_record_reads(topic, props, queue_id, queue_offset,
+                                                                         sys_flag, store_ts, body):
+    raw = encode_record(topic=topic.encode(), body=body, properties=encode_properties(props), queue_id=queue_id,
+                        queue_offset=queue_offset, sys_flag=sys_flag, store_timestamp=store_ts)
+    m = decode_record(raw)
+    d = dispatch_request_of(7_000, memoryview(raw))
+    assert d == DispatchRequest(m.topic, m.queue_id, 7_000, m.store_size, tags_code_of(m.tags), m.store_timestamp,
+                                m.queue_offset, m.properties.get("KEYS"), m.uniq_key, m.sys_flag)
