@@ -100,31 +100,38 @@ def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monke
     assert all(pending_at_decode[1:]), pending_at_decode
 
 
-def test_pulling_ahead_keeps_a_queue_within_its_threshold_plus_one_batch(cluster):
-    cluster.create_topic("bounded", 1)
-    bodies = _send_backlog(cluster, "bounded", 20 * BATCH)
-    threshold = 2 * BATCH
+def _held_while_stuck(cluster, topic: str, group: str, total: int, measure, seconds: float,
+                      **settings: int) -> tuple[int, list[bytes]]:
+    """The most a queue held (by ``measure``) while its listener was stuck for ``seconds``; then the listener
+    is let go and every message is collected."""
 
     async def scenario() -> tuple[int, list[bytes]]:
         release = asyncio.Event()
         got: list[bytes] = []
         done = asyncio.Event()
-        consumer = PushConsumer("bounded-group", namesrv=cluster.namesrv_addr, consume_from="first",
-                                consume_message_batch_max_size=BATCH, pull_threshold_for_queue=threshold)
-        consumer.subscribe("bounded")
-
-        consumer.register_listener(_collect(got, len(bodies), done, gate=release))
+        consumer = PushConsumer(group, namesrv=cluster.namesrv_addr, consume_from="first",
+                                consume_message_batch_max_size=BATCH, **settings)
+        consumer.subscribe(topic)
+        consumer.register_listener(_collect(got, total, done, gate=release))
         await consumer.start()
         try:
-            # the listener is stuck: the queue fills up to its bound and stops there
-            most = await _most_held(consumer, lambda pq: pq.msg_count, 0.6)
+            most = await _most_held(consumer, measure, seconds)
             release.set()
             await asyncio.wait_for(done.wait(), 20)
         finally:
             await consumer.shutdown()
         return most, got
 
-    most, got = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_pulling_ahead_keeps_a_queue_within_its_threshold_plus_one_batch(cluster):
+    cluster.create_topic("bounded", 1)
+    bodies = _send_backlog(cluster, "bounded", 20 * BATCH)
+    threshold = 2 * BATCH
+
+    most, got = _held_while_stuck(cluster, "bounded", "bounded-group", len(bodies), lambda pq: pq.msg_count, 0.6,
+                                  pull_threshold_for_queue=threshold)
     assert threshold <= most <= threshold + BATCH
     assert sorted(got) == sorted(bodies) and len(got) == len(bodies)
 
@@ -143,23 +150,7 @@ def test_pulling_ahead_keeps_a_queue_within_its_byte_limit_plus_one_answer(clust
 
     asyncio.run(produce())
 
-    async def scenario() -> tuple[int, int]:
-        release = asyncio.Event()
-        got: list[bytes] = []
-        done = asyncio.Event()
-        consumer = PushConsumer("heavy-group", namesrv=cluster.namesrv_addr, consume_from="first",
-                                consume_message_batch_max_size=BATCH, pull_threshold_size_for_queue=1)
-        consumer.subscribe("heavy")
-        consumer.register_listener(_collect(got, 40, done, gate=release))
-        await consumer.start()
-        try:
-            most = await _most_held(consumer, lambda pq: pq.msg_size, 0.8)
-            release.set()
-            await asyncio.wait_for(done.wait(), 20)
-        finally:
-            await consumer.shutdown()
-        return most, len(got)
-
-    most, got = asyncio.run(scenario())
-    assert got == 40
+    most, got = _held_while_stuck(cluster, "heavy", "heavy-group", 40, lambda pq: pq.msg_size, 0.8,
+                                  pull_threshold_size_for_queue=1)
+    assert len(got) == 40
     assert limit <= most <= limit + 256 * 1024
