@@ -70,6 +70,14 @@ class MessageStoreConfig:
     # mapping makes the kernel read the holes ahead in bursts (here ~18 ms every 8 MiB); pwrite() does
     # not fault, but costs a system call, which small appends notice (docs/benchmarks.md).
     commit_log_pwrite_min_bytes: int = 8192
+    # Zero-fill the commit log this far ahead of its writer, a chunk at a time, in the background (RocketMQ's
+    # warmMappedFileEnable, which fills each new segment whole). Writing into blocks allocated beforehand
+    # keeps block allocation out of the flushes (sync flush: fdatasync ~0.46 -> ~0.29 ms here) and the
+    # kernel's readahead of holes out of the writer (a ~20 ms stall every 8 MiB); it costs a second write
+    # of every byte, done ahead of time.
+    warm_mapped_file_enable: bool = True
+    warm_mapped_file_ahead: int = 64 * 1024 * 1024
+    warm_mapped_file_chunk: int = 1024 * 1024
     # Retention and disk safety.
     file_reserved_time: int = 72  # hours
     delete_when: str = "04"  # hours of day (";"-separated) when expired files are deleted
@@ -97,6 +105,10 @@ class MessageStoreConfig:
             raise ValueError("mapped_file_size_commit_log must be at least 4096 bytes")
         if self.max_index_num < 2 or self.max_hash_slot_num < 1:
             raise ValueError("max_index_num must be at least 2 (entry 0 means none) and max_hash_slot_num at least 1")
+        if self.warm_mapped_file_chunk < 4096 or self.warm_mapped_file_chunk % 4096:
+            raise ValueError("warm_mapped_file_chunk must be a positive multiple of 4096 bytes")
+        if self.warm_mapped_file_ahead < self.warm_mapped_file_chunk:
+            raise ValueError("warm_mapped_file_ahead must be at least warm_mapped_file_chunk")
         if self.commit_log_pwrite_min_bytes < -1:
             raise ValueError("commit_log_pwrite_min_bytes must be -1 (never pwrite), 0 (always) or a byte count")
 

@@ -191,6 +191,8 @@ class CommitLog:
         self.file_size = config.mapped_file_size_commit_log
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.put_lock = threading.Lock()
+        # Signalled when a zero fill ahead of the writer ends (``WarmMappedFileService``).
+        self.zero_fill_done = threading.Condition()
         self.default_store_host = host_to_bytes(config.store_host)
         self.begin_time_in_lock = 0.0  # when the current append started (0: none running)
         self.closed = False
@@ -340,11 +342,19 @@ class CommitLog:
     def _segment_for(self, nbytes: int) -> MappedFile:
         """The segment the next ``nbytes`` go to: the last one, or a new one once a BLANK closes it."""
         mf = self.queue.last_or_create(0)
+        if mf.wrote_position + nbytes + END_FILE_MIN_BLANK_LENGTH > mf.zero_fence:
+            self._wait_for_zero_fill(mf, mf.wrote_position + nbytes + END_FILE_MIN_BLANK_LENGTH)
         if nbytes + END_FILE_MIN_BLANK_LENGTH > mf.remaining():
             mf.append(_BLANK.pack(mf.remaining(), BLANK_MAGIC_CODE))
             mf.wrote_position = self.file_size
             mf = self.queue.last_or_create(0)
         return mf
+
+    def _wait_for_zero_fill(self, mf: MappedFile, end: int) -> None:
+        """The append would reach the range the warm service is zero-filling: wait until that fill ends."""
+        with self.zero_fill_done:
+            while mf.zero_fence < end:
+                self.zero_fill_done.wait()
 
     # -- reading ------------------------------------------------------------------------------------
     def _locate(self, phys_offset: int, size: int) -> tuple[MappedFile, int] | None:

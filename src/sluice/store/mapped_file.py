@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = mmap.PAGESIZE
+NO_FENCE = 1 << 62  # ``MappedFile.zero_fence`` while no zeroing runs
+_ZEROS = memoryview(bytes(1 << 20))
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -28,11 +31,12 @@ class MappedFile:
     """One segment. Writers append at ``wrote_position``; flushes make ``[0, flushed_position)`` durable.
 
     The file is created at its full size (sparse), so unwritten space reads as zeros: a reader or the
-    recovery scan sees a clean end there.
+    recovery scan sees a clean end there. ``zero_fill`` (the warm service) writes real zeros ahead of the
+    writer: blocks allocated once, in the background, instead of by the flush that first covers them.
     """
 
     __slots__ = ("path", "file_size", "file_from_offset", "wrote_position", "flushed_position", "_fd", "_mm",
-                 "buf", "_closed", "pwrite_min")
+                 "buf", "_closed", "pwrite_min", "warmed_position", "zero_fence", "_fd_lock")
 
     def __init__(self, path: str, file_size: int, pwrite_min: int = -1) -> None:
         self.pwrite_min = pwrite_min  # appends of at least this many bytes use pwrite(); -1: none
@@ -68,6 +72,12 @@ class MappedFile:
         self.wrote_position = 0
         self.flushed_position = 0
         self._closed = False
+        # Zero-filled and durable up to here (meaningful past ``wrote_position`` only).
+        self.warmed_position = 0
+        # Start of the range ``zero_fill`` is writing (``NO_FENCE``: none). Set under the commit log's put lock,
+        # so an append that reaches it must wait for the fill to end (``CommitLog._segment_for``).
+        self.zero_fence = NO_FENCE
+        self._fd_lock = threading.Lock()  # ``zero_fill`` against ``close``: the fd is never used once closed
 
     # -- writing ------------------------------------------------------------------------------------
     def remaining(self) -> int:
@@ -97,6 +107,19 @@ class MappedFile:
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         self.buf[pos : pos + len(data)] = data
+
+    def zero_fill(self, start: int, end: int) -> bool:
+        """Write zeros over ``[start, end)`` and fdatasync them; False if the file was closed meanwhile.
+
+        Only for bytes past everything written: the caller fences the range first (``zero_fence``)."""
+        with self._fd_lock:
+            if self._closed:
+                return False
+            pos = start
+            while pos < end:
+                pos += os.pwrite(self._fd, _ZEROS[: min(len(_ZEROS), end - pos)], pos)
+            os.fdatasync(self._fd)
+        return True
 
     def dirty_pages(self) -> int:
         return (self.wrote_position // PAGE_SIZE) - (self.flushed_position // PAGE_SIZE)
@@ -136,6 +159,7 @@ class MappedFile:
         self.buf = memoryview(self._mm)
         self.wrote_position = min(self.wrote_position, pos)
         self.flushed_position = min(self.flushed_position, pos)
+        self.warmed_position = min(self.warmed_position, pos)  # the tail is sparse again
 
     def _release_map(self) -> None:
         try:
@@ -151,9 +175,10 @@ class MappedFile:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        self._release_map()
-        os.close(self._fd)
+        with self._fd_lock:
+            self._closed = True
+            self._release_map()
+            os.close(self._fd)
 
     def destroy(self) -> None:
         self.close()

@@ -51,6 +51,7 @@ from sluice.store.mapped_file import fsync_dir
 from sluice.store.recovery import recover
 from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from sluice.store.retention import CleanCommitLogService, disk_usage_ratio
+from sluice.store.warm_mapped_file import WarmMappedFileService
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,9 @@ class MessageStore:
         self._services.append(FlushConsumeQueueService(self))
         self.clean_service = CleanCommitLogService(self)
         self._services.append(self.clean_service)
+        if c.warm_mapped_file_enable:
+            self._services.append(WarmMappedFileService(self.commit_log, c.warm_mapped_file_ahead,
+                                                        c.warm_mapped_file_chunk))
         for s in self._services:
             s.start()
         self.running = True
