@@ -6,7 +6,8 @@ records takes ~0.46 ms over holes against ~0.29 ms over blocks written before (d
 writer faulting holes in through the mapping makes the kernel read ahead in bursts (a ~20 ms stall every
 8 MiB). RocketMQ writes zeros over a whole new segment before using it; this service keeps a window of
 ``warm_mapped_file_ahead`` bytes past the write position zero-filled and durable, one
-``warm_mapped_file_chunk`` at a time, so it costs no start-up time and only what is about to be written.
+``warm_mapped_file_chunk`` at a time (written through an O_DSYNC descriptor, so only that range is flushed),
+so it costs no start-up time and only what is about to be written.
 
 Safety: a chunk is chosen under the commit log's put lock, at least one chunk past the write position, and
 fenced there (``MappedFile.zero_fence``); an append that would reach the fence waits for the chunk to end
