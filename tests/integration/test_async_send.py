@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
 import pytest
 import uvloop
 
+import sluice
 from sluice.aio import Producer
+from sluice.client import _loop
 from sluice.client.message import Message, SendResult, SendStatus
 from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
 from sluice.remoting import ResponseCode
@@ -150,3 +153,56 @@ def test_send_async_of_a_bad_message_fails_its_future(cluster: Cluster, bad: obj
 
     err = uvloop.run(go())
     assert ("over the limit of 1024" in str(err)) if isinstance(bad, Message) else isinstance(err, TypeError)
+
+
+# -- the threaded API (``sluice.Producer.send_async``): the same send, started from any thread -----------------
+
+
+def _hold_background_loop() -> threading.Event:
+    """Block the threaded API's loop until the returned event is set (the hold starts before this returns)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(10)
+
+    _loop.background_loop().call_soon_threadsafe(hold)
+    assert held.wait(5)
+    return release
+
+
+def test_threaded_send_async_sends_in_order_and_returns_results(cluster: Cluster):
+    topic = "threaded-async"
+    cluster.create_topic(topic, 4)
+    with sluice.Producer("threaded-async-pg", namesrv=cluster.namesrv_addr) as p:
+        futures = [p.send_async(Message(topic, b"m%d" % i), sharding_key="k") for i in range(200)]
+        results = [f.result(10) for f in futures]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    assert len({r.queue.queue_id for r in results}) == 1  # one sharding key, one queue
+    assert [r.queue_offset for r in results] == sorted(r.queue_offset for r in results)  # sent in call order
+
+
+def test_threaded_send_async_cancelled_before_it_starts_is_never_sent(cluster: Cluster):
+    topic = "threaded-async-cancel"
+    cluster.create_topic(topic, 2)
+    with sluice.Producer("threaded-async-cancel-pg", namesrv=cluster.namesrv_addr) as p:
+        p.send(Message(topic, b"warm-up"))
+        before = stored(cluster, topic)
+        release = _hold_background_loop()
+        try:
+            cancelled = p.send_async(Message(topic, b"never"))
+            kept = p.send_async(Message(topic, b"kept"))
+            assert cancelled.cancel()
+        finally:
+            release.set()
+        assert kept.result(10).status is SendStatus.SEND_OK
+        assert cancelled.cancelled()
+        time.sleep(0.2)
+        assert stored(cluster, topic) - before == 1
+
+
+def test_threaded_send_async_failure_reaches_its_future():
+    p = sluice.Producer("threaded-async-unstarted", namesrv="127.0.0.1:1")
+    fut = p.send_async(Message("t", b"m"))
+    with pytest.raises(ClientError, match="not started"):
+        fut.result(10)

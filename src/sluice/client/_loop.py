@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -26,6 +30,9 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def background_loop() -> asyncio.AbstractEventLoop:
     """The process-wide loop of the sync API, started on first use in a daemon thread."""
     global _loop
+    loop = _loop
+    if loop is not None and not loop.is_closed():
+        return loop
     with _lock:
         if _loop is None or _loop.is_closed():
             loop = _new_loop()
@@ -50,6 +57,48 @@ def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
         raise RuntimeError("the sync Sluice API cannot be called from its own event loop thread (a listener "
                            "that is a coroutine function should use sluice.aio instead)")
     return asyncio.run_coroutine_threadsafe(coro, loop)
+
+
+_calls: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
+_calls_lock = threading.Lock()
+_drain_scheduled = False
+
+
+def call_soon(callback: Callable[..., object], *args: Any) -> None:
+    """Run ``callback(*args)`` on the background loop, from any thread, in the order of the calls.
+
+    Calls made while earlier ones wait go in one hand-over: one wake-up of the loop for a burst, not one each
+    (every wake-up is a system call and a GIL hand-off between the two threads)."""
+    global _drain_scheduled
+    loop = background_loop()
+    with _calls_lock:
+        _calls.append((callback, args))
+        if _drain_scheduled:
+            return
+        _drain_scheduled = True
+    try:
+        loop.call_soon_threadsafe(_drain)
+    except BaseException:
+        with _calls_lock:
+            _drain_scheduled = False
+        raise
+
+
+def _drain() -> None:
+    """On the loop: run every queued ``call_soon`` callback."""
+    global _drain_scheduled
+    while True:
+        with _calls_lock:
+            if not _calls:
+                _drain_scheduled = False
+                return
+            batch = list(_calls)
+            _calls.clear()
+        for callback, args in batch:
+            try:
+                callback(*args)
+            except Exception:  # one bad callback must not strand the ones after it
+                log.exception("background-loop callback %r failed", callback)
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

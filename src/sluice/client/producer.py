@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -29,8 +30,28 @@ class Producer(_loop.SyncFacade):
 
     def send_async(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None,
                    timeout: float | None = None) -> Future[SendResult]:
-        """Start a send; the returned ``concurrent.futures.Future`` gets the ``SendResult``."""
-        return _loop.submit(self.aio._bounded_send(msg, sharding_key, queue, timeout))
+        """Start a send; the returned ``concurrent.futures.Future`` gets the ``SendResult``.
+
+        ``sluice.aio.Producer.send_async`` runs on the background loop in one callback (no task or coroutine
+        per send when the request can go on the wire at once); cancelling the returned future cancels it."""
+        out: Future[SendResult] = Future()
+        _loop.call_soon(self._start_async, out, msg, sharding_key, queue, timeout)
+        return out
+
+    def _start_async(self, out: Future[SendResult], msg: Message, sharding_key: str | None,
+                     queue: MessageQueue | None, timeout: float | None) -> None:
+        """On the background loop: start the send and tie its future to ``out`` both ways."""
+        if out.cancelled():
+            return  # cancelled before it started
+        try:
+            fut = self.aio.send_async(msg, sharding_key=sharding_key, queue=queue, timeout=timeout)
+        except BaseException as exc:
+            if out.set_running_or_notify_cancel():
+                out.set_exception(exc)
+            return
+        fut.add_done_callback(lambda f: _copy_outcome(f, out))
+        loop = fut.get_loop()
+        out.add_done_callback(lambda o: o.cancelled() and loop.call_soon_threadsafe(fut.cancel))
 
     def send_oneway(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None) -> None:
         _loop.run(self.aio.send_oneway(msg, sharding_key=sharding_key, queue=queue))
@@ -38,3 +59,17 @@ class Producer(_loop.SyncFacade):
     def send_batch(self, msgs: Sequence[Message], *, sharding_key: str | None = None,
                    queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
         return _loop.run(self.aio.send_batch(msgs, sharding_key=sharding_key, queue=queue, timeout=timeout))
+
+
+def _copy_outcome(fut: asyncio.Future[SendResult], out: Future[SendResult]) -> None:
+    """``out`` stays pending (so its owner can cancel it) until the send ends, as ``run_coroutine_threadsafe``'s
+    future does."""
+    if fut.cancelled():
+        out.cancel()
+        return
+    if not out.set_running_or_notify_cancel():
+        return  # cancelled by its owner meanwhile
+    if (exc := fut.exception()) is not None:
+        out.set_exception(exc)
+    else:
+        out.set_result(fut.result())
