@@ -61,7 +61,7 @@ def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
 
 _calls: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
 _calls_lock = threading.Lock()
-_drain_scheduled = False
+_drain_on: asyncio.AbstractEventLoop | None = None  # the loop a ``_drain`` is scheduled on
 
 
 def call_soon(callback: Callable[..., object], *args: Any) -> None:
@@ -69,28 +69,28 @@ def call_soon(callback: Callable[..., object], *args: Any) -> None:
 
     Calls made while earlier ones wait go in one hand-over: one wake-up of the loop for a burst, not one each
     (every wake-up is a system call and a GIL hand-off between the two threads)."""
-    global _drain_scheduled
+    global _drain_on
     loop = background_loop()
     with _calls_lock:
         _calls.append((callback, args))
-        if _drain_scheduled:
+        if _drain_on is loop:
             return
-        _drain_scheduled = True
+        _drain_on = loop  # (a drain scheduled on a loop closed since would never run: schedule one here)
     try:
         loop.call_soon_threadsafe(_drain)
     except BaseException:
         with _calls_lock:
-            _drain_scheduled = False
+            _drain_on = None
         raise
 
 
 def _drain() -> None:
     """On the loop: run every queued ``call_soon`` callback."""
-    global _drain_scheduled
+    global _drain_on
     while True:
         with _calls_lock:
             if not _calls:
-                _drain_scheduled = False
+                _drain_on = None
                 return
             batch = list(_calls)
             _calls.clear()
