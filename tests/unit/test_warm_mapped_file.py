@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
 
+import pytest
+
 from sluice.common.config import MessageStoreConfig
 from sluice.store import MessageStore
+from sluice.store import mapped_file as mapped_file_module
 from sluice.store.mapped_file import NO_FENCE, MappedFile
 from sluice.store.warm_mapped_file import WarmMappedFileService
 
@@ -91,18 +95,118 @@ def test_an_append_that_reaches_a_chunk_being_filled_waits_for_the_fill(store_co
             mf.zero_fence = NO_FENCE
 
 
-def test_puts_racing_the_fill_all_read_back_intact_and_recover_clean(store_config):
-    cfg = _config(store_config, warm_mapped_file_chunk=4096, warm_mapped_file_ahead=8192)
-    bodies = [f"m{i}-".encode() + os.urandom(40 + i % 3000) for i in range(600)]
+def test_a_slow_fill_racing_a_busy_writer_never_zeroes_a_record(store_config, monkeypatch):
+    """Each fill lands 20 ms after its fence is set while a writer appends nonstop across segment rolls: every
+    record reads back intact and a restart recovers them all (without the fence, hundreds are zeroed)."""
+    real_fill = MappedFile.zero_fill
+
+    def slow_fill(self: MappedFile, start: int, end: int) -> bool:
+        time.sleep(0.02)
+        return real_fill(self, start, end)
+
+    monkeypatch.setattr(MappedFile, "zero_fill", slow_fill)
+    cfg = _config(store_config, mapped_file_size_commit_log=256 * 1024, warm_mapped_file_chunk=4096,
+                  warm_mapped_file_ahead=4 * 4096)
+    results, bodies = [], []
     with MessageStore(cfg) as store:
-        results = [store.put_message(msg(body=b)) for b in bodies]
-        assert all(r.ok for r in results)
-        for r, b in zip(results, bodies, strict=True):
-            found = store.look_message_by_offset(r.wrote_offset)
-            assert found is not None and found.body == b
-    with MessageStore(cfg) as store:  # a clean scan over every record (CRCs checked on recovery)
-        assert store.commit_log.max_offset == results[-1].wrote_offset + results[-1].wrote_bytes
+        svc = next(s for s in store._services if isinstance(s, WarmMappedFileService))
+        deadline = time.monotonic() + 1.5
+        i = 0
+        while time.monotonic() < deadline:
+            body = f"m{i}-".encode() + os.urandom(100 + i % 700)
+            r = store.put_message(msg(body=body))
+            assert r.ok
+            results.append(r)
+            bodies.append(body)
+            i += 1
+        assert svc.filled_bytes > 0 and len(store.commit_log.queue.files) > 2
+        damaged = [r.wrote_offset for r, b in zip(results, bodies, strict=True)
+                   if (m := store.look_message_by_offset(r.wrote_offset)) is None or m.body != b]
+        assert not damaged, f"{len(damaged)} of {len(results)} records damaged"
+    with MessageStore(cfg) as store:
         assert store.get_max_offset_in_queue("T", 0) == len(bodies)
+
+
+def test_a_failed_fill_clears_its_fence_releases_the_writer_and_pauses_the_service(store_config, monkeypatch):
+    with MessageStore(_config(store_config, warm_mapped_file_enable=False)) as store:
+        store.put_message(msg(body=b"a" * 100))
+        cl = store.commit_log
+        mf = cl.queue.last()
+        assert mf is not None
+        svc = WarmMappedFileService(cl, ahead=4 * CHUNK, chunk=CHUNK)
+        entered, release = threading.Event(), threading.Event()
+
+        def full_disk(self: MappedFile, start: int, end: int) -> bool:
+            entered.set()
+            release.wait(5)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(MappedFile, "zero_fill", full_disk)
+        filler = threading.Thread(target=svc.run_once)
+        filler.start()
+        assert entered.wait(5) and mf.zero_fence != NO_FENCE
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (store.put_message(msg(body=b"b" * (2 * CHUNK))), done.set()))
+        writer.start()
+        assert not done.wait(0.2)  # it reaches the fenced chunk
+        release.set()
+        assert done.wait(5), "the writer is stuck after a failed fill"
+        filler.join(5)
+        writer.join(5)
+        assert mf.zero_fence == NO_FENCE and mf.warmed_position == 0
+        assert svc._paused_until > time.monotonic()
+        svc.run_once()  # paused: no new fill
+        assert mf.zero_fence == NO_FENCE
+
+
+def test_a_writer_that_had_to_wait_gets_half_the_window_of_room(store_config):
+    with MessageStore(_config(store_config, warm_mapped_file_enable=False)) as store:
+        store.put_message(msg(body=b"a" * 100))
+        cl = store.commit_log
+        mf = cl.queue.last()
+        assert mf is not None
+        svc = WarmMappedFileService(cl, ahead=16 * CHUNK, chunk=CHUNK)
+        assert svc.warm_next_chunk()
+        assert mf.warmed_position == 3 * CHUNK  # filled from the chunk boundary past a chunk's gap
+        mf.zero_overrun = True  # as ``CommitLog._wait_for_zero_fill`` leaves it
+        assert svc.warm_next_chunk()
+        assert mf.warmed_position >= mf.wrote_position + 8 * CHUNK and not mf.zero_overrun
+
+
+def test_close_during_a_fill_waits_for_it(tmp_path, monkeypatch):
+    mf = MappedFile(str(tmp_path / f"{0:020d}"), 1 << 20)
+    real_pwrite = os.pwrite
+    started = threading.Event()
+
+    def slow_pwrite(fd: int, data: object, pos: int) -> int:
+        started.set()
+        time.sleep(0.2)
+        return real_pwrite(fd, data, pos)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mapped_file_module.os, "pwrite", slow_pwrite)
+    filled: list[bool] = []
+    t = threading.Thread(target=lambda: filled.append(mf.zero_fill(8192, 16384)))
+    t.start()
+    assert started.wait(5)
+    t0 = time.monotonic()
+    mf.close()
+    assert time.monotonic() - t0 > 0.1
+    t.join()
+    assert filled == [True] and mf.zero_fill(0, 4096) is False
+
+
+def test_small_segments_are_filled_with_a_smaller_chunk(store_config):
+    cfg = store_config.replace(mapped_file_size_commit_log=64 * 1024)  # the default 1 MiB chunk would not fit
+    with MessageStore(cfg) as store:
+        svc = next(s for s in store._services if isinstance(s, WarmMappedFileService))
+        assert svc.chunk == 8 * 1024 and svc.ahead >= 2 * svc.chunk
+        store.put_message(msg(body=b"x" * 500))
+        _wait_for(lambda: svc.filled_bytes > 0)
+
+
+def test_the_window_must_hold_two_chunks(store_config):
+    with pytest.raises(ValueError, match="twice"):
+        store_config.replace(warm_mapped_file_chunk=CHUNK, warm_mapped_file_ahead=CHUNK).__post_init__()
 
 
 def test_the_fill_never_starts_within_a_chunk_of_the_writer(tmp_path, monkeypatch):

@@ -107,8 +107,9 @@ class MessageStoreConfig:
             raise ValueError("max_index_num must be at least 2 (entry 0 means none) and max_hash_slot_num at least 1")
         if self.warm_mapped_file_chunk < 4096 or self.warm_mapped_file_chunk % 4096:
             raise ValueError("warm_mapped_file_chunk must be a positive multiple of 4096 bytes")
-        if self.warm_mapped_file_ahead < self.warm_mapped_file_chunk:
-            raise ValueError("warm_mapped_file_ahead must be at least warm_mapped_file_chunk")
+        if self.warm_mapped_file_ahead < 2 * self.warm_mapped_file_chunk:
+            raise ValueError("warm_mapped_file_ahead must be at least twice warm_mapped_file_chunk (fills start a "
+                             "chunk past the writer)")
         if self.commit_log_pwrite_min_bytes < -1:
             raise ValueError("commit_log_pwrite_min_bytes must be -1 (never pwrite), 0 (always) or a byte count")
 

@@ -352,6 +352,7 @@ class CommitLog:
 
     def _wait_for_zero_fill(self, mf: MappedFile, end: int) -> None:
         """The append would reach the range the warm service is zero-filling: wait until that fill ends."""
+        mf.zero_overrun = True
         with self.zero_fill_done:
             while mf.zero_fence < end:
                 self.zero_fill_done.wait()

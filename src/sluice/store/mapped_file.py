@@ -36,7 +36,7 @@ class MappedFile:
     """
 
     __slots__ = ("path", "file_size", "file_from_offset", "wrote_position", "flushed_position", "_fd", "_mm",
-                 "buf", "_closed", "pwrite_min", "warmed_position", "zero_fence", "_fd_lock")
+                 "buf", "_closed", "pwrite_min", "warmed_position", "zero_fence", "zero_overrun", "_fd_lock")
 
     def __init__(self, path: str, file_size: int, pwrite_min: int = -1) -> None:
         self.pwrite_min = pwrite_min  # appends of at least this many bytes use pwrite(); -1: none
@@ -77,6 +77,7 @@ class MappedFile:
         # Start of the range ``zero_fill`` is writing (``NO_FENCE``: none). Set under the commit log's put lock,
         # so an append that reaches it must wait for the fill to end (``CommitLog._segment_for``).
         self.zero_fence = NO_FENCE
+        self.zero_overrun = False  # an append had to wait for a fill: the next fill starts further ahead
         self._fd_lock = threading.Lock()  # ``zero_fill`` against ``close``: the fd is never used once closed
 
     # -- writing ------------------------------------------------------------------------------------
@@ -183,6 +184,8 @@ class MappedFile:
         if self._closed:
             return
         with self._fd_lock:
+            if self._closed:  # closed by another thread meanwhile
+                return
             self._closed = True
             self._release_map()
             os.close(self._fd)

@@ -39,8 +39,9 @@ class WarmMappedFileService(ServiceThread):
     def __init__(self, commit_log: CommitLog, ahead: int, chunk: int, interval: float = 0.05) -> None:
         super().__init__(interval)
         self.commit_log = commit_log
-        self.ahead = ahead
-        self.chunk = chunk
+        # A chunk at most an eighth of a segment (small segments get filled too), the window at least two.
+        self.chunk = min(chunk, max(4096, commit_log.file_size // 8 // 4096 * 4096))
+        self.ahead = max(ahead, 2 * self.chunk)
         self._paused_until = 0.0
         self.filled_bytes = 0  # zeros written so far (for tests and stats)
 
@@ -66,8 +67,13 @@ class WarmMappedFileService(ServiceThread):
                 return False
             wrote = mf.wrote_position
             chunk = self.chunk
-            # At least a whole chunk between the writer and the fence, so appends rarely wait for it.
-            start = max(mf.warmed_position, -(-(wrote + chunk) // chunk) * chunk)
+            # At least a whole chunk between the writer and the fence, so appends rarely wait for it; half the
+            # window once one had to (a writer faster than the fills: it waits once per half window at most).
+            gap = chunk
+            if mf.zero_overrun:
+                mf.zero_overrun = False
+                gap = max(chunk, self.ahead // 2)
+            start = max(mf.warmed_position, -(-(wrote + gap) // chunk) * chunk)
             end = min(start + chunk, mf.file_size)
             if start >= end or start >= wrote + self.ahead:
                 return False
