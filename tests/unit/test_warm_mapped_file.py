@@ -6,6 +6,8 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -25,6 +27,16 @@ def _config(store_config: MessageStoreConfig, **changes: object) -> MessageStore
                                    "warm_mapped_file_ahead": 8 * CHUNK}
     settings.update(changes)
     return store_config.replace(**settings)
+
+
+@contextmanager
+def _unwarmed_store(store_config: MessageStoreConfig) -> Iterator[tuple[MessageStore, MappedFile]]:
+    """A store with the warm service off and one record written: the test drives fills (or the fence) itself."""
+    with MessageStore(_config(store_config, warm_mapped_file_enable=False)) as store:
+        store.put_message(msg(body=b"a" * 100))
+        mf = store.commit_log.queue.last()
+        assert mf is not None
+        yield store, mf
 
 
 def _allocated(path: str) -> int:
@@ -128,12 +140,8 @@ def test_a_slow_fill_racing_a_busy_writer_never_zeroes_a_record(store_config, mo
 
 
 def test_a_failed_fill_clears_its_fence_releases_the_writer_and_pauses_the_service(store_config, monkeypatch):
-    with MessageStore(_config(store_config, warm_mapped_file_enable=False)) as store:
-        store.put_message(msg(body=b"a" * 100))
-        cl = store.commit_log
-        mf = cl.queue.last()
-        assert mf is not None
-        svc = WarmMappedFileService(cl, ahead=4 * CHUNK, chunk=CHUNK)
+    with _unwarmed_store(store_config) as (store, mf):
+        svc = WarmMappedFileService(store.commit_log, ahead=4 * CHUNK, chunk=CHUNK)
         entered, release = threading.Event(), threading.Event()
 
         def full_disk(self: MappedFile, start: int, end: int) -> bool:
@@ -160,12 +168,8 @@ def test_a_failed_fill_clears_its_fence_releases_the_writer_and_pauses_the_servi
 
 
 def test_a_writer_that_had_to_wait_gets_half_the_window_of_room(store_config):
-    with MessageStore(_config(store_config, warm_mapped_file_enable=False)) as store:
-        store.put_message(msg(body=b"a" * 100))
-        cl = store.commit_log
-        mf = cl.queue.last()
-        assert mf is not None
-        svc = WarmMappedFileService(cl, ahead=16 * CHUNK, chunk=CHUNK)
+    with _unwarmed_store(store_config) as (store, mf):
+        svc = WarmMappedFileService(store.commit_log, ahead=16 * CHUNK, chunk=CHUNK)
         assert svc.warm_next_chunk()
         assert mf.warmed_position == 3 * CHUNK  # filled from the chunk boundary past a chunk's gap
         mf.zero_overrun = True  # as ``CommitLog._wait_for_zero_fill`` leaves it
