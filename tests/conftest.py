@@ -21,6 +21,33 @@ from sluice.common.config import BrokerConfig, MessageStoreConfig, NamesrvConfig
 from sluice.namesrv import NamesrvController
 from sluice.remoting.client import RemotingClient
 from sluice.store import MessageStore
+from tests.interop.java_clients import JavaBuild, ensure_java_build, java_required, java_tools_missing
+
+_GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test directory's tests carry its marker (``-m "not interop"`` deselects the real-client tests)."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for directory, marker in _GROUP_MARKERS.items():
+            if directory in parts:
+                item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def java_build() -> JavaBuild:
+    """The Java client programs and the Apache RocketMQ servers, built once per machine (cached)."""
+    reason = java_tools_missing()
+    if reason is not None:
+        if java_required():
+            pytest.fail(f"{reason}; $SLUICE_REQUIRE_JAVA is set, so the Java tests may not skip", pytrace=False)
+        pytest.skip(reason)
+    try:
+        return ensure_java_build()
+    except RuntimeError as exc:
+        problem = str(exc)
+    pytest.fail(f"cannot build the Java interop programs: {problem}", pytrace=False)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ import pytest
 from sluice.broker.broker_controller import BrokerController
 from sluice.remoting.codes import RequestCode
 from tests.conftest import Cluster
+from tests.interop.java_clients import JavaAdmin, JavaBuild, JavaClients
 
 ROCKETMQ_REQUIREMENT = "rocketmq==0.4.4"
 CLIENTS = Path(__file__).parent / "clients"
@@ -247,3 +248,25 @@ def cpp(rocketmq_python: Path, tmp_path: Path, sluice: Sluice) -> Iterator[CppCl
         clients.close()
     for c in clients.started:  # a crash the test did not look at still fails it
         c.check_exit()
+
+
+@pytest.fixture
+def java(java_build: JavaBuild, tmp_path: Path, sluice: Sluice) -> Iterator[JavaClients]:
+    """Java client programs (they end before ``sluice`` checks what they sent)."""
+    clients = JavaClients(java_build, tmp_path / "java")
+    try:
+        yield clients
+    finally:
+        clients.close()
+    for c in clients.started:
+        c.check_exit()
+
+
+@pytest.fixture
+def java_admin(java_build: JavaBuild, tmp_path: Path, sluice: Sluice) -> Iterator[JavaAdmin]:
+    """``DefaultMQAdminExt`` against the ``sluice`` name server."""
+    admin = JavaAdmin(java_build, sluice.namesrv, tmp_path / "java-admin")
+    try:
+        yield admin
+    finally:
+        admin.close()

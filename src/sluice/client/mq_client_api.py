@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.client.message import PullStatus
+from sluice.common import fastjson
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.message_codec import decode_records
 from sluice.common.structs import HeartbeatData, MessageQueue, TopicRouteData
@@ -31,10 +32,20 @@ class RawPull:
 
 
 def _json(resp: RemotingCommand) -> Any:
+    """A response body as RocketMQ's Java side writes it (fastjson: bare number keys, object keys)."""
     try:
-        return json.loads(bytes(resp.body) or b"null")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return fastjson.loads(bytes(resp.body) or b"null")
+    except ValueError as exc:
         raise ClientError(f"response to request code {resp.code} has a malformed JSON body: {exc}") from exc
+
+
+def _queue_entries(table: Any) -> list[dict[str, Any]]:
+    """A map keyed by MessageQueue objects (fastjson's form, what RocketMQ and Sluice send) as a list of entries,
+    each the queue's fields and the value's; a list (what Sluice sent before) as it is."""
+    if isinstance(table, dict):
+        return [{**dict(k), **(v if isinstance(v, dict) else {"offset": v})} for k, v in table.items()
+                if isinstance(k, fastjson.ObjectKey)]
+    return [e for e in table or [] if isinstance(e, dict)]
 
 
 def _body(obj: Any) -> bytes:
@@ -211,8 +222,9 @@ class MQClientAPI:
         return _json(await self.invoke_ok(addr, RequestCode.GET_ALL_TOPIC_CONFIG)) or {}
 
     async def get_topic_stats(self, addr: str, topic: str) -> list[dict[str, Any]]:
+        """One entry per queue: brokerName, queueId, topic, minOffset, maxOffset, lastUpdateTimestamp."""
         resp = await self.invoke_ok(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
-        return (_json(resp) or {}).get("offsetTable") or []
+        return _queue_entries((_json(resp) or {}).get("offsetTable"))
 
     async def get_consume_stats(self, addr: str, group: str, topic: str = "") -> list[dict[str, Any]]:
         ext = {"consumerGroup": group}
@@ -223,7 +235,7 @@ class MQClientAPI:
             return []
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerResponseError(resp.code, resp.remark, addr)
-        return (_json(resp) or {}).get("offsetTable") or []
+        return _queue_entries((_json(resp) or {}).get("offsetTable"))
 
     async def get_all_subscription_groups(self, addr: str) -> dict[str, Any]:
         resp = await self.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)

@@ -14,9 +14,10 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from sluice.common import fastjson
 from sluice.common.structs import DataVersion
 from sluice.namesrv.kv_config_manager import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
-from sluice.namesrv.register_broker_body import BodyFormatError, decode_register_broker_body, loads_lenient
+from sluice.namesrv.register_broker_body import BodyFormatError, decode_register_broker_body
 from sluice.namesrv.route_info_manager import RouteInfoManager
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -151,8 +152,8 @@ class DefaultRequestProcessor:
     def query_data_version(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         broker_addr = _field(request, "brokerAddr")
         try:
-            parsed = loads_lenient(request.body) if len(request.body) else {}
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            parsed = fastjson.loads(request.body) if len(request.body) else {}
+        except ValueError as exc:
             raise BadRequestError(f"data version body is not JSON: {exc}") from None
         if not isinstance(parsed, dict):
             raise BadRequestError("data version body must be a JSON object")

@@ -16,41 +16,19 @@ Pure: no I/O. The broker uses ``encode_register_broker_body`` to build what it s
 from __future__ import annotations
 
 import json
-import re
 import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from sluice.common import fastjson
 from sluice.common.structs import DataVersion, TopicConfig, TopicFilterType
 
 _I32: Final = struct.Struct(">i")
-_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BARE_NUMERIC_KEY: Final = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
 
 class BodyFormatError(ValueError):
     """A request body that does not hold what its request code needs."""
-
-
-def loads_lenient(data: bytes | memoryview | str) -> Any:
-    """Parse JSON as fastjson writes it: also accepts unquoted numeric map keys (``{0:"addr"}``)."""
-    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as first:
-        # Quote bare numeric keys outside string literals, then try once more.
-        parts: list[str] = []
-        pos = 0
-        for m in _JSON_STRING.finditer(text):
-            parts.append(_BARE_NUMERIC_KEY.sub(r'\1"\2"\3', text[pos:m.start()]))
-            parts.append(m.group())
-            pos = m.end()
-        parts.append(_BARE_NUMERIC_KEY.sub(r'\1"\2"\3', text[pos:]))
-        try:
-            return json.loads("".join(parts))
-        except json.JSONDecodeError:
-            raise first from None
 
 
 @dataclass(slots=True)
@@ -156,8 +134,8 @@ def decode_register_broker_body(body: bytes | memoryview, compressed: bool) -> R
     """Raises ``BodyFormatError`` (a ``ValueError``) describing what is wrong with ``body``."""
     if not compressed:
         try:
-            d = loads_lenient(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            d = fastjson.loads(body)
+        except ValueError as exc:
             raise BodyFormatError(f"register broker body is not JSON: {exc}") from None
         if not isinstance(d, dict):
             raise BodyFormatError("register broker body must be a JSON object")

@@ -78,6 +78,8 @@ class RequestCode(enum.IntEnum):
     QUERY_CONSUME_QUEUE = 321
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_TOPIC_CONFIG = 351
+    LITE_PULL_MESSAGE = 361
 
 
 class ResponseCode(enum.IntEnum):

@@ -17,6 +17,9 @@ class ConsumerOffsetManager:
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, "consumerOffset.json")
         self.offset_table: dict[str, dict[int, int]] = {}
+        # Offsets an admin reset (RocketMQ 5's server-side reset): the queue's next pull answers OFFSET_MOVED to
+        # them, and commits from clients that have not seen the reset yet are ignored until then. Not persisted.
+        self.reset_offset_table: dict[str, dict[int, int]] = {}
         self._lock = threading.Lock()
         self._dirty = False
 
@@ -40,13 +43,38 @@ class ConsumerOffsetManager:
         """The committed offset, or -1 when the group never committed one for this queue."""
         return self.offset_table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}).get(queue_id, -1)
 
+    def assign_reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """An admin moved the group to ``offset``: commit it, and hold it against stale commits until the
+        queue's next pull tells the consumer."""
+        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+        with self._lock:
+            self.reset_offset_table.setdefault(key, {})[queue_id] = offset
+            self.offset_table.setdefault(key, {})[queue_id] = offset
+            self._dirty = True
+
+    def has_offset_reset(self, group: str, topic: str, queue_id: int) -> bool:
+        return queue_id in self.reset_offset_table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {})
+
+    def take_reset_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The pending reset offset of the queue, forgotten as it is handed out; None when there is none."""
+        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+        with self._lock:
+            pending = self.reset_offset_table.get(key)
+            if not pending or queue_id not in pending:
+                return None
+            offset = pending.pop(queue_id)
+            if not pending:
+                del self.reset_offset_table[key]
+            return offset
+
     def groups_of_topic(self, topic: str) -> set[str]:
         return {k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in self.offset_table if k.startswith(topic + "@")}
 
     def remove_topic(self, topic: str) -> None:
         with self._lock:
-            for k in [k for k in self.offset_table if k.startswith(topic + TOPIC_GROUP_SEPARATOR)]:
-                del self.offset_table[k]
+            for table in (self.offset_table, self.reset_offset_table):
+                for k in [k for k in table if k.startswith(topic + TOPIC_GROUP_SEPARATOR)]:
+                    del table[k]
             self._dirty = True
 
     def persist(self, force: bool = False) -> None:

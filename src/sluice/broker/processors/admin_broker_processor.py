@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from sluice.broker.processors.client_manage_processor import parse_json_body
 from sluice.broker.topic_config_manager import SYSTEM_TOPICS
+from sluice.common import fastjson
 from sluice.common.errors import InvalidNameError
+from sluice.common.fastjson import ObjectKey
 from sluice.common.naming import validate_topic
 from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
@@ -20,9 +23,16 @@ from sluice.remoting.errors import BadRequestError
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
 
+log = logging.getLogger(__name__)
+
 
 def json_body(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def queue_key(broker_name: str, topic: str, queue_id: int) -> ObjectKey:
+    """A MessageQueue as the key of a map in a body (fastjson writes it as an object; Java reads nothing else)."""
+    return ObjectKey({"brokerName": broker_name, "queueId": queue_id, "topic": topic})
 
 
 def _mq_set(data: dict, key: str) -> list[MessageQueue]:
@@ -73,6 +83,15 @@ class AdminBrokerProcessor:
     def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=json_body(self.broker.topic_config_wrapper()))
 
+    def get_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """One topic's config (Java's TopicConfigAndQueueMapping; Sluice has no static-topic queue mapping)."""
+        topic = req.ext_str("topic")
+        tc = self.broker.topic_config_manager.get(topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        return req.response(ResponseCode.SUCCESS, body=json_body({**tc.to_json(), "attributes": {},
+                                                                  "mappingDetail": None}))
+
     def get_topic_name_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         topics = sorted(self.broker.topic_config_manager.table)
         return req.response(ResponseCode.SUCCESS, body=json_body({"brokerAddr": self.broker.broker_addr,
@@ -85,14 +104,14 @@ class AdminBrokerProcessor:
         tc = b.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        table = []
+        table: dict[ObjectKey, dict[str, int]] = {}
         for qid in range(tc.write_queue_nums):
             max_off = b.store.get_max_offset_in_queue(topic, qid)
             last = b.store.get_message_store_timestamp(topic, qid, max_off - 1) if max_off > 0 else 0
-            table.append({"brokerName": b.config.broker_name, "queueId": qid, "topic": topic,
-                          "minOffset": b.store.get_min_offset_in_queue(topic, qid), "maxOffset": max_off,
-                          "lastUpdateTimestamp": max(last, 0)})
-        return req.response(ResponseCode.SUCCESS, body=json_body({"offsetTable": table}))
+            table[queue_key(b.config.broker_name, topic, qid)] = {
+                "lastUpdateTimestamp": max(last, 0), "maxOffset": max_off,
+                "minOffset": b.store.get_min_offset_in_queue(topic, qid)}
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table, "topicPutTps": 0.0}))
 
     # == offsets =====================================================================================
     def get_max_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -141,10 +160,9 @@ class AdminBrokerProcessor:
         return req.response(ResponseCode.SUCCESS, body=json_body({"groupList": sorted(groups)}))
 
     def get_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        """Per queue of the group's topics: broker offset, consumer offset and last store time.
-
-        Java keys ``offsetTable`` by MessageQueue objects (not valid JSON); Sluice sends a list of entries.
-        """
+        """Per queue of the group's topics: broker offset, consumer offset and last store time, in an
+        ``offsetTable`` keyed by MessageQueue objects as fastjson writes it (not standard JSON: Java reads no other
+        form)."""
         b = self.broker
         group = req.ext_str("consumerGroup")
         only = req.ext_fields.get("topic") or ""
@@ -155,7 +173,7 @@ class AdminBrokerProcessor:
             topics |= set(g.subscriptions)
         if only:
             topics &= {only}
-        table = []
+        table: dict[ObjectKey, dict[str, int]] = {}
         for topic in sorted(topics):
             tc = b.topic_config_manager.get(topic)
             if tc is None:
@@ -164,14 +182,54 @@ class AdminBrokerProcessor:
                 broker_off = b.store.get_max_offset_in_queue(topic, qid)
                 consumer_off = offsets.query_offset(group, topic, qid)
                 last = b.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
-                table.append({"brokerName": b.config.broker_name, "queueId": qid, "topic": topic,
-                              "brokerOffset": broker_off, "consumerOffset": consumer_off,
-                              "lastTimestamp": max(last, 0)})
-        if not table:
-            return req.response(ResponseCode.CONSUMER_NOT_ONLINE if g is None else ResponseCode.SUCCESS,
-                                f"the consumer group [{group}] has no offsets and is not online" if g is None else None,
-                                body=b"" if g is None else json_body({"consumeTps": 0.0, "offsetTable": []}))
-        return req.response(ResponseCode.SUCCESS, body=json_body({"consumeTps": 0.0, "offsetTable": table}))
+                table[queue_key(b.config.broker_name, topic, qid)] = {
+                    "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
+                    "pullOffset": max(consumer_off, 0)}
+        if not table and g is None:
+            return req.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                f"the consumer group [{group}] has no offsets and is not online")
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
+
+    def invoke_broker_to_reset_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Move a group's offsets on a topic to a time (-1: the end) or, for one queue, to an offset; RocketMQ 5's
+        server-side reset: the offsets are committed here, and each queue's next pull tells the consumer
+        (PULL_OFFSET_MOVED to the new offset) while commits from before the reset are ignored."""
+        b = self.broker
+        topic, group = req.ext_str("topic"), req.ext_str("group")
+        queue_id, timestamp = req.ext_int("queueId", -1), req.ext_int("timestamp", -1)
+        offset = req.ext_int("offset", -1) if req.ext_fields.get("offset") not in (None, "", "null") else -1
+        if b.config.broker_id != 0:
+            return req.response(ResponseCode.SYSTEM_ERROR, "Can not reset offset in slave broker")
+        tc = b.topic_config_manager.get(topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist")
+        if group not in b.subscription_group_manager.table:
+            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
+        store = b.store
+
+        def by_time(qid: int) -> int:
+            if timestamp < 0:
+                return store.get_max_offset_in_queue(topic, qid)
+            return store.get_offset_in_queue_by_time(topic, qid, timestamp)
+
+        targets: dict[int, int] = {}
+        if queue_id >= 0:
+            if offset >= 0:
+                low = store.get_min_offset_in_queue(topic, queue_id)
+                high = store.get_max_offset_in_queue(topic, queue_id)
+                if offset < low or offset > high + 1:
+                    return req.response(ResponseCode.SYSTEM_ERROR,
+                                        f"Target offset {offset} not in consume queue range [{low}-{high}]")
+                targets[queue_id] = offset
+            else:
+                targets[queue_id] = by_time(queue_id)
+        else:
+            targets = {qid: by_time(qid) for qid in range(tc.read_queue_nums)}
+        for qid, target in targets.items():
+            store.consumer_offsets.assign_reset_offset(group, topic, qid, target)
+        log.info("offsets of group %s on topic %s reset by %s: %s", group, topic, conn.remote_addr, targets)
+        table = {queue_key(b.config.broker_name, topic, qid): target for qid, target in targets.items()}
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}))
 
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker

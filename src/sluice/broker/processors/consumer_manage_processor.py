@@ -25,8 +25,11 @@ class ConsumerManageProcessor:
         return req.response(ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
 
     def update_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        self.broker.store.consumer_offsets.commit_offset(req.ext_str("consumerGroup"), req.ext_str("topic"),
-                                                         req.ext_int("queueId"), req.ext_int("commitOffset"))
+        offsets = self.broker.store.consumer_offsets
+        group, topic, qid = req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId")
+        if offsets.has_offset_reset(group, topic, qid):  # the consumer has not been told of the reset yet
+            return req.response(ResponseCode.SUCCESS, "Offset has been previously reset")
+        offsets.commit_offset(group, topic, qid, req.ext_int("commitOffset"))
         return req.response(ResponseCode.SUCCESS)
 
     def query_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

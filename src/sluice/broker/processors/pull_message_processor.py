@@ -83,6 +83,9 @@ class PullMessageProcessor:
     def pull_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | DeferredResponse:
         return self._process(conn, req, PullMessageRequestHeader.parse(req), allow_suspend=True)
 
+    # The Java DefaultLitePullConsumer's pull: the same request and answer under its own code.
+    lite_pull_message = pull_message
+
     def _process(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
                  allow_suspend: bool) -> RemotingCommand | DeferredResponse:
         b = self.broker
@@ -120,6 +123,12 @@ class PullMessageProcessor:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             codes = tag_codes_of(sub.sub_string)
 
+        reset = b.store.consumer_offsets.take_reset_offset(h.consumer_group, h.topic, h.queue_id)
+        if reset is not None:  # an admin moved the group: the consumer continues from there
+            return req.response(ResponseCode.PULL_OFFSET_MOVED, "OFFSET_RESET", {
+                "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
+                "minOffset": str(b.store.get_min_offset_in_queue(h.topic, h.queue_id)),
+                "maxOffset": str(b.store.get_max_offset_in_queue(h.topic, h.queue_id))})
         r = b.store.get_messages(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes)
         status = r.status
         if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):

@@ -171,6 +171,19 @@ class PushConsumer(ConsumerBase):
             await self._unlock([mq])
         log.info("group %s no longer consumes %s", self.group, mq)
 
+    async def _restart_queue(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        """Go on at ``offset`` with a fresh process queue: the messages of ``pq`` are dropped unconsumed and what
+        its listener calls still finish commits nothing (RocketMQ drops the process queue, too)."""
+        pq.dropped = True
+        self.offset_store.update_offset(mq, offset)
+        await self.persist_offset(mq)
+        if self.process_queues.get(mq) is not pq or not self.started:
+            return  # a rebalance took the queue away meanwhile
+        fresh = ProcessQueue()
+        fresh.locked, fresh.last_lock_timestamp = pq.locked, pq.last_lock_timestamp
+        self.process_queues[mq] = fresh
+        self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, fresh))
+
     async def persist_offsets(self) -> None:
         await self.persist_all_offsets(list(self.process_queues))
 
@@ -216,8 +229,11 @@ class PushConsumer(ConsumerBase):
                         if pq.put_messages(result.messages) or not self.orderly:
                             self._dispatch(mq, pq, result.messages)
                     elif result.status is PullStatus.OFFSET_ILLEGAL:
-                        log.warning("offset %d of %s is out of range (min %d, max %d): continuing at %d", offset, mq,
-                                    result.min_offset, result.max_offset, result.next_begin_offset)
+                        log.warning("offset %d of %s is out of range or was reset (min %d, max %d): continuing at %d",
+                                    offset, mq, result.min_offset, result.max_offset, result.next_begin_offset)
+                        if pq.msg_count:  # what was pulled before would commit past the new offset when consumed
+                            await self._restart_queue(mq, pq, result.next_begin_offset)
+                            break
                         self.offset_store.update_offset(mq, result.next_begin_offset)
                     elif pq.msg_count == 0:
                         self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=True)

@@ -1,0 +1,174 @@
+package sluice.interop;
+
+import com.alibaba.fastjson2.JSONObject;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.TreeMap;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageQueue;
+
+/**
+ * Sends {@code --count} messages with one send mode and writes each message with its result.
+ *
+ * <p>Message i has body {@code <mode>-<i>-grüße} (every {@code --big-every}-th one 6000 bytes, which the client
+ * compresses), tag {@code TagA / TagB / TagC} in turn (or {@code --tags a,b}), keys
+ * {@code <mode>-key-<i> <mode>-alt-<i>} and the user properties {@code seq, mode, note, shard}. {@code orderly}
+ * sends through a {@code MessageQueueSelector} with shard {@code i % --keys} choosing queue
+ * {@code shard % queues}; {@code async} keeps at most {@code --window} sends in flight; {@code batch} sends
+ * {@code --batch-size} messages per {@code send(Collection)}. {@code --delay-level L} sets a delay level.
+ */
+final class Produce {
+    private Produce() {
+    }
+
+    static int run(Args a) throws Exception {
+        String mode = a.get("mode");
+        String topic = a.get("topic");
+        int count = a.getInt("count", 50);
+        int batchSize = a.getInt("batch-size", 10);
+        int keys = a.getInt("keys", 4);
+        int bigEvery = a.getInt("big-every", 10);
+        int window = a.getInt("window", 16);
+        int delayLevel = a.getInt("delay-level", 0);
+        String prefix = a.get("prefix", mode);
+        String[] tags = a.get("tags", "TagA,TagB,TagC").split(",");
+        try (Journal out = new Journal(a.get("out"))) {
+            DefaultMQProducer producer = new DefaultMQProducer(a.get("group"));
+            producer.setNamesrvAddr(a.get("namesrv"));
+            producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));
+            producer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
+            producer.start();
+            try {
+                send(producer, out, mode, topic, count, batchSize, keys, bigEvery, window, delayLevel, prefix, tags);
+            } finally {
+                producer.shutdown();
+            }
+            out.event("end", "reason", "complete");
+        }
+        return 0;
+    }
+
+    private static void send(DefaultMQProducer producer, Journal out, String mode, String topic, int count,
+                             int batchSize, int keys, int bigEvery, int window, int delayLevel, String prefix,
+                             String[] tags) throws Exception {
+        List<Message> pending = new ArrayList<>();
+        List<JSONObject> pendingRecords = new ArrayList<>();
+        Semaphore inFlight = new Semaphore(window);
+        for (int i = 0; i < count; i++) {
+            Message msg = new Message(topic, body(prefix, i, bigEvery).getBytes(StandardCharsets.UTF_8));
+            msg.setTags(tags[i % tags.length]);
+            msg.setKeys(prefix + "-key-" + i + " " + prefix + "-alt-" + i);
+            msg.putUserProperty("seq", String.valueOf(i));
+            msg.putUserProperty("mode", mode);
+            msg.putUserProperty("note", "ünïcödé ok");
+            msg.putUserProperty("shard", String.valueOf(i % keys));
+            if (delayLevel > 0) {
+                msg.setDelayTimeLevel(delayLevel);
+            }
+            JSONObject record = record(msg);
+            switch (mode) {
+                case "sync":
+                    written(out, record, producer.send(msg));
+                    break;
+                case "orderly":
+                    int shard = i % keys;
+                    written(out, record, producer.send(msg, (mqs, m, arg) -> mqs.get((Integer) arg % mqs.size()),
+                        shard));
+                    break;
+                case "oneway":
+                    producer.sendOneway(msg);
+                    record.put("event", "sent");
+                    record.put("status", "ONEWAY");
+                    out.write(record);
+                    break;
+                case "async":
+                    inFlight.acquire();
+                    producer.send(msg, new SendCallback() {
+                        @Override
+                        public void onSuccess(SendResult r) {
+                            written(out, record, r);
+                            inFlight.release();
+                        }
+
+                        @Override
+                        public void onException(Throwable e) {
+                            record.put("event", "send-failed");
+                            record.put("error", String.valueOf(e));
+                            out.write(record);
+                            inFlight.release();
+                        }
+                    });
+                    break;
+                case "batch":
+                    pending.add(msg);
+                    pendingRecords.add(record);
+                    if (pending.size() == batchSize || i == count - 1) {
+                        SendResult r = producer.send(pending);
+                        String[] ids = r.getMsgId().split(",");
+                        for (int k = 0; k < pendingRecords.size(); k++) {
+                            JSONObject rec = pendingRecords.get(k);
+                            fill(rec, r);
+                            rec.put("msg_id", ids[k]);
+                            rec.put("queue_offset", r.getQueueOffset() + k);
+                            out.write(rec);
+                        }
+                        pending.clear();
+                        pendingRecords.clear();
+                    }
+                    break;
+                default:
+                    throw new IllegalArgumentException("unknown --mode " + mode);
+            }
+        }
+        if (!inFlight.tryAcquire(window, 60, TimeUnit.SECONDS)) {
+            out.event("send-unanswered", "in_flight", window - inFlight.availablePermits());
+        }
+    }
+
+    static String body(String prefix, int i, int bigEvery) {
+        String body = prefix + "-" + i + "-grüße";
+        if (bigEvery > 0 && i % bigEvery == bigEvery - 1) {
+            StringBuilder b = new StringBuilder(body).append('-');
+            while (b.toString().getBytes(StandardCharsets.UTF_8).length < 6000) {
+                b.append('x');
+            }
+            body = b.toString();
+        }
+        return body;
+    }
+
+    private static JSONObject record(Message msg) {
+        JSONObject o = new JSONObject();
+        o.put("event", "sent");
+        o.put("body", new String(msg.getBody(), StandardCharsets.UTF_8));
+        o.put("tags", msg.getTags());
+        o.put("keys", msg.getKeys());
+        TreeMap<String, String> props = new TreeMap<>();
+        for (String k : new String[] {"seq", "mode", "note", "shard"}) {
+            props.put(k, msg.getUserProperty(k));
+        }
+        o.put("properties", props);
+        return o;
+    }
+
+    private static void written(Journal out, JSONObject record, SendResult r) {
+        fill(record, r);
+        out.write(record);
+    }
+
+    private static void fill(JSONObject record, SendResult r) {
+        record.put("status", r.getSendStatus().name());
+        record.put("msg_id", r.getMsgId());
+        record.put("offset_msg_id", r.getOffsetMsgId());
+        MessageQueue mq = r.getMessageQueue();
+        record.put("broker", mq.getBrokerName());
+        record.put("queue_id", mq.getQueueId());
+        record.put("queue_offset", r.getQueueOffset());
+    }
+}

@@ -1,0 +1,257 @@
+"""The Apache RocketMQ Java client, admin tools and reference servers: built once per machine, run as processes.
+
+``tests/interop/java/`` is a small Maven project (``pom.xml``: ``rocketmq-client``, ``rocketmq-tools``,
+``rocketmq-namesrv``, ``rocketmq-broker`` and ``rocketmq-example`` of one 5.x release) whose programs
+(``sluice.interop.Main``) the tests run as child processes. ``ensure_java_build()`` compiles it into
+``$SLUICE_JAVA_CACHE`` (default ``$XDG_CACHE_HOME/sluice-interop/java-<hash of the project>``, else ``~/.cache``)
+and keeps the classpath; Maven keeps the artifacts in ``~/.m2``. A lock makes parallel runs build it once; a
+change to the project's files gives a new directory.
+
+Where ``java`` or ``mvn`` is missing the Java tests skip with that reason, unless ``$SLUICE_REQUIRE_JAVA`` is
+set (CI sets it): then they fail.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JAVA_PROJECT = Path(__file__).parent / "java"
+ROCKETMQ_VERSION = re.search(r"<rocketmq.version>([^<]+)<", (JAVA_PROJECT / "pom.xml").read_text()).group(1)
+# Client programs: C1 only (they are short-lived), a small heap, a rebalance every 2 s instead of 20 s.
+CLIENT_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-Xss512k", "-Xmx256m", "-XX:+UseSerialGC",
+                      "-Drocketmq.client.rebalance.waitInterval=2000")
+
+
+def java_tools_missing() -> str | None:
+    """Why the Java tests cannot run here, or None."""
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    if missing:
+        return (f"{' and '.join(missing)} not found on PATH (the Java interop and reference tests need Java 17+ "
+                "and Maven)")
+    return None
+
+
+def java_required() -> bool:
+    return bool(os.environ.get("SLUICE_REQUIRE_JAVA"))
+
+
+@dataclass(frozen=True)
+class JavaBuild:
+    """The compiled programs and their dependencies, ready for ``java -cp``."""
+
+    directory: Path
+    classpath: str
+
+    def argv(self, main_class: str, *args: str, jvm: tuple[str, ...] = CLIENT_JVM_OPTIONS,
+             home: Path | None = None) -> list[str]:
+        props = [f"-Duser.home={home}", f"-Drocketmq.client.logRoot={home / 'logs'}"] if home else []
+        return ["java", *jvm, *props, "-cp", self.classpath, main_class, *args]
+
+
+def _project_hash() -> str:
+    h = hashlib.sha256(ROCKETMQ_VERSION.encode())
+    for path in sorted(p for p in JAVA_PROJECT.rglob("*") if p.is_file() and "target" not in p.parts):
+        h.update(str(path.relative_to(JAVA_PROJECT)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("SLUICE_JAVA_CACHE")
+    if override:
+        return Path(override)
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice-interop"
+    return root / f"java-{_project_hash()}"
+
+
+def ensure_java_build(directory: Path | None = None, timeout: float = 900) -> JavaBuild:
+    """Build the project unless a finished build is there; RuntimeError with Maven's output when it fails."""
+    directory = directory or cache_dir()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    build = directory / "build"
+    ready = directory / "classpath"
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            argv = ["mvn", "-B", "-q", "-f", str(JAVA_PROJECT / "pom.xml"), f"-Dsluice.build.dir={build}", "package"]
+            try:
+                r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise RuntimeError(f"building the Java programs ({' '.join(argv)}) failed: {exc}") from None
+            if r.returncode != 0:
+                raise RuntimeError(f"building the Java programs failed (mvn exit code {r.returncode}):\n"
+                                   f"{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
+            deps = (build / "classpath.txt").read_text().strip()
+            tmp = ready.with_suffix(".tmp")
+            tmp.write_text(f"{build / 'sluice-interop.jar'}:{deps}\n")
+            tmp.rename(ready)
+        return JavaBuild(directory, ready.read_text().strip())
+
+
+# == client programs ================================================================================
+class JavaProcess:
+    """One ``sluice.interop.Main`` program; ``records()`` are the JSON lines it wrote so far."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], out: Path, err: Path, home: Path) -> None:
+        self.name = name
+        self.proc = proc
+        self.out = out
+        self.err = err
+        self.home = home
+
+    def records(self, event: str | None = None) -> list[dict[str, Any]]:
+        if not self.out.exists():
+            return []
+        lines = self.out.read_bytes().split(b"\n")[:-1]  # a line is whole once its newline is there
+        recs = [json.loads(line) for line in lines]
+        return [r for r in recs if event is None or r.get("event") == event]
+
+    def received(self) -> list[dict[str, Any]]:
+        return self.records("received")
+
+    def wait(self, timeout: float) -> list[dict[str, Any]]:
+        """Wait for the program to end by itself; fail if it does not, or if it did not exit with 0."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"Java program {self.name} did not end within {timeout} s{self.diagnostics()}") \
+                from None
+        self.check_exit()
+        return self.records()
+
+    def check_exit(self) -> None:
+        rc = self.proc.returncode
+        if rc is None or rc == 0:
+            return
+        how = f"died of {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
+        raise AssertionError(f"Java program {self.name} {how}{self.diagnostics()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def diagnostics(self) -> str:
+        err = self.err.read_text(errors="replace")[-4000:] if self.err.exists() else ""
+        logs = sorted((self.home / "logs").rglob("*.log"))
+        tail = "".join(f"--- {p.name} ---\n{p.read_text(errors='replace')[-3000:]}" for p in logs[:2])
+        return f"\n--- stderr ---\n{err}\n{tail}"
+
+
+class JavaClients:
+    """Starts programs: ``start("push-consume", topic="t", expect=10, orderly=True)`` passes
+    ``--topic t --expect 10 --orderly`` (plus ``--out``); every process is ended when the test ends."""
+
+    def __init__(self, build: JavaBuild, root: Path) -> None:
+        self.build = build
+        self.root = root
+        self.started: list[JavaProcess] = []
+
+    def start(self, program: str, **options: Any) -> JavaProcess:
+        name = f"{program}-{len(self.started)}"
+        home = self.root / name
+        home.mkdir(parents=True)
+        out, err = home / "out.jsonl", home / "stderr.txt"
+        args = [program, "--out", str(out)]
+        for key, value in options.items():
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                args += [flag, "true"]
+            elif value not in (None, False):
+                args += [flag, str(value)]
+        with open(err, "wb") as err_file:
+            proc = subprocess.Popen(self.build.argv("sluice.interop.Main", *args, home=home),
+                                    stdin=subprocess.DEVNULL, stdout=err_file, stderr=subprocess.STDOUT,
+                                    env=_env(home), cwd=home)
+        client = JavaProcess(name, proc, out, err, home)
+        self.started.append(client)
+        return client
+
+    def run(self, program: str, timeout: float = 90, **options: Any) -> list[dict[str, Any]]:
+        """Start a program and wait for it to end; its records."""
+        return self.start(program, **options).wait(timeout)
+
+    def close(self) -> None:
+        for c in self.started:
+            c.kill()
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
+            **({"JAVA_HOME": os.environ["JAVA_HOME"]} if "JAVA_HOME" in os.environ else {})}
+
+
+class AdminError(Exception):
+    """A ``DefaultMQAdminExt`` call failed: the exception's class, response code (-1: none) and message."""
+
+    def __init__(self, error: str, code: int, message: str, detail: str) -> None:
+        super().__init__(f"{error} (code {code}): {message}")
+        self.error = error
+        self.code = code
+        self.message = message
+        self.detail = detail
+
+
+class JavaAdmin:
+    """``DefaultMQAdminExt`` in a child process: ``call("topicRoute", topic="t")`` → the result as JSON."""
+
+    def __init__(self, build: JavaBuild, namesrv: str, home: Path) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.home = home
+        self._err = open(home / "stderr.txt", "wb")
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(build.argv("sluice.interop.Main", "admin", "--namesrv", namesrv, home=home),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                     env=_env(home), cwd=home)
+        first = self._read(120)
+        if first.get("event") != "started":
+            raise AssertionError(f"the Java admin did not start: {first}")
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        result: list[bytes] = []
+        reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not result or not result[0]:
+            self.close()
+            err = (self.home / "stderr.txt").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"the Java admin gave no answer within {timeout} s\n{err}")
+        return json.loads(result[0])
+
+    def call(self, op: str, timeout: float = 60, **args: Any) -> Any:
+        with self._lock:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"op": op, **args}).encode() + b"\n")
+            self.proc.stdin.flush()
+            answer = self._read(timeout)
+        if not answer["ok"]:
+            raise AdminError(answer["error"], answer["code"], answer["message"], answer["detail"])
+        return answer.get("result")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(20)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._err.close()
