@@ -227,7 +227,8 @@ def test_too_large_message_is_message_illegal(empty_cluster):
     assert broker.store.get_max_offset_in_queue("sized", 0) == 1
 
 
-# == bad requests: SYSTEM_ERROR naming the field, connection kept =====================================
+# == bad requests: RocketMQ's response code (SYSTEM_ERROR for a missing or malformed field), a remark naming the
+# field, the connection kept =================================================================================
 BAD_REQUESTS = [
     # (name, code, ext, body, expected code, words the remark must contain)
     ("pull_without_queue_id", C.PULL_MESSAGE, pull_ext("bad-req", queueId=None), b"", R.SYSTEM_ERROR, ["queueId"]),
@@ -235,9 +236,12 @@ BAD_REQUESTS = [
      ["queueOffset", "ten"]),
     ("pull_without_group", C.PULL_MESSAGE, pull_ext("bad-req", consumerGroup=None), b"", R.SYSTEM_ERROR,
      ["consumerGroup"]),
-    ("pull_negative_queue", C.PULL_MESSAGE, pull_ext("bad-req", queueId="-1"), b"", R.SYSTEM_ERROR, ["queueId"]),
-    ("pull_bad_tag_expression", C.PULL_MESSAGE, pull_ext("bad-req", subscription="a || || b"), b"",
-     R.SUBSCRIPTION_PARSE_FAILED, ["a || || b"]),
+    ("pull_negative_queue", C.PULL_MESSAGE, pull_ext("bad-req", queueId="-1"), b"", R.INVALID_PARAMETER,
+     ["queueId"]),
+    ("pull_with_an_sql92_filter", C.PULL_MESSAGE, pull_ext("bad-req", subscription="a > 1", expressionType="SQL92"),
+     b"", R.SYSTEM_ERROR, ["SQL92"]),
+    ("pull_with_an_empty_sql92_filter", C.PULL_MESSAGE, pull_ext("bad-req", subscription="", expressionType="SQL92"),
+     b"", R.SUBSCRIPTION_PARSE_FAILED, ["subscription"]),
     ("send_without_topic", C.SEND_MESSAGE_V2, send_v2("bad-req", b=None), b"x", R.SYSTEM_ERROR, ["'b' (topic)"]),
     ("send_with_text_queue_id", C.SEND_MESSAGE_V2, send_v2("bad-req", queue_id="first"), b"x", R.SYSTEM_ERROR,
      ["'e' (queueId)", "first"]),
@@ -245,9 +249,10 @@ BAD_REQUESTS = [
      ["'g' (bornTimestamp)", "now"]),
     ("send_v1_without_queue_id", C.SEND_MESSAGE, {"producerGroup": "p", "topic": "bad-req"}, b"x", R.SYSTEM_ERROR,
      ["queueId"]),
-    ("send_to_queue_out_of_range", C.SEND_MESSAGE_V2, send_v2("bad-req", queue_id="99"), b"x", R.SYSTEM_ERROR,
+    ("send_to_queue_out_of_range", C.SEND_MESSAGE_V2, send_v2("bad-req", queue_id="99"), b"x", R.INVALID_PARAMETER,
      ["queueId", "99"]),
-    ("send_to_illegal_topic_name", C.SEND_MESSAGE_V2, send_v2("bad topic!"), b"x", R.SYSTEM_ERROR, ["bad topic!"]),
+    ("send_to_illegal_topic_name", C.SEND_MESSAGE_V2, send_v2("bad topic!"), b"x", R.INVALID_PARAMETER,
+     ["bad topic!"]),
     ("send_malformed_batch", C.SEND_BATCH_MESSAGE, send_v2("bad-req", m="true"), b"\x00\x00\x00\x05junk",
      R.MESSAGE_ILLEGAL, ["batch"]),
     ("query_offset_without_group", C.QUERY_CONSUMER_OFFSET, {"topic": "bad-req", "queueId": "0"}, b"",

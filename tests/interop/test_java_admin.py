@@ -166,3 +166,13 @@ def test_a_java_consumer_online_during_a_reset_consumes_again_from_the_new_offse
     assert all(counts[f"first-{i}"] == 1 for i in range(12))  # before the reset time: not again
     assert all(counts[f"second-{i}"] == 2 for i in range(12))
     assert all(counts[f"poke-{i}"] == 1 for i in range(len(pokes)))
+
+
+def test_a_request_sluice_does_not_serve_is_answered_and_logged_with_its_code_and_the_client(sluice, java_admin,
+                                                                                           caplog):
+    answer = java_admin.call("raw", addr=sluice.broker.broker_addr, code=9999)
+    assert answer["code"] == 3 and "9999" in answer["remark"]  # REQUEST_CODE_NOT_SUPPORTED, naming the code
+    lines = [r.getMessage() for r in caplog.records if "9999" in r.getMessage()]
+    assert len(lines) == 1 and "JAVA" in lines[0] and "127.0.0.1:" in lines[0]
+    assert sluice.on_loop(lambda: sluice.broker.dispatcher.unsupported_seen.pop(9999)) == 1  # expected here
+    assert java_admin.call("clusterInfo")["clusters"]  # the connection goes on serving

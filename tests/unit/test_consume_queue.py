@@ -53,6 +53,9 @@ def test_tag_filter_skips_other_tags(store: MessageStore):
     assert r.queue_offsets == [0, 2, 3, 5, 6] and r.next_begin_offset == 7
     r = store.get_messages("g", "T", 0, 0, 32, {tag_hash_code("zzz")})
     assert r.status is GetMessageStatus.NO_MATCHED_MESSAGE and r.next_begin_offset == 90
+    r = store.get_messages("g", "T", 0, 0, 32, frozenset())  # an empty set selects nothing, None everything
+    assert r.status is GetMessageStatus.NO_MATCHED_MESSAGE and r.next_begin_offset == 90
+    assert store.get_messages("g", "T", 0, 0, 32, None).queue_offsets == list(range(32))
 
 
 def test_transfer_limits_bound_a_pull(store_config: MessageStoreConfig):

@@ -145,11 +145,11 @@ class ScheduleMessageService:
                 if due > time.time():
                     next_due = due if next_due is None else min(next_due, due)
                     break
+                # The delivered copy keeps DELAY, REAL_TOPIC and REAL_QID, as RocketMQ 5's does (consumers see them)
                 props = dict(msg.properties)
-                real_topic = props.pop(PROPERTY_REAL_TOPIC, None)
-                real_qid = props.pop(PROPERTY_REAL_QUEUE_ID, "0")
-                props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-                props[PROPERTY_WAIT_STORE_MSG_OK] = "true"
+                real_topic = props.get(PROPERTY_REAL_TOPIC)
+                real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "0")
+                props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
                 if real_topic:
                     inner = MessageExtBrokerInner(real_topic, msg.body, int(real_qid) if real_qid.isdigit() else 0,
                                                   msg.flag, props, msg.sys_flag, msg.born_timestamp, msg.born_host,

@@ -499,8 +499,8 @@ class MessageStore:
                      tag_codes: Collection[int] | None = None) -> GetMessageResult:
         """Up to ``max_count`` stored records of a queue from ``offset``, filtered by tags codes.
 
-        ``tag_codes`` None (or empty) means every message; otherwise only messages whose ConsumeQueue
-        tags code is in it. Records come as views of the mapped commit log, never copies.
+        ``tag_codes`` None means every message; otherwise only messages whose ConsumeQueue tags code is in it
+        (an empty set: none). Records come as views of the mapped commit log, never copies.
         """
         c = self.config
         cq = self.find_consume_queue(topic, queue_id, create=False)
@@ -517,16 +517,17 @@ class MessageStore:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off,
                                     min_off, max_off)
         max_count = max(1, min(max_count, c.max_transfer_count_on_message_in_memory))
-        entries = cq.get_entries(offset, max(c.max_filter_message_count // 20, max_count) if tag_codes else max_count)
+        filtered = tag_codes is not None
+        entries = cq.get_entries(offset, max(c.max_filter_message_count // 20, max_count) if filtered else max_count)
         if len(entries) == 0:
             next_file = (offset // cq.entries_per_file + 1) * cq.entries_per_file
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_off, max_off)
-        if not tag_codes and len(entries) >= BULK_READ_MIN_ENTRIES:
+        if not filtered and len(entries) >= BULK_READ_MIN_ENTRIES:
             fast = self._read_contiguous(entries, offset, max_count, min_off, max_off)
             if fast is not None:
                 return fast
-        if tag_codes:
-            picked = np.flatnonzero(np.isin(entries["tag"], np.fromiter(tag_codes, np.int64)))
+        if filtered:
+            picked = np.flatnonzero(np.isin(entries["tag"], np.fromiter(tag_codes or (), np.int64)))
             rel = picked.tolist()
             phys = entries["offset"][picked].tolist()
             sizes = entries["size"][picked].tolist()

@@ -53,9 +53,9 @@ class AdminBrokerProcessor:
         try:
             validate_topic(topic)
         except InvalidNameError as exc:
-            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
         if topic in SYSTEM_TOPICS or topic in (b.config.broker_cluster_name, b.config.broker_name):
-            return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+            return req.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
         read, write = req.ext_int("readQueueNums", 16), req.ext_int("writeQueueNums", 16)
         if not (0 < read <= 1024 and 0 < write <= 1024):
             return req.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")

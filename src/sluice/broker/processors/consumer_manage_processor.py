@@ -33,10 +33,11 @@ class ConsumerManageProcessor:
         return req.response(ResponseCode.SUCCESS)
 
     def query_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        """The committed offset; for a group that never committed, 0 while the queue still starts at 0.
+        """The committed offset; for a group that never committed, 0 while the queue's first message (offset 0)
+        is still there and in memory, as RocketMQ answers; else QUERY_NOT_FOUND (an empty queue too), and the
+        client's own consume-from setting decides.
 
-        RocketMQ 5's ``setZeroIfNotFound=false`` turns that rule off (QUERY_NOT_FOUND), so the client's own
-        consume-from setting (e.g. a timestamp) decides.
+        RocketMQ 5's ``setZeroIfNotFound=false`` turns the 0 rule off.
         """
         store = self.broker.store
         group, topic, qid = req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId")
@@ -44,7 +45,7 @@ class ConsumerManageProcessor:
         if offset >= 0:
             return req.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
         if req.ext_bool("setZeroIfNotFound", True) and store.get_min_offset_in_queue(topic, qid) <= 0 \
-                and not self.broker.swapped_out(topic, qid, 0):
+                and store.get_max_offset_in_queue(topic, qid) > 0 and not self.broker.swapped_out(topic, qid, 0):
             return req.response(ResponseCode.SUCCESS, None, {"offset": "0"})
         return req.response(ResponseCode.QUERY_NOT_FOUND,
                             "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")

@@ -25,20 +25,16 @@ FLAG_CLASS_FILTER = 0x8
 FLAG_LITE_PULL = 0x10
 
 
-class SubscriptionParseError(ValueError):
-    pass
-
-
 @lru_cache(maxsize=4096)
 def tag_codes_of(expression: str) -> frozenset[int] | None:
-    """The tags codes a TAG expression selects; None means every message (``*`` or empty)."""
-    expr = expression.strip()
-    if not expr or expr == "*":
+    """The tags codes a TAG expression selects; None means every message (``*`` or empty).
+
+    As RocketMQ's FilterAPI reads it: split on ``||``, each part trimmed, empty parts dropped — so ``"TagA ||"``
+    is TagA, and an expression of blanks selects nothing.
+    """
+    if not expression or expression == "*":
         return None
-    tags = [t.strip() for t in expr.split("||")]
-    if any(not t for t in tags):
-        raise SubscriptionParseError(f"tag expression {expression!r} has an empty tag")
-    return frozenset(tag_hash_code(t) for t in tags)
+    return frozenset(tag_hash_code(t) for t in (part.strip() for part in expression.split("||")) if t)
 
 
 @dataclass(slots=True)
@@ -103,17 +99,17 @@ class PullMessageProcessor:
         if not perm_readable(tc.perm):
             return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
         if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
-            return req.response(ResponseCode.SYSTEM_ERROR,
+            return req.response(ResponseCode.INVALID_PARAMETER,
                                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                                 f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
         if h.sys_flag & FLAG_SUBSCRIPTION:
-            if h.expression_type.upper() != "TAG":
-                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                    f"expression type {h.expression_type} is not supported; use TAG")
-            try:
-                codes = tag_codes_of(h.subscription or "*")
-            except SubscriptionParseError as exc:
-                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+            if h.expression_type not in ("", "TAG"):
+                if not h.subscription:
+                    return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                        "parse the consumer's subscription failed")
+                return req.response(ResponseCode.SYSTEM_ERROR,
+                                    f"The broker does not support consumer to filter message by {h.expression_type}")
+            codes = tag_codes_of(h.subscription or "")
         else:
             sub = b.consumer_manager.find_subscription(h.consumer_group, h.topic)
             if sub is None:

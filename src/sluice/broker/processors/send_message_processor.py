@@ -173,7 +173,7 @@ class SendMessageProcessor:
             topic = dlq_topic(group)
             b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
             queue_id = 0
-            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            props[PROPERTY_DELAY_TIME_LEVEL] = "0"  # as RocketMQ leaves it: no delay on the way to the DLQ
         else:
             topic = retry_topic(group)
             b.ensure_system_topic(topic, sub.retry_queue_nums, PERM_READ | PERM_WRITE)
@@ -197,7 +197,7 @@ class SendMessageProcessor:
         try:
             validate_topic(h.topic)
         except InvalidNameError as exc:
-            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
         if h.topic in NOT_ALLOWED_SEND_TOPICS:
             return req.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
         tc = b.topic_config_manager.get(h.topic)
@@ -215,7 +215,7 @@ class SendMessageProcessor:
             return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
         queue_id = h.queue_id
         if queue_id >= max(tc.read_queue_nums, tc.write_queue_nums):
-            return req.response(ResponseCode.SYSTEM_ERROR,
+            return req.response(ResponseCode.INVALID_PARAMETER,
                                 f"request queueId[{queue_id}] is illegal, topic:[{h.topic}] "
                                 f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] consumer:[{conn.remote_addr}]")
         if queue_id < 0:

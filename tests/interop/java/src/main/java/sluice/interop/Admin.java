@@ -17,6 +17,7 @@ import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
@@ -130,9 +131,33 @@ final class Admin {
             case "searchOffset":
                 return admin.searchOffset(new MessageQueue(r.getString("topic"), r.getString("broker"),
                     r.getIntValue("queueId")), r.getLongValue("timestamp"));
+            case "raw":
+                return raw(admin, r);
             default:
                 throw new IllegalArgumentException("unknown op " + r.getString("op"));
         }
+    }
+
+    /** Any request, sent as the Java client sends it: {"addr", "code", "ext": {...}, "body": text}. */
+    private static JSONObject raw(DefaultMQAdminExt admin, JSONObject r) throws Exception {
+        RemotingCommand request = RemotingCommand.createRequestCommand(r.getIntValue("code"), null);
+        JSONObject ext = r.getJSONObject("ext");
+        if (ext != null) {
+            for (String k : ext.keySet()) {
+                request.addExtField(k, ext.getString(k));
+            }
+        }
+        if (r.containsKey("body")) {
+            request.setBody(r.getString("body").getBytes(StandardCharsets.UTF_8));
+        }
+        RemotingCommand response = admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl()
+            .getRemotingClient().invokeSync(r.getString("addr"), request, r.getLongValue("timeoutMs", 10_000));
+        JSONObject o = new JSONObject();
+        o.put("code", response.getCode());
+        o.put("remark", response.getRemark());
+        o.put("ext", response.getExtFields() == null ? Map.of() : new TreeMap<>(response.getExtFields()));
+        o.put("body", response.getBody() == null ? null : new String(response.getBody(), StandardCharsets.UTF_8));
+        return o;
     }
 
     private static JSONObject clusterInfo(ClusterInfo info) {

@@ -7,6 +7,8 @@ import java.util.List;
 import java.util.TreeMap;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -72,62 +74,80 @@ final class Produce {
                 msg.setDelayTimeLevel(delayLevel);
             }
             JSONObject record = record(msg);
-            switch (mode) {
-                case "sync":
-                    written(out, record, producer.send(msg));
-                    break;
-                case "orderly":
-                    int shard = i % keys;
-                    written(out, record, producer.send(msg, (mqs, m, arg) -> mqs.get((Integer) arg % mqs.size()),
-                        shard));
-                    break;
-                case "oneway":
-                    producer.sendOneway(msg);
-                    record.put("event", "sent");
-                    record.put("status", "ONEWAY");
-                    out.write(record);
-                    break;
-                case "async":
-                    inFlight.acquire();
-                    producer.send(msg, new SendCallback() {
-                        @Override
-                        public void onSuccess(SendResult r) {
-                            written(out, record, r);
-                            inFlight.release();
-                        }
-
-                        @Override
-                        public void onException(Throwable e) {
-                            record.put("event", "send-failed");
-                            record.put("error", String.valueOf(e));
-                            out.write(record);
-                            inFlight.release();
-                        }
-                    });
-                    break;
-                case "batch":
-                    pending.add(msg);
-                    pendingRecords.add(record);
-                    if (pending.size() == batchSize || i == count - 1) {
-                        SendResult r = producer.send(pending);
-                        String[] ids = r.getMsgId().split(",");
-                        for (int k = 0; k < pendingRecords.size(); k++) {
-                            JSONObject rec = pendingRecords.get(k);
-                            fill(rec, r);
-                            rec.put("msg_id", ids[k]);
-                            rec.put("queue_offset", r.getQueueOffset() + k);
-                            out.write(rec);
-                        }
-                        pending.clear();
-                        pendingRecords.clear();
-                    }
-                    break;
-                default:
-                    throw new IllegalArgumentException("unknown --mode " + mode);
+            try {
+                sendOne(producer, out, mode, msg, record, i, keys, pending, pendingRecords, batchSize, count,
+                    inFlight);
+            } catch (MQClientException | MQBrokerException e) {
+                int code = e instanceof MQClientException ? ((MQClientException) e).getResponseCode()
+                    : ((MQBrokerException) e).getResponseCode();
+                record.put("event", "send-failed");
+                record.put("code", code);
+                record.put("error", String.valueOf(e.getMessage()).split("\n")[0]);
+                out.write(record);
+                pending.clear();
+                pendingRecords.clear();
             }
         }
         if (!inFlight.tryAcquire(window, 60, TimeUnit.SECONDS)) {
             out.event("send-unanswered", "in_flight", window - inFlight.availablePermits());
+        }
+    }
+
+    private static void sendOne(DefaultMQProducer producer, Journal out, String mode, Message msg, JSONObject record,
+                                int i, int keys, List<Message> pending, List<JSONObject> pendingRecords,
+                                int batchSize, int count, Semaphore inFlight) throws Exception {
+        switch (mode) {
+            case "sync":
+                written(out, record, producer.send(msg));
+                break;
+            case "orderly":
+                int shard = i % keys;
+                written(out, record, producer.send(msg, (mqs, m, arg) -> mqs.get((Integer) arg % mqs.size()),
+                    shard));
+                break;
+            case "oneway":
+                producer.sendOneway(msg);
+                record.put("event", "sent");
+                record.put("status", "ONEWAY");
+                out.write(record);
+                break;
+            case "async":
+                inFlight.acquire();
+                producer.send(msg, new SendCallback() {
+                    @Override
+                    public void onSuccess(SendResult r) {
+                        written(out, record, r);
+                        inFlight.release();
+                    }
+
+                    @Override
+                    public void onException(Throwable e) {
+                        record.put("event", "send-failed");
+                        record.put("error", String.valueOf(e));
+                        out.write(record);
+                        inFlight.release();
+                    }
+                });
+                break;
+            case "batch":
+                pending.add(msg);
+                pendingRecords.add(record);
+                if (pending.size() == batchSize || i == count - 1) {
+                    SendResult r = producer.send(pending);
+                    String[] ids = r.getMsgId().split(",");
+                    for (int k = 0; k < pendingRecords.size(); k++) {
+                        JSONObject rec = pendingRecords.get(k);
+                        fill(rec, r);
+                        rec.put("msg_id", ids[k]);
+                        rec.put("queue_offset", r.getQueueOffset() + k);
+                        out.write(rec);
+                    }
+                    pending.clear();
+                    pendingRecords.clear();
+                }
+                break;
+            default:
+                throw new IllegalArgumentException("unknown --mode " + mode);
         }
     }
 

@@ -1,0 +1,127 @@
+"""Fixtures of the differential tests: one scenario, run against Sluice and against Apache RocketMQ.
+
+``rocketmq`` is one Apache RocketMQ name server and broker (``rocketmq_node.py``) for the whole session; each test
+uses topics and groups of its own on it. ``systems`` gives a test both sides as ``System`` objects with the same
+face: a name server, a broker address, Java client programs and the Java admin, and Sluice's own client, so that
+one scenario function runs unchanged against either and returns what a client observed. The test compares the two
+observations; a difference is a Sluice bug unless docs/interop.md explains it.
+
+Both brokers are set up alike: cluster ``DefaultCluster``, broker ``broker-a``, topics and groups created on
+demand, every retry delay level 1 s (RocketMQ's delay levels have a one-second resolution).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import zlib
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from sluice.client.admin import Admin
+from tests.conftest import Cluster
+from tests.interop.java_clients import JavaAdmin, JavaBuild, JavaClients
+from tests.reference.rocketmq_node import RocketMQNode
+
+DELAY_LEVELS = " ".join(["1s"] * 18)
+UNKNOWN_CODES = frozenset({9999})  # request codes no broker serves, sent on purpose by the bad-request tests
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def rocketmq(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocketMQNode]:
+    node = RocketMQNode(java_build, tmp_path_factory.mktemp("rocketmq"), broker_settings={
+        "messageDelayLevel": DELAY_LEVELS, "mappedFileSizeCommitLog": str(128 << 20)})
+    try:
+        node.start()
+    except RuntimeError as exc:
+        pytest.fail(f"cannot start the Apache RocketMQ reference node: {exc}", pytrace=False)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+    """Run a coroutine of Sluice's asyncio client from a test (its own short-lived loop)."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+class System:
+    """One side of a differential test: where its servers are, and clients to reach them."""
+
+    def __init__(self, name: str, namesrv: str, broker_addr: str, java: JavaClients, admin_home: Path,
+                 build: JavaBuild, prefix: str) -> None:
+        self.name = name
+        self.namesrv = namesrv
+        self.broker_addr = broker_addr
+        self.java = java
+        self.prefix = prefix
+        self._admin_home = admin_home
+        self._build = build
+        self._admin: JavaAdmin | None = None
+
+    def __repr__(self) -> str:
+        return f"<{self.name} {self.namesrv}>"
+
+    def topic(self, name: str) -> str:
+        """A name of this test's own (the RocketMQ node serves the whole session)."""
+        return f"{self.prefix}-{name}"
+
+    @property
+    def java_admin(self) -> JavaAdmin:
+        if self._admin is None:
+            self._admin = JavaAdmin(self._build, self.namesrv, self._admin_home)
+        return self._admin
+
+    def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False) -> None:
+        """Created with Sluice's admin client (so that works against both too), then routed."""
+
+        async def go() -> None:
+            async with Admin(self.namesrv) as admin:
+                await admin.create_topic(topic, queues=queues, perm=perm, order=order, wait=30)
+
+        run(go())
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+        self.java.close()
+
+
+def _prefix(request: pytest.FixtureRequest) -> str:
+    """``d-<the test's name, cut>-<a hash of its id>``: the same on both systems, unique per test."""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", request.node.originalname.removeprefix("test_"))[:40].strip("-")
+    return f"d-{name}-{zlib.crc32(request.node.nodeid.encode()):08x}"
+
+
+@pytest.fixture
+def systems(request: pytest.FixtureRequest, rocketmq: RocketMQNode, empty_cluster: Cluster, java_build: JavaBuild,
+            tmp_path: Path) -> Iterator[dict[str, System]]:
+    """``{"sluice": System, "rocketmq": System}``; Sluice's side must not see a request it does not serve."""
+    broker = empty_cluster.start_broker("broker-a", message_delay_level=DELAY_LEVELS)
+    prefix = _prefix(request)
+    both = {
+        "sluice": System("sluice", empty_cluster.namesrv_addr, broker.broker_addr,
+                         JavaClients(java_build, tmp_path / "sluice" / "java"), tmp_path / "sluice" / "admin",
+                         java_build, prefix),
+        "rocketmq": System("rocketmq", rocketmq.namesrv, rocketmq.broker_addr,
+                           JavaClients(java_build, tmp_path / "rocketmq" / "java"), tmp_path / "rocketmq" / "admin",
+                           java_build, prefix),
+    }
+    try:
+        yield both
+    finally:
+        with ThreadPoolExecutor(2) as pool:  # a Java client takes seconds to shut down: both at once
+            list(pool.map(System.close, both.values()))
+    for s in both.values():
+        for c in s.java.started:
+            c.check_exit()
+    unsupported = {c: n for c, n in broker.dispatcher.unsupported_seen.items() if c not in UNKNOWN_CODES}
+    unsupported |= {c: n for c, n in empty_cluster.namesrv.dispatcher.unsupported_seen.items()
+                    if c not in UNKNOWN_CODES}
+    assert not unsupported, f"Sluice answered REQUEST_CODE_NOT_SUPPORTED to request codes {unsupported}"
