@@ -1,32 +1,44 @@
-# Sluice developer commands. `make test` sets everything up from scratch and runs the whole suite.
+# Sluice developer commands. `make dev` installs Sluice alone and starts it; `make test` sets up everything the
+# suite needs (test tools, pyspark, a JDK and Maven) and runs it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+BASE := $(VENV)/.installed-base
+FULL := $(VENV)/.installed-test
 
-.PHONY: setup dev test lint bench-store clean
+.PHONY: setup dev test lint bench-store bench-reference clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(FULL): pyproject.toml | $(BIN)/python
 	bash scripts/ensure_java.sh
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
-	touch $(STAMP)
+	touch $@ $(BASE)
 
-setup: $(STAMP)
+setup: $(FULL)
 
-dev: $(STAMP)
+dev: $(BASE)
 	$(BIN)/sluice dev
 
-test: $(STAMP)
-	$(BIN)/ruff check src tests examples
+test: $(FULL)
+	$(BIN)/ruff check src tests examples bench
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
-	$(BIN)/ruff check src tests examples
+lint: $(FULL)
+	$(BIN)/ruff check src tests examples bench
 
-bench-store: $(STAMP)
+bench-store: $(BASE)
 	$(BIN)/sluice bench store
+
+bench-reference: $(FULL)
+	$(BIN)/python bench/reference.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

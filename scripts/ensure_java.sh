@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Spark (the sluice[spark] extra) needs Java 17+. Install a headless JRE with apt only when `java` is missing.
+# The test suite needs a Java 17+ JDK and Maven: Spark (the sluice[spark] extra) runs on Java, and the interop and
+# reference tests build their Java programs with Maven. Whatever of `java`, `javac` and `mvn` is missing is
+# installed with apt; `make dev` never calls this.
 set -euo pipefail
-if command -v java >/dev/null 2>&1; then
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(java)
+command -v javac >/dev/null 2>&1 || missing+=(javac)
+command -v mvn >/dev/null 2>&1 || missing+=(mvn)
+if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "java is missing and apt-get is not available: install a Java 17+ runtime for the Spark tests" >&2
-    exit 1
+    echo "ensure_java: ${missing[*]} missing and apt-get is not available: install a Java 17+ JDK and Maven" \
+         "(the Spark tests need java; the Java interop and reference tests skip without javac and mvn)" >&2
+    command -v java >/dev/null 2>&1 || exit 1
+    exit 0
 fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
     SUDO="sudo"
 fi
-echo "java is missing: installing openjdk-17-jre-headless" >&2
+packages=()
+case " ${missing[*]} " in *" java "*|*" javac "*) packages+=(openjdk-17-jdk-headless) ;; esac
+case " ${missing[*]} " in *" mvn "*) packages+=(maven) ;; esac
+echo "ensure_java: ${missing[*]} missing: installing ${packages[*]}" >&2
 $SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends openjdk-17-jre-headless
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${packages[@]}"

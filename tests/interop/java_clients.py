@@ -98,6 +98,9 @@ def ensure_java_build(directory: Path | None = None, timeout: float = 900) -> Ja
             tmp = ready.with_suffix(".tmp")
             tmp.write_text(f"{build / 'sluice-interop.jar'}:{deps}\n")
             tmp.rename(ready)
+            for old in directory.parent.glob("java-*"):  # builds of earlier versions of the project
+                if old != directory and old.is_dir() and not os.environ.get("SLUICE_JAVA_CACHE"):
+                    shutil.rmtree(old, ignore_errors=True)
         return JavaBuild(directory, ready.read_text().strip())
 
 

@@ -84,6 +84,9 @@ class Progress:
             self._task.cancel()
 
 
+CONSUME_IDLE_END = 2.0  # seconds without a message after which a consume run has drained its backlog
+
+
 def _done(opts: BenchOptions, n: int, t0: float) -> bool:
     if opts.count is not None:
         return n >= opts.count
@@ -168,6 +171,9 @@ async def bench_produce(opts: BenchOptions) -> dict[str, Any]:
 
 # == consume ========================================================================================
 async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
+    """Read the topic from its first offset: until ``count`` messages, ``duration`` seconds after the first one,
+    or the backlog is drained (no message for ``CONSUME_IDLE_END`` s). The rate runs from the first message to
+    the last."""
     # Delivery latency = callback time - store timestamp, per message: the callback keeps the store
     # timestamps and its own time per batch, and the differences are taken once, at the end.
     stored_ms: list[int] = []
@@ -175,16 +181,17 @@ async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
     got = 0
     finished = asyncio.Event()
     progress = Progress("consume", opts.progress_every)
-    t0 = 0.0
+    t0 = t_last = 0.0
     consumer = PushConsumer(opts.group, namesrv=opts.namesrv, consume_from="first",
                             consume_message_batch_max_size=32, **opts.extra)
     consumer.subscribe(opts.topic)
 
     @consumer.listener
     async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
-        nonlocal got, t0
+        nonlocal got, t0, t_last
+        t_last = time.perf_counter()
         if not t0:
-            t0 = time.perf_counter()
+            t0 = t_last
         called_ms.append((time.time() * 1000, len(msgs)))
         stored_ms.extend([m.store_timestamp for m in msgs])
         got += len(msgs)
@@ -195,11 +202,20 @@ async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
 
     await consumer.start()
     progress.start()
+    started = time.perf_counter()
+    first_wait = (opts.duration or 10.0) + 30
     try:
-        limit = opts.duration + 30 if opts.duration else None
-        await asyncio.wait_for(finished.wait(), limit)
+        while not finished.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished.wait(), 0.1)
+            now = time.perf_counter()
+            if not t0 and now - started > first_wait:
+                raise TimeoutError(f"no message of topic {opts.topic!r} arrived within {first_wait:.0f} s "
+                                   f"(group {opts.group!r} may have read it all before)")
+            if t0 and (now - t_last > CONSUME_IDLE_END or opts.count is None and _done(opts, got, t0)):
+                break
     finally:
-        elapsed = time.perf_counter() - t0 if t0 else 0.0
+        elapsed = t_last - t0 if t0 else 0.0
         progress.stop()
         await consumer.shutdown()
     calls = np.array(called_ms, dtype=np.float64).reshape(-1, 2)

@@ -113,6 +113,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     async def start() -> None:
         await broker.start()
+        await broker.register_broker_all()  # routed before "ready" when a name server answers (else it retries)
         print(f"sluice broker {cfg.broker_name} ready on {broker.broker_addr} (store {cfg.store.store_path_root_dir}, "
               f"{cfg.store.flush_disk_type.value}, name servers {cfg.namesrv_addr})", flush=True)
 
