@@ -11,6 +11,7 @@ import os
 import socket
 import struct
 import time
+import zlib
 
 import pytest
 
@@ -335,3 +336,25 @@ def test_invalid_topic_is_refused_at_subscribe(topic):
     consumer = PushConsumer("bad-input-consumers", namesrv="127.0.0.1:9")
     with pytest.raises(InvalidNameError, match="topic"):
         consumer.subscribe(topic, "*")
+
+
+def test_a_consumer_delivers_a_body_that_inflates_past_its_limit_as_stored(cluster, raw, caplog):
+    """A producer marks a zip bomb compressed (sys flag 1): consumers keep it as stored, with a warning, and
+    never inflate more than their limit (16 MiB) of it."""
+    bomb = zlib.compress(b"\0" * (64 << 20), 9)
+    create_topic(raw, "bomb", 1)
+    ok = raw(C.SEND_MESSAGE_V2, send_v2("bomb", f="1"), bomb)
+    assert ok.code == R.SUCCESS
+    assert raw(C.SEND_MESSAGE_V2, send_v2("bomb"), b"after").code == R.SUCCESS
+    reader = PullConsumer("bomb-reader", namesrv=cluster.namesrv_addr, consume_from="first")
+    reader.subscribe("bomb")
+    reader.start()
+    got = []
+    try:
+        deadline = time.monotonic() + 15
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.extend(reader.poll(0.5))
+    finally:
+        reader.shutdown()
+    assert [m.body for m in got] == [bomb, b"after"]  # the bomb as stored, and the next message as usual
+    assert any("inflates to more than" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)

@@ -10,11 +10,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sluice import ConsumeStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
+import pytest
+
+from sluice import ConsumeOrderlyStatus, ConsumeStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.naming import dlq_topic
 from sluice.remoting.client import RemotingClient
+from sluice.remoting.codes import RequestCode
+from sluice.remoting.command import RemotingCommand
 from tests.integration.helpers import FAST, wait_until
 
 PULL_BATCH = 32  # the consumers' pull_batch_size (default)
@@ -365,3 +370,164 @@ def test_messages_failing_max_reconsume_times_land_in_the_dead_letter_queue(empt
         assert m.topic == dlq_topic(group)
         assert m.properties.get("RETRY_TOPIC") == topic
         assert m.keys == [m.body.decode()]
+
+
+def committed_everything(cluster, group: str, topic: str, queues: int) -> bool:
+    broker = cluster.brokers[0]
+
+    async def check() -> bool:
+        store = broker.store
+        return all(store.consumer_offsets.query_offset(group, topic, q) == store.get_max_offset_in_queue(topic, q)
+                   for q in range(queues))
+
+    return cluster.loop.run(check())
+
+
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrent", "orderly"])
+def test_a_listener_answer_that_is_no_status_means_consume_again_with_one_log_line(empty_cluster, caplog, orderly):
+    """A listener returning something else than its ConsumeStatus (here a string) must not stall its queue: the
+    messages are consumed again, as after RECONSUME_LATER (orderly: a suspension), and one ERROR line says why."""
+    cluster = empty_cluster
+    cluster.start_broker("broker-a", message_delay_level=FAST_DELAYS)
+    topic, group, n = f"no-status-{orderly}", f"no-status-cg-{orderly}", 10
+    cluster.create_topic(topic, 2)
+    lock = threading.Lock()
+    calls: Counter[bytes] = Counter()
+
+    def handle(msgs: list[MessageExt]) -> Any:
+        with lock:
+            first = calls[msgs[0].body] == 0
+            calls.update(m.body for m in msgs)
+        if first:
+            return "ok"  # not a status
+        return ConsumeOrderlyStatus.SUCCESS if orderly else ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(group, namesrv=cluster.namesrv_addr, orderly=orderly,
+                     **{**FAST, "suspend_current_queue_time_millis": 100})
+    c.subscribe(topic)
+    c.register_listener(handle)
+    c.start()
+    try:
+        with Producer("no-status-pg", namesrv=cluster.namesrv_addr) as producer:
+            bodies = [f"s-{i}".encode() for i in range(n)]
+            for b in bodies:
+                producer.send(Message(topic, b))
+        wait_until(lambda: all(calls[b] >= 2 for b in bodies), 20, "every message consumed again")
+        wait_until(lambda: committed_everything(cluster, group, topic, 2), 20, "every offset committed")
+    finally:
+        c.shutdown()
+    lines = [r for r in caplog.records if "not a Consume" in r.getMessage()]
+    assert lines and all(r.levelname == "ERROR" and "'ok'" in r.getMessage() for r in lines)
+    assert len(lines) == n  # one per answer that was no status
+
+
+def test_a_caught_up_consumer_reset_back_never_commits_past_what_it_consumed_again(cluster):
+    """A reset to the start of a queue the consumer had read to its end: it reads the queue again, and its commits
+    follow what it consumes again, never the end it had reached before (which would skip the rest at a crash)."""
+    topic, group, n = "reset-back", "reset-back-cg", 100
+    cluster.create_topic(topic, 1)
+    broker = cluster.brokers[0]
+    committed = lambda: cluster.loop.run(_query_offset(broker, group, topic))  # noqa: E731
+    seen: list[int] = []
+    release = threading.Event()
+    reset_done = threading.Event()
+
+    def handle(msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            if reset_done.is_set() and m.queue_offset >= 40:
+                release.wait(30)  # busy at offset 40 of the second reading
+            seen.append(m.queue_offset)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    # Small pulls: the consumer's cache runs empty between them, when it commits "one past the largest offset
+    # it ever held" — which must be of the second reading, not the first.
+    c = PushConsumer(group, namesrv=cluster.namesrv_addr, pull_batch_size=2, pull_threshold_for_queue=2, **FAST)
+    c.subscribe(topic)
+    c.register_listener(handle)
+    c.start()
+    try:
+        with Producer("reset-back-pg", namesrv=cluster.namesrv_addr) as producer:
+            for i in range(n):
+                producer.send(Message(topic, f"b-{i}".encode()))
+        wait_until(lambda: committed() == n, 20, "the consumer at the end of the queue")
+        reset_done.set()
+        reset = cluster.loop.run(_reset_offsets(broker, group, topic, timestamp=0))
+        assert reset.code == 0
+        with Producer("reset-back-pg", namesrv=cluster.namesrv_addr) as producer:
+            producer.send(Message(topic, b"poke"))  # wakes the pull the broker holds: its answer tells of the reset
+        wait_until(lambda: seen.count(39) == 2, 20, "the queue read again up to offset 40")
+        wait_until(lambda: 0 < committed() <= 40, 20, "a commit of the second reading")
+        assert committed() <= 40  # not 100: only what was consumed again counts
+        release.set()
+        wait_until(lambda: committed() == n + 1, 20, "the end reached again")
+    finally:
+        release.set()
+        c.shutdown()
+
+
+async def _query_offset(broker, group: str, topic: str) -> int:
+    return broker.store.consumer_offsets.query_offset(group, topic, 0)
+
+
+async def _reset_offsets(broker, group: str, topic: str, timestamp: int):
+    remoting = RemotingClient()
+    try:
+        return await remoting.invoke(broker.broker_addr, RemotingCommand.request(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": topic, "group": group, "timestamp": str(timestamp),
+                                                        "isForce": "true"}), 5000)
+    finally:
+        await remoting.close()
+
+
+def test_an_orderly_consumer_reset_while_busy_never_runs_two_listener_calls_on_one_queue(cluster):
+    topic, group = "reset-orderly", "reset-orderly-cg"
+    cluster.create_topic(topic, 1)
+    broker = cluster.brokers[0]
+    lock = threading.Lock()
+    active = [0]
+    most = [0]
+    got: list[int] = []
+    release = threading.Event()
+    started_blocking = threading.Event()
+
+    def handle(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            if msgs[0].queue_offset == 5 and not release.is_set():
+                started_blocking.set()
+                release.wait(30)
+            got.extend(m.queue_offset for m in msgs)
+        finally:
+            with lock:
+                active[0] -= 1
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = PushConsumer(group, namesrv=cluster.namesrv_addr, orderly=True, **FAST)
+    c.subscribe(topic)
+    c.register_listener(handle)
+    c.start()
+    try:
+        with Producer("reset-orderly-pg", namesrv=cluster.namesrv_addr) as producer:
+            for i in range(10):
+                producer.send(Message(topic, f"o-{i}".encode()))
+        assert started_blocking.wait(20)
+        (mq,) = [m for m in c.aio.process_queues if m.topic == topic]
+        busy = c.aio.process_queues[mq]
+        assert cluster.loop.run(_reset_offsets(broker, group, topic, timestamp=0)).code == 0
+        with Producer("reset-orderly-pg", namesrv=cluster.namesrv_addr) as producer:
+            producer.send(Message(topic, b"poke"))
+        wait_until(lambda: busy.dropped, 20, "the reset reaching the consumer")
+        # The queue starts afresh only once the listener call in progress is over: give a second call the time
+        # it would need to start (it needs no more than a pull), then let the first one end.
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and most[0] < 2:
+            time.sleep(0.02)
+        release.set()
+        wait_until(lambda: 10 in got, 20, "the queue read again to its end")
+    finally:
+        release.set()
+        c.shutdown()
+    assert most[0] == 1
+    assert got[:6] == [0, 1, 2, 3, 4, 5] and got[6:] == list(range(11))  # the second reading in order, from 0

@@ -964,3 +964,40 @@ def test_two_thousand_concurrent_requests_over_four_connections_all_matched(run)
                     await c.close()
 
     run(scenario())
+
+
+def test_connections_past_the_limit_are_closed_at_once_and_the_others_keep_serving(run, caplog):
+    async def scenario() -> None:
+        async with serving(dispatcher({}), RemotingConfig(max_connections=3)) as server:
+            async with contextlib.AsyncExitStack() as stack:
+                kept = [await stack.enter_async_context(raw_client(server)) for _ in range(3)]
+                await wait_until(lambda: len(server.connections) == 3, what="three connections")
+                async with raw_client(server) as (reader, _writer):  # the fourth
+                    await assert_eof(reader)
+                assert server.refused == 1 and len(server.connections) == 3
+                for reader, writer in kept:  # the three go on being served
+                    writer.write(frame(RemotingCommand.request(ECHO, {"n": "1"})))
+                    _, resp = await read_frame(reader)
+                    assert resp.code == ResponseCode.SUCCESS
+                kept[0][1].close()
+                await wait_until(lambda: len(server.connections) == 2, what="a connection gone")
+                async with raw_client(server) as (reader, writer):  # room again
+                    writer.write(frame(RemotingCommand.request(ECHO)))
+                    _, resp = await read_frame(reader)
+                    assert resp.code == ResponseCode.SUCCESS
+
+    run(scenario())
+    refusals = [r for r in caplog.records if "refusing connections" in r.getMessage()]
+    assert len(refusals) == 1 and refusals[0].levelname == "WARNING"
+
+
+def test_the_connection_limit_leaves_room_for_the_files_the_process_needs():
+    import resource
+
+    from sluice.remoting.server import RESERVED_FILES, connection_limit
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        pytest.skip("no open-file limit here")
+    assert connection_limit(10) == min(10, soft - RESERVED_FILES)
+    assert connection_limit(10**9) == max(1, soft - RESERVED_FILES)

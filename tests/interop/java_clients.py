@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,28 @@ CLIENT_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-Xss512k", "-Xmx256m", "-XX:+U
 
 
 def java_tools_missing() -> str | None:
-    """Why the Java tests cannot run here, or None."""
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    """Why the Java tests cannot run here, or None: they need a Java 17+ JDK (java, javac) and Maven."""
+    missing = [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
     if missing:
-        return (f"{' and '.join(missing)} not found on PATH (the Java interop and reference tests need Java 17+ "
-                "and Maven)")
+        return (f"{', '.join(missing)} not found on PATH (the Java interop and reference tests need a Java 17+ "
+                "JDK and Maven)")
+    version = java_major_version()
+    if version is not None and version < 17:
+        return f"java is version {version}; the Java interop and reference tests need Java 17+"
     return None
+
+
+def java_major_version() -> int | None:
+    """The major version ``java -version`` reports (``17`` of ``17.0.15``, ``8`` of ``1.8.0``), None if unclear."""
+    try:
+        r = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', r.stderr + r.stdout)
+    if not m:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
 
 
 def java_required() -> bool:
@@ -83,6 +100,8 @@ def ensure_java_build(directory: Path | None = None, timeout: float = 900) -> Ja
     ready = directory / "classpath"
     with open(directory.parent / f".{directory.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready.exists() and not _classpath_complete(ready.read_text().strip()):
+            ready.unlink()  # ~/.m2 was cleaned since: build again
         if not ready.exists():
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)
@@ -98,10 +117,29 @@ def ensure_java_build(directory: Path | None = None, timeout: float = 900) -> Ja
             tmp = ready.with_suffix(".tmp")
             tmp.write_text(f"{build / 'sluice-interop.jar'}:{deps}\n")
             tmp.rename(ready)
-            for old in directory.parent.glob("java-*"):  # builds of earlier versions of the project
-                if old != directory and old.is_dir() and not os.environ.get("SLUICE_JAVA_CACHE"):
-                    shutil.rmtree(old, ignore_errors=True)
+            _prune_old_builds(directory)
+        os.utime(ready)  # in use: not to be pruned
         return JavaBuild(directory, ready.read_text().strip())
+
+
+def _classpath_complete(classpath: str) -> bool:
+    return all(os.path.exists(p) for p in classpath.split(":") if p)
+
+
+# Builds of other versions of the project (other checkouts, earlier commits) untouched this long are removed.
+PRUNE_AFTER_DAYS = 14
+
+
+def _prune_old_builds(current: Path) -> None:
+    if os.environ.get("SLUICE_JAVA_CACHE"):
+        return
+    cutoff = time.time() - PRUNE_AFTER_DAYS * 86400
+    for old in current.parent.glob("java-*"):
+        try:
+            if old != current and old.is_dir() and (old / "classpath").stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            continue
 
 
 # == client programs ================================================================================

@@ -68,12 +68,18 @@ class RocketMQNode:
         self.cluster = "DefaultCluster"
 
     # == lifecycle ==================================================================================
-    def start(self, timeout: float = 120) -> RocketMQNode:
-        try:
-            return self._start(timeout)
-        except BaseException:
-            self.stop()
-            raise
+    def start(self, timeout: float = 120, attempts: int = 3) -> RocketMQNode:
+        """Start both servers; another try (new ports) when one could not bind the port it was given, which
+        another process may have taken between its choice and the JVM's start."""
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except BaseException as exc:
+                self.stop()
+                if not isinstance(exc, RuntimeError) or "Address already in use" not in str(exc) \
+                        or attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _start(self, timeout: float) -> RocketMQNode:
         self.root.mkdir(parents=True, exist_ok=True)

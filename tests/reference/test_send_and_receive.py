@@ -91,3 +91,21 @@ def test_what_sluices_producer_sends_is_read_back_alike(systems):
 
     observed = assert_same(both(systems, scenario))
     assert len(observed["sluice_reads"]) == len(observed["java_reads"]) == 17
+
+
+def test_delayed_messages_arrive_alike(systems):
+    """Java producer with a delay level (1 s on both brokers here): the messages wait in SCHEDULE_TOPIC_XXXX and
+    arrive in their queues with the properties the delay leaves on them."""
+
+    def scenario(s: System) -> list[dict[str, Any]]:
+        topic = s.topic("t")
+        s.create_topic(topic, 4)
+        sent = s.java.run("produce", namesrv=s.namesrv, topic=topic, group=s.topic("p"), mode="orderly", count=8,
+                          delay_level=2, big_every=0)
+        assert {r["status"] for r in sent if r["event"] == "sent"} == {"SEND_OK"}
+        got = s.java.run("lite-pull", namesrv=s.namesrv, topic=topic, group=s.topic("g"), assign=True, expect=8,
+                         timeout=60)
+        return by_position([java_message(m) for m in got if m["event"] == "received"])
+
+    got = assert_same(both(systems, scenario))
+    assert len(got) == 8 and all(m["properties"]["DELAY"] == "2" for m in got)

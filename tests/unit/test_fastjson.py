@@ -46,7 +46,9 @@ def test_text_inside_strings_is_never_taken_for_keys():
 
 
 @pytest.mark.parametrize("bad", [b"{oops", b'{"a":1', b"{1}", b'{"a" 1}', b"[1,]", b'{"a":1}x', b"", b"\xff",
-                                 b'{{"a":[1]}:1}', b"{-:1}", b"[" * 300 + b"{0:1}" + b"]" * 300])
+                                 b'{{"a":[1]}:1}', b"{-:1}", b"[" * 300 + b"{0:1}" + b"]" * 300,
+                                 b"{" * 2000, b'{{{"a":1}:1}:3}', b'{{"a":1,{"b":1}:2}:3}',
+                                 "{\u0663:1}".encode()])
 def test_malformed_bodies_raise_a_value_error(bad):
     with pytest.raises(FastjsonDecodeError):
         fastjson.loads(bad)
@@ -70,3 +72,8 @@ def test_standard_json_reads_as_json_does(value):
                        st.integers(-2**63, 2**63 - 1) | st.text(), max_size=5))
 def test_object_keyed_maps_survive_a_round_trip(table):
     assert fastjson.loads(fastjson.dumps({"offsetTable": table})) == {"offsetTable": table}
+
+
+def test_equal_object_keys_hash_alike():
+    a, b = ObjectKey({"queueId": 1, "topic": "t"}), ObjectKey({"topic": "t", "queueId": 1.0})
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1

@@ -55,3 +55,33 @@ def test_full_disk_refuses_writes_with_a_clear_status(store_config: MessageStore
         store.config.disk_space_warning_level_ratio = 1.0
         store.check_disk_space()
         assert store.put_message(msg()).ok
+
+
+def test_deleting_unconsumed_messages_to_free_the_disk_is_a_warning_per_topic(store_config: MessageStoreConfig,
+                                                                               caplog):
+    cfg = store_config.replace(disk_max_used_space_ratio=0, disk_space_clean_forcibly_ratio=0.0,
+                               delete_files_batch_max=3, delete_commit_log_files_interval=1)
+    with MessageStore(cfg) as store:
+        for i in range(600):
+            store.put_message(msg(topic="T" if i % 2 else "U", body=bytes(300) + str(i).encode(), queue_id=0))
+        store.consumer_offsets.commit_offset("g-slow", "T", 0, 10)
+        store.consumer_offsets.commit_offset("g-fast", "T", 0, 200)
+        assert store.clean_expired_files(manual=False) == 3  # nothing expired: the disk is "full"
+        t_min, u_min = store.get_min_offset_in_queue("T", 0), store.get_min_offset_in_queue("U", 0)
+        assert t_min > 10 and u_min > 0
+    warnings = {r.getMessage().split(" of topic ")[1].split(" ")[0]: r.getMessage() for r in caplog.records
+                if r.levelname == "WARNING" and "before their retention time" in r.getMessage()}
+    assert set(warnings) == {"T", "U"}
+    assert f"deleted {t_min - 10} message(s) of topic T" in warnings["T"] and "g-fast, g-slow" in warnings["T"]
+    assert f"deleted {u_min} message(s) of topic U" in warnings["U"] and "no consumer group" in warnings["U"]
+
+
+def test_expired_segments_deleted_at_the_delete_hour_are_no_warning(store_config: MessageStoreConfig, caplog):
+    with MessageStore(store_config) as store:
+        for i in range(600):
+            store.put_message(msg(body=bytes(300) + str(i).encode()))
+        old = time.time() - 73 * 3600
+        for mf in store.commit_log.queue.files[:2]:
+            os.utime(mf.path, (old, old))
+        assert store.clean_expired_files() == 2
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

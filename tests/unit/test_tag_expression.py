@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.broker.processors.pull_message_processor import tag_codes_of
+from sluice.broker.processors.pull_message_processor import SubscriptionParseError, tag_codes_of
 from sluice.common.hashing import tag_hash_code
 
 
@@ -31,6 +31,12 @@ def test_tags_are_split_on_double_bars_and_trimmed(expression, tags):
     assert tag_codes_of(expression) == codes(*tags)
 
 
-@pytest.mark.parametrize("expression", [" ", "||", " || || "])
+@pytest.mark.parametrize("expression", [" ", " || || ", "|| "])
 def test_an_expression_of_blanks_selects_nothing(expression):
     assert tag_codes_of(expression) == frozenset()
+
+
+@pytest.mark.parametrize("expression", ["||", "||||", "||||||"])
+def test_an_expression_of_nothing_but_bars_is_refused(expression):
+    with pytest.raises(SubscriptionParseError):
+        tag_codes_of(expression)

@@ -22,7 +22,6 @@ from sluice.common.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_WAIT_STORE_MSG_OK,
 )
 from sluice.common.sysflag import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from sluice.store.config_file import load_json, write_json_atomic
@@ -145,11 +144,11 @@ class ScheduleMessageService:
                 if due > time.time():
                     next_due = due if next_due is None else min(next_due, due)
                     break
-                # The delivered copy keeps DELAY, REAL_TOPIC and REAL_QID, as RocketMQ 5's does (consumers see them)
+                # The delivered copy keeps every property, DELAY, REAL_TOPIC and REAL_QID too, as RocketMQ 5's does
+                # (consumers see them)
                 props = dict(msg.properties)
                 real_topic = props.get(PROPERTY_REAL_TOPIC)
                 real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "0")
-                props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
                 if real_topic:
                     inner = MessageExtBrokerInner(real_topic, msg.body, int(real_qid) if real_qid.isdigit() else 0,
                                                   msg.flag, props, msg.sys_flag, msg.born_timestamp, msg.born_host,

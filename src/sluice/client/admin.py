@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 from sluice.client.message import Message, SendResult
 from sluice.client.mq_client_api import MQClientAPI
+from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import RemotingConfig
 from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
 from sluice.common.message import MessageExt, decode_message_id
@@ -136,8 +136,8 @@ def parse_perm(text: str | int) -> int:
 def uncompressed(msg: MessageExt) -> MessageExt:
     """``msg`` with its body inflated when the producer compressed it (sys flag 0x1); left as is if that fails."""
     if msg.sys_flag & COMPRESSED_FLAG:
-        with contextlib.suppress(zlib.error):
-            msg.body = zlib.decompress(msg.body)
+        with contextlib.suppress(MessageFormatError):
+            msg.body = inflate(msg.body, MAX_INFLATED_BODY_SIZE)
     return msg
 
 

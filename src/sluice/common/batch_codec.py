@@ -8,13 +8,13 @@ the client encodes with ``encode_batch`` (``sluice.client.batch`` adds RocketMQ'
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 import numpy as np
 
+from sluice.common.compression import inflate
 from sluice.common.errors import MessageFormatError
 from sluice.common.properties import decode_properties, encode_properties
 
@@ -160,16 +160,7 @@ def inflate_batch(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     The C++ 1.2.x producer compresses a whole batch body of 4 KiB or more and sets the compressed bit of the
     request's sysFlag; the records inside are not compressed one by one.
     """
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(bytes(data), limit + 1)
-    except zlib.error as exc:
-        raise MessageFormatError(f"compressed batch body does not inflate: {exc}") from None
-    if len(out) > limit:
-        raise MessageFormatError(f"compressed batch body inflates to more than {limit} bytes")
-    if not inflater.eof:
-        raise MessageFormatError("compressed batch body is truncated")
-    return out
+    return inflate(data, limit, "compressed batch body")
 
 
 __all__ = [

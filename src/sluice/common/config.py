@@ -150,6 +150,9 @@ class RemotingConfig:
     max_inflight_requests: int = 65_536
     # A connection silent this long is closed (Java servers: 120 s).
     channel_max_idle_time_seconds: int = 120
+    # Connections a server keeps open at once (never more than the open-file limit leaves room for); further
+    # ones are closed as they come, with a warning, so that no client can take every file descriptor.
+    max_connections: int = 10_000
     connect_timeout_millis: int = 3_000
     default_timeout_millis: int = 3_000
 

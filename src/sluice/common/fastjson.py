@@ -32,7 +32,7 @@ class ObjectKey(Mapping[str, Any]):
 
     def __init__(self, fields: Mapping[str, Any]) -> None:
         self._items: dict[str, Any] = dict(sorted(fields.items()))
-        self._hash = hash(json.dumps(self._items, sort_keys=True, separators=(",", ":")))
+        self._hash = hash(frozenset(self._items.items()))  # equal mappings, equal hashes (1 == 1.0 == True too)
 
     def __getitem__(self, key: str) -> Any:
         return self._items[key]
@@ -150,6 +150,8 @@ class _Parser:
         return v
 
     def obj(self, depth: int) -> dict[Any, Any]:
+        if depth > _MAX_DEPTH:
+            raise self.fail("nesting too deep")
         self.i += 1
         out: dict[Any, Any] = {}
         self.ws()
@@ -164,15 +166,15 @@ class _Parser:
             key: Any
             if c == "{":
                 fields = self.obj(depth + 1)
-                if any(isinstance(v, dict | list) for v in fields.values()):
-                    raise self.fail("an object key holds a container")
+                if any(not isinstance(k, str) or isinstance(v, dict | list) for k, v in fields.items()):
+                    raise self.fail("an object key holds more than plain fields")
                 key = ObjectKey(fields)
             elif c == '"':
                 key = self.value(depth + 1)
-            elif c == "-" or c.isdigit():
+            elif c == "-" or "0" <= c <= "9":
                 start = self.i
                 self.i += 1
-                while self.i < len(self.s) and (self.s[self.i].isdigit()):
+                while self.i < len(self.s) and "0" <= self.s[self.i] <= "9":
                     self.i += 1
                 key = self.s[start:self.i]
                 if key == "-":

@@ -22,9 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sluice.common import fastjson
+from sluice.common.compression import inflate
+from sluice.common.errors import MessageFormatError
 from sluice.common.structs import DataVersion, TopicConfig, TopicFilterType
 
 _I32: Final = struct.Struct(">i")
+
+
+# A broker's topic table, inflated: room for about half a million topics.
+MAX_INFLATED_REGISTER_BODY = 64 * 1024 * 1024
 
 
 class BodyFormatError(ValueError):
@@ -146,9 +152,9 @@ def decode_register_broker_body(body: bytes | memoryview, compressed: bool) -> R
         filters = d.get("filterServerList") or []
         return RegisterBrokerBody(wrapper, [str(f) for f in filters] if isinstance(filters, list) else [])
     try:
-        raw = zlib.decompress(bytes(body))
-    except zlib.error as exc:
-        raise BodyFormatError(f"compressed register broker body does not inflate: {exc}") from None
+        raw = inflate(body, MAX_INFLATED_REGISTER_BODY, "compressed register broker body")
+    except MessageFormatError as exc:
+        raise BodyFormatError(str(exc)) from None
     r = _Reader(raw)
     try:
         dv_json = json.loads(r.blob("the data version"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import socket
 import time
 from collections.abc import Callable
@@ -26,6 +27,28 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+# File descriptors kept for everything but client connections: store segments, consume queues, index files.
+RESERVED_FILES = 256
+
+
+def connection_limit(configured: int) -> int:
+    """``configured``, but never so many that connections could take the descriptors the process needs."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return configured
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(1, min(configured, soft - RESERVED_FILES))
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the limit: closed as soon as it is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.abort()  # type: ignore[attr-defined]
+
+
 class RemotingServer:
     """Listens on ``host:port`` (port 0 = any free port); closes connections idle past the configured time."""
 
@@ -40,6 +63,8 @@ class RemotingServer:
         self._idle_task: asyncio.Task | None = None
         self.host = ""
         self.port = 0
+        self.refused = 0  # connections closed at once because the limit was reached
+        self._refused_logged = -1e9
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -53,7 +78,17 @@ class RemotingServer:
         """Listen on ``host:port``, or on ``sock`` when given (bound already, e.g. to learn the port early)."""
         loop = asyncio.get_running_loop()
 
-        def factory() -> Connection:
+        limit = connection_limit(self.config.max_connections)
+
+        def factory() -> asyncio.Protocol:
+            if len(self.connections) >= limit:
+                now = time.monotonic()
+                if now - self._refused_logged > 10:
+                    self._refused_logged = now
+                    log.warning("%s: refusing connections: %d are open, the limit (max_connections, and the open "
+                                "files this process may have)", self.name, len(self.connections))
+                self.refused += 1
+                return _Refused()
             conn = self._protocol()
             self.connections.add(conn)
             return conn

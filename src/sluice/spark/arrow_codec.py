@@ -13,8 +13,8 @@ Arrow string kernels, every message carrying its deterministic write key.
 
 from __future__ import annotations
 
+import contextlib
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from sluice.client.message import RESERVED_PROPERTY_KEYS
 from sluice.common.batch_codec import BATCH_RECORD_OVERHEAD
+from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.errors import MessageFormatError
 from sluice.common.message_codec import (
     POS_BODY,
@@ -245,10 +246,8 @@ def records_to_batch(buf: bytes, topic: str, broker: str, queue_id: int, include
     if (sys_flags & COMPRESSED_FLAG).any():  # the producer zlib-compressed these bodies
         values = bodies.to_pylist()
         for i in np.flatnonzero(sys_flags & COMPRESSED_FLAG).tolist():
-            try:
-                values[i] = zlib.decompress(values[i])
-            except zlib.error:
-                pass  # delivered as stored, as the client's consumers do
+            with contextlib.suppress(MessageFormatError):  # else delivered as stored, as the client's consumers do
+                values[i] = inflate(values[i], MAX_INFLATED_BODY_SIZE)
         bodies = pa.array(values, pa.binary())
     props = _Properties(_slices(pbuf, props_begin, props_end))
     msg_ids = props.pick(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)

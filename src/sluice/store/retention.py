@@ -53,18 +53,50 @@ class CleanCommitLogService(ServiceThread):
         reserved_s = cfg.file_reserved_time * 3600
         queue = self.store.commit_log.queue
         deleted = 0
+        early = False  # a segment went before its time, to free the disk
         for mf in list(queue.files[:-1]):
             if deleted >= cfg.delete_files_batch_max:
                 break
             expired = mf.last_modified() + reserved_s <= now
             if not (expired or forcibly):
                 break
+            if deleted and self._stop.wait(cfg.delete_commit_log_files_interval / 1000):
+                break  # (spreads the deletes' disk work; stopping ends the round)
             log.info("deleting commit log segment %s (%s)", mf.path, "expired" if expired else "disk full")
             queue.delete_first_files(1)
             deleted += 1
+            early = early or not expired
             if forcibly and not expired:
                 forcibly = disk_usage_ratio(queue.directory) > cfg.disk_space_clean_forcibly_ratio
         if deleted:
+            before = self._queue_min_offsets()
             self.store.clean_logics(queue.min_offset)
+            if early:
+                self._report_unconsumed_loss(before, ratio)
             self.store.check_disk_space()
         return deleted
+
+    def _queue_min_offsets(self) -> dict[tuple[str, int], int]:
+        return {key: cq.min_offset for key, cq in list(self.store.consume_queues.items())}
+
+    def _report_unconsumed_loss(self, before: dict[tuple[str, int], int], ratio: float) -> None:
+        """One WARNING per topic that lost messages some consumer group had not consumed yet (or, when no group
+        reads the topic, any message): deleted to free the disk, before their retention time."""
+        offsets = self.store.consumer_offsets
+        lost: dict[str, int] = {}
+        groups_of: dict[str, set[str]] = {}
+        for (topic, qid), old_min in before.items():
+            cq = self.store.consume_queues.get((topic, qid))
+            if cq is None or cq.min_offset <= old_min:
+                continue
+            groups = groups_of.setdefault(topic, offsets.groups_of_topic(topic))
+            committed = [offsets.query_offset(g, topic, qid) for g in groups]
+            slowest = min(committed) if committed else old_min
+            gone = cq.min_offset - max(old_min, slowest)
+            if gone > 0:
+                lost[topic] = lost.get(topic, 0) + gone
+        for topic, n in sorted(lost.items()):
+            readers = ", ".join(sorted(groups_of[topic])) or "no consumer group (none has read it)"
+            log.warning("disk usage %.1f%% is above disk_space_clean_forcibly_ratio %.0f%%: deleted %d message(s) "
+                        "of topic %s before their retention time, not consumed yet by %s", ratio * 100,
+                        self.store.config.disk_space_clean_forcibly_ratio * 100, n, topic, readers)

@@ -180,11 +180,11 @@ class AdminBrokerProcessor:
                 continue
             for qid in range(tc.read_queue_nums):
                 broker_off = b.store.get_max_offset_in_queue(topic, qid)
-                consumer_off = offsets.query_offset(group, topic, qid)
+                consumer_off = max(offsets.query_offset(group, topic, qid), 0)  # none committed: 0, as in RocketMQ
                 last = b.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
                 table[queue_key(b.config.broker_name, topic, qid)] = {
                     "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
-                    "pullOffset": max(consumer_off, 0)}
+                    "pullOffset": consumer_off}
         if not table and g is None:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE,
                                 f"the consumer group [{group}] has no offsets and is not online")

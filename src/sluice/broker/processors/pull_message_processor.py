@@ -25,16 +25,26 @@ FLAG_CLASS_FILTER = 0x8
 FLAG_LITE_PULL = 0x10
 
 
+class SubscriptionParseError(ValueError):
+    pass
+
+
 @lru_cache(maxsize=4096)
 def tag_codes_of(expression: str) -> frozenset[int] | None:
     """The tags codes a TAG expression selects; None means every message (``*`` or empty).
 
-    As RocketMQ's FilterAPI reads it: split on ``||``, each part trimmed, empty parts dropped — so ``"TagA ||"``
-    is TagA, and an expression of blanks selects nothing.
+    As RocketMQ's FilterAPI reads it: split on ``||`` (as Java's String.split, which drops trailing empty
+    parts), each part trimmed, empty parts dropped — so ``"TagA ||"`` is TagA and an expression of blanks
+    selects nothing; one of nothing but bars (``"||"``) is refused, as Java's finds no part at all.
     """
     if not expression or expression == "*":
         return None
-    return frozenset(tag_hash_code(t) for t in (part.strip() for part in expression.split("||")) if t)
+    parts = expression.split("||")
+    while parts and not parts[-1]:
+        parts.pop()
+    if not parts:
+        raise SubscriptionParseError(f"tag expression {expression!r} holds no tag")
+    return frozenset(tag_hash_code(t) for t in (part.strip() for part in parts) if t)
 
 
 @dataclass(slots=True)
@@ -109,7 +119,10 @@ class PullMessageProcessor:
                                         "parse the consumer's subscription failed")
                 return req.response(ResponseCode.SYSTEM_ERROR,
                                     f"The broker does not support consumer to filter message by {h.expression_type}")
-            codes = tag_codes_of(h.subscription or "")
+            try:
+                codes = tag_codes_of(h.subscription or "")
+            except SubscriptionParseError:
+                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
         else:
             sub = b.consumer_manager.find_subscription(h.consumer_group, h.topic)
             if sub is None:

@@ -253,7 +253,7 @@ class SendMessageProcessor:
                     topic = dlq_topic(group)
                     b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
                     queue_id = 0
-                    header_props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+                    header_props[PROPERTY_DELAY_TIME_LEVEL] = "0"  # no delay on the way to the DLQ, as RocketMQ
             inner = MessageExtBrokerInner(topic, req.body if isinstance(req.body, bytes) else bytes(req.body),
                                           queue_id, h.flag, header_props, h.sys_flag, h.born_timestamp, born_host,
                                           b.broker_addr, h.reconsume_times)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import zlib
 
 from sluice.client.message import PullResult, PullStatus
 from sluice.client.mq_client import MQClientInstance
@@ -13,8 +12,9 @@ from sluice.client.offset_store import LocalFileOffsetStore
 from sluice.client.rebalance import AllocateStrategy, get_strategy
 from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
 from sluice.client.subscription import build_subscription, filter_messages
+from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import ClientConfig
-from sluice.common.errors import BrokerResponseError
+from sluice.common.errors import BrokerResponseError, MessageFormatError
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group, validate_topic
@@ -247,12 +247,11 @@ class ConsumerBase:
         if status is PullStatus.FOUND and resp.body:
             msgs: list[MessageExt] = filter_messages(sub, decode_records(resp.body))
             for m in msgs:
-                if m.sys_flag & COMPRESSED_FLAG:  # the producer zlib-compressed the body (spec §6.1)
+                if m.sys_flag & COMPRESSED_FLAG:  # the producer zlib-compressed the body
                     try:
-                        m.body = zlib.decompress(m.body)
-                    except zlib.error as exc:
-                        log.warning("message %s says its body is compressed but it does not inflate: %s; "
-                                    "delivered as stored", m.msg_id, exc)
+                        m.body = inflate(m.body, MAX_INFLATED_BODY_SIZE, f"the body of message {m.msg_id}")
+                    except MessageFormatError as exc:
+                        log.warning("%s; delivered as stored", exc)
             if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 for m in msgs:
                     m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)

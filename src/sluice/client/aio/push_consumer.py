@@ -22,7 +22,7 @@ from sluice.client.mq_client import client_config
 from sluice.client.process_queue import ProcessQueue
 from sluice.client.rebalance import AllocateStrategy
 from sluice.common.config import ClientConfig
-from sluice.common.errors import ClientError
+from sluice.common.errors import ClientError, OffsetStoreError
 from sluice.common.message import MessageExt
 from sluice.common.structs import ConsumeFromWhere, MessageModel, MessageQueue
 from sluice.remoting.codes import ResponseCode
@@ -172,30 +172,37 @@ class PushConsumer(ConsumerBase):
         log.info("group %s no longer consumes %s", self.group, mq)
 
     async def _restart_queue(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
-        """Go on at ``offset`` with a fresh process queue: the messages of ``pq`` are dropped unconsumed and what
-        its listener calls still finish commits nothing (RocketMQ drops the process queue, too)."""
+        """Go on at ``offset`` with a fresh process queue (RocketMQ drops the process queue, too): the messages of
+        ``pq`` are dropped unconsumed, what its listener calls still finish commits nothing, and nothing it
+        remembers (its largest offset) can push a commit past ``offset``. An orderly listener call in progress
+        ends first, so that two never run on one queue."""
         pq.dropped = True
+        orderly_task = self._orderly_tasks.get(pq)
+        if orderly_task is not None:
+            await asyncio.wait([orderly_task], timeout=self.config.consumer_pull_timeout_millis / 1000)
         self.offset_store.update_offset(mq, offset)
-        await self.persist_offset(mq)
-        if self.process_queues.get(mq) is not pq or not self.started:
-            return  # a rebalance took the queue away meanwhile
-        fresh = ProcessQueue()
-        fresh.locked, fresh.last_lock_timestamp = pq.locked, pq.last_lock_timestamp
-        self.process_queues[mq] = fresh
-        self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, fresh))
+        if self.process_queues.get(mq) is pq and self.started:  # else a rebalance took the queue away meanwhile
+            fresh = ProcessQueue()
+            fresh.locked, fresh.last_lock_timestamp = pq.locked, pq.last_lock_timestamp
+            self.process_queues[mq] = fresh
+            self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, fresh, offset))
+        try:
+            await self.persist_offset(mq)
+        except (ClientError, RemotingError, OSError, OffsetStoreError) as exc:  # the periodic persist retries it
+            log.warning("cannot persist the new offset %d of %s yet: %s", offset, mq, exc)
 
     async def persist_offsets(self) -> None:
         await self.persist_all_offsets(list(self.process_queues))
 
     # == pulling =====================================================================================
-    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, start: int | None = None) -> None:
         """Pull ``mq`` into ``pq`` until the queue is dropped. A concurrent consumer sends the next pull as
         soon as an answer with messages arrives, before decoding it (RocketMQ pulls again right after a pull's
         callback too): the broker serves the next pull while this one is decoded, instead of the two
         processes taking turns. Flow control then counts the undecoded answer as a full batch of messages, with
-        its body bytes and its offsets."""
+        its body bytes and its offsets. ``start``: the offset to begin at (else the committed one)."""
         cfg = self.config
-        offset: int | None = None
+        offset: int | None = start
         size_limit = cfg.pull_threshold_size_for_queue * 1024 * 1024
         started: StartedPull | None = None  # the next pull, already sent
         try:
@@ -231,10 +238,8 @@ class PushConsumer(ConsumerBase):
                     elif result.status is PullStatus.OFFSET_ILLEGAL:
                         log.warning("offset %d of %s is out of range or was reset (min %d, max %d): continuing at %d",
                                     offset, mq, result.min_offset, result.max_offset, result.next_begin_offset)
-                        if pq.msg_count:  # what was pulled before would commit past the new offset when consumed
-                            await self._restart_queue(mq, pq, result.next_begin_offset)
-                            break
-                        self.offset_store.update_offset(mq, result.next_begin_offset)
+                        await self._restart_queue(mq, pq, result.next_begin_offset)
+                        break
                     elif pq.msg_count == 0:
                         self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=True)
                     offset = result.next_begin_offset
@@ -301,7 +306,7 @@ class PushConsumer(ConsumerBase):
             if task is None or task.done():
                 task = loop.create_task(self._consume_orderly(mq, pq))
                 self._orderly_tasks[pq] = task
-                task.add_done_callback(lambda t, pq=pq: self._orderly_task_done(pq, t))
+                task.add_done_callback(lambda t, mq=mq, pq=pq: self._orderly_task_done(mq, pq, t))
             return
         n = max(1, self.config.consume_message_batch_max_size)
         for i in range(0, len(msgs), n):
@@ -309,9 +314,16 @@ class PushConsumer(ConsumerBase):
             self._consume_tasks.add(task)
             task.add_done_callback(self._consume_tasks.discard)
 
-    def _orderly_task_done(self, pq: ProcessQueue, task: asyncio.Task) -> None:
+    def _orderly_task_done(self, mq: MessageQueue, pq: ProcessQueue, task: asyncio.Task) -> None:
         if self._orderly_tasks.get(pq) is task:  # not a newer task of the same queue
             del self._orderly_tasks[pq]
+        if task.cancelled() or task.exception() is None:
+            return
+        # Nothing may strand the queue: what was taken goes back, and consuming starts again in a moment.
+        log.error("consuming %s in order failed; its messages will be consumed again", mq, exc_info=task.exception())
+        pq.rollback()
+        asyncio.get_running_loop().call_later(self.config.suspend_current_queue_time_millis / 1000,
+                                              self._dispatch_later, mq, pq, [])
 
     async def _call_listener(self, msgs: list[MessageExt]) -> Any:
         fn = self._listener
@@ -321,6 +333,17 @@ class PushConsumer(ConsumerBase):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, msgs)
 
     async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """One listener call and what follows from its answer. Whatever goes wrong after the call, the messages
+        are neither lost nor stranded in the process queue: they are consumed again later."""
+        try:
+            await self._consume_concurrently_once(mq, pq, msgs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("consuming %d message(s) of %s failed; they will be consumed again", len(msgs), mq)
+            asyncio.get_running_loop().call_later(CONSUME_LATER_DELAY, self._dispatch_later, mq, pq, msgs)
+
+    async def _consume_concurrently_once(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         assert self._consume_sem is not None
         async with self._consume_sem:
             if pq.dropped:
@@ -332,6 +355,10 @@ class PushConsumer(ConsumerBase):
                 status = ConsumeStatus.RECONSUME_LATER
         if status is None:
             status = ConsumeStatus.CONSUME_SUCCESS
+        elif status is not ConsumeStatus.CONSUME_SUCCESS and status is not ConsumeStatus.RECONSUME_LATER:
+            log.error("listener of group %s returned %r, not a ConsumeStatus: its %d message(s) of %s will be "
+                      "consumed again (RECONSUME_LATER)", self.group, status, len(msgs), mq)
+            status = ConsumeStatus.RECONSUME_LATER
         done = msgs
         if status is ConsumeStatus.RECONSUME_LATER:
             if self.clustering:
@@ -345,8 +372,6 @@ class PushConsumer(ConsumerBase):
             else:
                 log.warning("broadcasting group %s dropped %d message(s) of %s its listener failed on", self.group,
                             len(msgs), mq)
-        elif status is not ConsumeStatus.CONSUME_SUCCESS:
-            raise ClientError(f"a concurrent listener must return a ConsumeStatus, not {status!r}")
         offset = pq.remove_messages(done)
         if offset >= 0 and not pq.dropped:
             self.offset_store.update_offset(mq, offset, increase_only=True)
@@ -384,6 +409,10 @@ class PushConsumer(ConsumerBase):
             if status is None or status is ConsumeOrderlyStatus.SUCCESS or status is ConsumeStatus.CONSUME_SUCCESS:
                 offset = pq.commit()
             else:
+                if not isinstance(status, ConsumeOrderlyStatus | ConsumeStatus):
+                    log.error("orderly listener of group %s returned %r, not a ConsumeOrderlyStatus: its %d "
+                              "message(s) of %s will be consumed again (SUSPEND_CURRENT_QUEUE_A_MOMENT)",
+                              self.group, status, len(msgs), mq)
                 exhausted = [m for m in msgs if m.reconsume_times >= cfg.max_reconsume_times]
                 if exhausted and self.clustering and all([await self._send_back(mq, m, -1) for m in exhausted]):
                     exhausted_ids = {id(m) for m in exhausted}

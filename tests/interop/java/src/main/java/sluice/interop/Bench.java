@@ -22,7 +22,7 @@ import org.apache.rocketmq.common.message.Message;
  * A load generator on the Java client, the same cases as {@code sluice bench}: {@code --mode sync} ({@code
  * --threads} threads of sync sends), {@code async} (one producer, {@code --window} sends in flight), {@code batch}
  * ({@code --threads} threads of {@code --batch}-message sends) and {@code consume} (a push consumer reading
- * {@code --count} messages from the first offset, or what it finds until none came for 2 s). Sends
+ * {@code --count} messages from the first offset, or what it finds until none came for 5 s). Sends
  * {@code --warmup} messages first, then {@code --count} or for {@code --duration} seconds; writes one JSON line:
  * messages, seconds, msgs_per_s, p50_ms / p99_ms of the send latency, errors.
  */
@@ -192,7 +192,7 @@ final class Bench {
             long now = System.nanoTime();
             firstAt.compareAndSet(0, now);
             got.addAndGet(msgs.size());
-            lastAt.set(now);
+            lastAt.accumulateAndGet(now, Math::max);
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         long t0 = System.nanoTime();
@@ -200,7 +200,7 @@ final class Bench {
         long deadline = t0 + (long) (a.getDouble("timeout", 300) * 1e9);
         while (got.get() < count && System.nanoTime() < deadline) {
             Thread.sleep(5);
-            if (lastAt.get() > 0 && System.nanoTime() - lastAt.get() > 2_000_000_000L) {
+            if (lastAt.get() > 0 && System.nanoTime() - lastAt.get() > 5_000_000_000L) {
                 break;  // the backlog is drained
             }
         }
