@@ -6,12 +6,17 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 
 import pytest
 
+from sluice import BrokerResponseError, ClientError, PullConsumer
+from sluice.client.admin import Admin
 from sluice.client.aio import Producer
 from sluice.client.message import Message, SendStatus
 from sluice.common.message import decode_message_id
+from sluice.common.sysflag import PERM_READ
+from sluice.remoting.codes import ResponseCode
 from sluice.store import mapped_file as mapped_file_module
 
 SYNC_DELAY = 0.02  # a slow disk: an answer sent before the fsync would be seen before it ends
@@ -89,3 +94,52 @@ def test_wait_false_send_is_answered_without_waiting_for_the_disk(empty_cluster,
     assert eager.status is SendStatus.SEND_OK
     assert waited.status is SendStatus.FLUSH_DISK_TIMEOUT  # answered by the timeout, the disk still busy
     assert broker.store.sync_flush
+
+
+def test_a_broker_whose_fsync_failed_refuses_sends_routes_clients_away_and_still_serves_reads(
+        empty_cluster, monkeypatch: pytest.MonkeyPatch):
+    broker = empty_cluster.start_broker("broker-a", store_flush_disk_type="SYNC_FLUSH")
+    empty_cluster.create_topic("fragile", 2)
+    queue = broker.store.commit_log.queue
+    real = os.fdatasync
+    fail = {"armed": False}
+
+    def fdatasync(fd: int) -> None:
+        if fail["armed"] and any(mf._fd == fd for mf in queue.files):
+            fail["armed"] = False
+            raise OSError(5, "Input/output error (injected)")
+        real(fd)
+
+    monkeypatch.setattr(mapped_file_module.os, "fdatasync", fdatasync)
+
+    async def go() -> None:
+        async with Producer("fragile-pg", empty_cluster.namesrv_addr, retry_times_when_send_failed=0) as producer:
+            ok = await producer.send(Message("fragile", b"before"))
+            assert ok.status is SendStatus.SEND_OK
+            fail["armed"] = True
+            with pytest.raises(ClientError) as failed:  # the send waiting for the failed fsync
+                await producer.send(Message("fragile", b"during"))
+            cause = failed.value.__cause__
+            assert isinstance(cause, BrokerResponseError) and cause.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert "fsync" in cause.remark
+            with pytest.raises(ClientError, match="accepts no writes"):  # every later one
+                await producer.send(Message("fragile", b"after"))
+
+        async with Admin(empty_cluster.namesrv_addr) as admin:  # registered read-only: clients route elsewhere
+            deadline = asyncio.get_running_loop().time() + 10
+            while (await admin.topic_route("fragile")).queue_datas[0].perm != PERM_READ:
+                assert asyncio.get_running_loop().time() < deadline, "the route never turned read-only"
+                await asyncio.sleep(0.05)
+
+    asyncio.run(go())
+    reader = PullConsumer("fragile-reader", namesrv=empty_cluster.namesrv_addr, consume_from="first")
+    reader.subscribe("fragile")
+    reader.start()
+    try:
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.extend(reader.poll(0.5))
+    finally:
+        reader.shutdown()
+    assert sorted(m.body for m in got) == [b"before", b"during"]

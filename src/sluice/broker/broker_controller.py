@@ -30,6 +30,7 @@ from sluice.common.config import BrokerConfig
 from sluice.common.message import host_to_bytes
 from sluice.common.naming import SCHEDULE_TOPIC
 from sluice.common.structs import TopicConfig
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
@@ -106,6 +107,7 @@ class BrokerController:
             self.schedule_service.load()
             self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
             self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
+            self.store.write_failure_listeners.append(lambda: loop.call_soon_threadsafe(self._store_failed))
             for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerManageProcessor(self),
                               ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self)):
                 self.dispatcher.register_processor(processor)
@@ -152,9 +154,25 @@ class BrokerController:
 
     # == name server registration =====================================================================
     def topic_config_wrapper(self) -> dict[str, Any]:
+        """The topic table as registered: a broker that may not be written (or read) registers every topic with
+        that permission taken away, as RocketMQ does, so that clients route around it."""
         m = self.topic_config_manager
-        return {"dataVersion": m.data_version.to_json(),
-                "topicConfigTable": {n: tc.to_json() for n, tc in sorted(m.table.items())}}
+        broker_perm = self.config.broker_permission
+        table = {}
+        for n, tc in sorted(m.table.items()):
+            d = tc.to_json()
+            if broker_perm & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
+                d["perm"] = tc.perm & broker_perm
+            table[n] = d
+        return {"dataVersion": m.data_version.to_json(), "topicConfigTable": table}
+
+    def _store_failed(self) -> None:
+        """On the loop, after the store refused writes for good (a failed fsync): no longer writeable, so
+        clients send elsewhere; reads go on."""
+        self.config.broker_permission &= ~PERM_WRITE
+        # (name servers take a broker's topic table only when its data version moved)
+        self.topic_config_manager.data_version.next_version(int(time.time() * 1000))
+        self.trigger_register()
 
     def trigger_register(self) -> None:
         """Register with the name servers now (a topic was created or changed)."""

@@ -67,7 +67,8 @@ class QueueStatus:
 
 @dataclass(slots=True)
 class QueueProgress:
-    """One queue a consumer group reads: the broker's end, the group's committed offset (-1: none) and the lag."""
+    """One queue a consumer group reads: the broker's end, the group's committed offset (0 when none, as brokers
+    report it) and the lag."""
 
     topic: str
     broker_name: str

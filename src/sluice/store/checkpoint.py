@@ -32,6 +32,7 @@ class StoreCheckpoint:
     index_safe_offset: int = 0
     clean_shutdown_offset: int = -1
     valid: bool = False  # the file existed and its CRC matched
+    frozen: bool = False  # set after a failed fsync: the file is written no more
 
     @classmethod
     def load(cls, path: str) -> StoreCheckpoint:
@@ -57,6 +58,8 @@ class StoreCheckpoint:
         return min(self.physic_safe_offset, self.logics_safe_offset, self.index_safe_offset)
 
     def flush(self) -> None:
+        if self.frozen:  # after a failed fsync: recovery must start where the last good flush left it
+            return
         body = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
                             self.physic_safe_offset, self.logics_safe_offset, self.index_safe_offset,
                             self.clean_shutdown_offset)

@@ -185,8 +185,8 @@ class GroupCommitService(ServiceThread):
             failed = False
             if flushed > before:
                 self.store.flush_stats.record(time.perf_counter() - t0)
-        except OSError:
-            log.exception("commit log flush failed")
+        except OSError as exc:
+            self.store.fail_writes("fsync of the commit log", exc)
             flushed, failed = queue.flushed_where, True
         if flushed:
             self.store.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
@@ -237,12 +237,20 @@ class FlushRealTimeService(ServiceThread):
         least = self._thorough.least_pages(cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval)
         before = self.store.commit_log.flushed_where
         t0 = time.perf_counter()
-        if self.store.commit_log.queue.flush(least) > before:
+        try:
+            flushed = self.store.commit_log.queue.flush(least)
+        except OSError as exc:
+            self.store.fail_writes("fsync of the commit log", exc)
+            return
+        if flushed > before:
             self.store.flush_stats.record(time.perf_counter() - t0)
             self.store.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
 
     def on_stop(self) -> None:
-        self.store.commit_log.queue.flush(0)
+        try:
+            self.store.commit_log.queue.flush(0)
+        except OSError as exc:
+            self.store.fail_writes("fsync of the commit log", exc)
 
 
 class FlushConsumeQueueService(ServiceThread):

@@ -27,6 +27,7 @@ class MappedFileQueue:
         self.pwrite_min = pwrite_min  # passed to every segment (``MappedFile.pwrite_min``)
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        self.flush_failed: OSError | None = None
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -106,7 +107,21 @@ class MappedFileQueue:
         return last
 
     def flush(self, least_pages: int = 0) -> int:
-        """Flush from the segment holding ``flushed_where`` to the last; returns the new ``flushed_where``."""
+        """Flush from the segment holding ``flushed_where`` to the last; returns the new ``flushed_where``.
+
+        Once a flush has failed (``flush_failed``), nothing is flushed or counted as flushed any more: after a
+        failed fsync the kernel may have dropped the dirty pages and a later fsync succeed without them
+        (PostgreSQL's "fsyncgate"), so no later success may vouch for bytes written before it.
+        """
+        if self.flush_failed is not None:
+            return self.flushed_where
+        try:
+            return self._flush(least_pages)
+        except OSError as exc:
+            self.flush_failed = exc
+            raise
+
+    def _flush(self, least_pages: int) -> int:
         for mf in self.files:
             if mf.file_from_offset + self.file_size <= self.flushed_where:
                 continue

@@ -96,6 +96,11 @@ class MessageStore:
         self.arrival_listeners: list[MessageArrivalListener] = []
         self.disk_full = False
         self.disk_full_remark = ""
+        # Set, for good, by the first failed fsync (``fail_writes``): the store refuses writes with it until a
+        # restart, which recovers from the log as after a crash.
+        self.write_failure = ""
+        self.write_failure_listeners: list[Callable[[], None]] = []  # called once, from the failing thread
+        self._failure_lock = threading.Lock()
         self.running = False
         self.abnormal_start = False
         self._lock_fd: int | None = None
@@ -160,8 +165,30 @@ class MessageStore:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    def fail_writes(self, what: str, exc: BaseException) -> None:
+        """A flush failed: refuse every write from now on (the waiting ones fail too), write the checkpoint no
+        more, and leave the abort file at shutdown, so that the next start recovers from the log, checking every
+        record's CRC, from the last checkpoint written before the failure. No later flush may count: once an
+        fsync failed, the kernel may have dropped the dirty pages, and the next one succeed without them."""
+        with self._failure_lock:
+            if self.write_failure:
+                return
+            self.checkpoint.frozen = True
+            self.commit_log.queue.flush_failed = self.commit_log.queue.flush_failed or OSError(str(exc))
+            self.write_failure = (f"the broker's store could not be flushed ({what}: {exc}): it accepts no writes "
+                                  f"until it is restarted")
+        log.critical("%s failed: %s. The store is READ-ONLY from now on: no write is accepted or acknowledged "
+                     "until the broker is restarted, and the restart recovers from the commit log, checking every "
+                     "record since the last good checkpoint.", what, exc)
+        for listener in self.write_failure_listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("a write-failure listener failed")
+
     def shutdown(self) -> None:
-        """Flush everything, write a clean checkpoint and remove the abort file."""
+        """Flush everything, write a clean checkpoint and remove the abort file (not after a failed flush: then
+        the next start recovers as after a crash)."""
         if not self.running:
             return
         self.running = False
@@ -170,6 +197,13 @@ class MessageStore:
         for s in reversed(self._services):
             s.stop()
         self._services.clear()
+        if self.write_failure:
+            self.consumer_offsets.persist(force=True)
+            log.warning("store %s shut down after a failed flush: the abort file stays, the next start recovers "
+                        "from the commit log", self.root)
+            self._close_files()
+            self._release_lock()
+            return
         self.commit_log.queue.flush()
         self.flush_logics_and_checkpoint(0)
         self.consumer_offsets.persist(force=True)
@@ -222,6 +256,8 @@ class MessageStore:
     def _check(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | None:
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
+        if self.write_failure:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure)
         if self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
         c = self.config
@@ -284,8 +320,11 @@ class MessageStore:
         result = PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
                                   r.store_timestamp, r.phys_offsets)
         if not flushed:
-            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-            result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
+            if self.write_failure:  # not durable, and never to be: the send failed
+                result.status, result.remark = PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure
+            else:
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
         if self.arrival_listeners:
             for (topic, queue_id), max_offset in r.arrivals.items():
                 for listener in self.arrival_listeners:
@@ -313,6 +352,8 @@ class MessageStore:
     def _check_raw(self, batch: RawBatch) -> PutMessageResult | None:
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
+        if self.write_failure:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure)
         if self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
         cols = batch.columns
@@ -474,25 +515,34 @@ class MessageStore:
         consume queues' when none was left with unflushed entries below it.
         """
         with self._logics_flush_lock:
-            dispatched = self.dispatched_offset  # everything below is in the CQ / index files now
-            complete = True
-            for cq in list(self.consume_queues.values()):
-                end = cq.queue.max_offset  # read after ``dispatched``: covers every entry below it
-                if cq.flush(least_pages) < end:
-                    complete = False
-            cp = self.checkpoint
-            now = int(time.time() * 1000)
-            if least_pages == 0:
-                self.index_service.flush()
-                cp.index_safe_offset = dispatched
-                cp.index_msg_timestamp = now
-            else:
-                self.index_service.flush_full()
-            if complete and (least_pages == 0 or dispatched > cp.logics_safe_offset):
-                cp.logics_safe_offset = dispatched
-                cp.logics_msg_timestamp = now
-            cp.physic_safe_offset = self.commit_log.flushed_where
-            cp.flush()
+            try:
+                self._flush_logics_and_checkpoint(least_pages)
+            except OSError as exc:
+                self.fail_writes("flushing the consume queues, index or checkpoint", exc)
+                raise
+
+    def _flush_logics_and_checkpoint(self, least_pages: int) -> None:
+        if self.write_failure:
+            return  # the checkpoint is frozen; flushing derived files would vouch for nothing
+        dispatched = self.dispatched_offset  # everything below is in the CQ / index files now
+        complete = True
+        for cq in list(self.consume_queues.values()):
+            end = cq.queue.max_offset  # read after ``dispatched``: covers every entry below it
+            if cq.flush(least_pages) < end:
+                complete = False
+        cp = self.checkpoint
+        now = int(time.time() * 1000)
+        if least_pages == 0:
+            self.index_service.flush()
+            cp.index_safe_offset = dispatched
+            cp.index_msg_timestamp = now
+        else:
+            self.index_service.flush_full()
+        if complete and (least_pages == 0 or dispatched > cp.logics_safe_offset):
+            cp.logics_safe_offset = dispatched
+            cp.logics_msg_timestamp = now
+        cp.physic_safe_offset = self.commit_log.flushed_where
+        cp.flush()
 
     # == reading =====================================================================================
     def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,

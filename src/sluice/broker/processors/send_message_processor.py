@@ -132,6 +132,11 @@ def ipv4_addr(addr: str) -> str:
     return "127.0.0.1:0"
 
 
+def _forbidden(b: BrokerController) -> str:
+    why = f": {b.store.write_failure}" if b.store.write_failure else ""
+    return f"the broker[{b.broker_addr}] sending message is forbidden{why}"
+
+
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -158,7 +163,7 @@ class SendMessageProcessor:
         if sub is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         if not perm_writeable(b.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] sending message is forbidden")
+            return req.response(ResponseCode.NO_PERMISSION, _forbidden(b))
         if sub.retry_queue_nums <= 0:
             return req.response(ResponseCode.SUCCESS)
         msg = b.store.look_message_by_offset(offset)
@@ -193,7 +198,7 @@ class SendMessageProcessor:
               h: SendMessageRequestHeader) -> RemotingCommand | DeferredResponse:
         b = self.broker
         if not perm_writeable(b.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] sending message is forbidden")
+            return req.response(ResponseCode.NO_PERMISSION, _forbidden(b))
         try:
             validate_topic(h.topic)
         except InvalidNameError as exc:
