@@ -67,9 +67,9 @@ def test_nul_in_properties_is_illegal(store: MessageStore):
     assert store.get_max_phy_offset() == 0
 
 
-def test_an_index_geometry_that_holds_no_key_is_refused_at_configuration():
-    with pytest.raises(ValueError, match="max_index_num"):
-        MessageStoreConfig(max_index_num=1)
+def test_an_index_geometry_that_holds_no_key_is_refused_at_configuration(tmp_path):
+    with pytest.raises(ValueError, match="max_index_num: an integer of at least 2 is allowed, got 1"):
+        MessageStore(MessageStoreConfig(store_path_root_dir=str(tmp_path), max_index_num=1))
 
 
 def test_a_pull_body_with_a_zero_record_size_is_refused_not_looped_on():

@@ -115,8 +115,8 @@ def test_appends_through_pwrite_or_the_mapping_store_the_same_records(store_conf
 
 
 def test_pwrite_threshold_below_minus_one_is_refused(store_config):
-    with pytest.raises(ValueError, match="commit_log_pwrite_min_bytes"):
-        store_config.replace(commit_log_pwrite_min_bytes=-2)
+    with pytest.raises(ValueError, match="commit_log_pwrite_min_bytes: an integer of at least -1 is allowed"):
+        MessageStore(store_config.replace(commit_log_pwrite_min_bytes=-2))
 
 
 @pytest.mark.parametrize("written", [0, 700])

@@ -47,7 +47,8 @@ def test_expired_segments_are_deleted_and_min_offsets_follow(store_config: Messa
 
 
 def test_full_disk_refuses_writes_with_a_clear_status(store_config: MessageStoreConfig):
-    with MessageStore(store_config.replace(disk_space_warning_level_ratio=0.0)) as store:
+    with MessageStore(store_config.replace(disk_space_warning_level_ratio=0.0,
+                                           disk_space_clean_forcibly_ratio=0.0)) as store:
         r = store.put_message(msg())
         assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert "disk is full" in r.remark
@@ -59,14 +60,14 @@ def test_full_disk_refuses_writes_with_a_clear_status(store_config: MessageStore
 
 def test_deleting_unconsumed_messages_to_free_the_disk_is_a_warning_per_topic(store_config: MessageStoreConfig,
                                                                                caplog):
-    cfg = store_config.replace(disk_max_used_space_ratio=0, disk_space_clean_forcibly_ratio=0.0,
-                               delete_files_batch_max=3, delete_commit_log_files_interval=1)
+    cfg = store_config.replace(disk_space_clean_forcibly_ratio=0.0, delete_files_batch_max=3,
+                               delete_commit_log_files_interval=1)
     with MessageStore(cfg) as store:
         for i in range(600):
             store.put_message(msg(topic="T" if i % 2 else "U", body=bytes(300) + str(i).encode(), queue_id=0))
         store.consumer_offsets.commit_offset("g-slow", "T", 0, 10)
         store.consumer_offsets.commit_offset("g-fast", "T", 0, 200)
-        assert store.clean_expired_files(manual=False) == 3  # nothing expired: the disk is "full"
+        assert store.clean_expired_files() == 3  # nothing expired: the disk is "full" (above the forcibly ratio)
         t_min, u_min = store.get_min_offset_in_queue("T", 0), store.get_min_offset_in_queue("U", 0)
         assert t_min > 10 and u_min > 0
     warnings = {r.getMessage().split(" of topic ")[1].split(" ")[0]: r.getMessage() for r in caplog.records

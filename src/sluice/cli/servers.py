@@ -7,11 +7,12 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
-from sluice.common.config import BrokerConfig, FlushDiskType, MessageStoreConfig, NamesrvConfig
-from sluice.common.config_loader import ConfigError, load_toml, update_from_dict
+from sluice.common.config import BrokerConfig, NamesrvConfig
+from sluice.common.config_loader import ConfigError, load, load_toml, server_tables
 from sluice.common.runtime import tune_gc_for_throughput
 
 DEV_STORE = ".sluice"
@@ -56,37 +57,73 @@ def _config_file(path: str | None) -> dict[str, Any]:
     return load_toml(path) if path else {}
 
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def announced_ip(bind_host: str) -> str:
+    """The address to tell clients for a server bound to ``bind_host``: itself, or for a wildcard (every
+    interface) the machine's address on its default route (127.0.0.1 without one) — never 0.0.0.0."""
+    if bind_host not in WILDCARD_HOSTS:
+        return bind_host
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: picks the outgoing interface, sends nothing
+            ip = s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+    return ip if ip and ip != "0.0.0.0" else "127.0.0.1"
+
+
+def _table(data: dict[str, Any], name: str, where: str) -> tuple[dict[str, Any], str]:
+    return dict(server_tables(data, where).get(name, {})), f"{where} [{name}]" if where != "flags" else where
+
+
 def namesrv_config(args: argparse.Namespace, data: dict[str, Any], where: str) -> NamesrvConfig:
-    cfg = NamesrvConfig()
-    update_from_dict(cfg, data.get("namesrv", {}), f"{where} [namesrv]")
+    table, origin = _table(data, "namesrv", where)
+    sources: dict[str, str] = {}
     if getattr(args, "host", None):
-        cfg.host = args.host
+        table["host"], sources["host"] = args.host, "--host"
     if getattr(args, "namesrv_port", None) is not None:
-        cfg.port = args.namesrv_port
-    return cfg
+        flag = "--port" if getattr(args, "func", None) is cmd_namesrv else "--namesrv-port"
+        table["port"], sources["port"] = args.namesrv_port, flag
+    return load(NamesrvConfig, table, origin, sources)
 
 
 def broker_config(args: argparse.Namespace, data: dict[str, Any], where: str) -> BrokerConfig:
-    cfg = BrokerConfig(store=MessageStoreConfig())
-    update_from_dict(cfg, data.get("broker", {}), f"{where} [broker]")
-    if "store" in data:
-        update_from_dict(cfg.store, data["store"], f"{where} [store]")
+    """The broker's config: the file's [broker] and [store] tables, then the flags; all checked together."""
+    tables = server_tables(data, where)
+    broker = dict(tables.get("broker", {}))
+    origin = f"{where} [broker]" if where != "flags" else where
+    sources: dict[str, str] = {}
+    nested = broker.pop("store", {})
+    if not isinstance(nested, dict):
+        raise ConfigError(f"{origin}: store must be a table ([store]), not {nested!r}")
+    store = dict(nested)
+    if "store" in tables:
+        sources["store"] = f"{where} [store]"
+    for key in tables.get("store", {}):
+        sources[f"store.{key}"] = f"{where} [store]"
+    store.update(tables.get("store", {}))
     if getattr(args, "store", None):
-        cfg.store.store_path_root_dir = os.path.abspath(args.store)
+        store["store_path_root_dir"], sources["store.store_path_root_dir"] = os.path.abspath(args.store), "--store"
     if getattr(args, "flush", None):
-        try:
-            cfg.store.flush_disk_type = FlushDiskType.parse(args.flush)
-        except ValueError as exc:
-            raise ConfigError(f"--flush: {exc}") from None
+        store["flush_disk_type"], sources["store.flush_disk_type"] = args.flush, "--flush"
     if getattr(args, "broker_port", None) is not None:
-        cfg.listen_port = args.broker_port
+        flag = "--port" if getattr(args, "func", None) is cmd_broker else "--broker-port"
+        broker["listen_port"], sources["listen_port"] = args.broker_port, flag
     if getattr(args, "host", None):
-        cfg.listen_host = cfg.broker_ip = args.host
+        broker["listen_host"], sources["listen_host"] = args.host, "--host"
+        if args.host not in WILDCARD_HOSTS:
+            broker["broker_ip"], sources["broker_ip"] = args.host, "--host"
     if getattr(args, "namesrv", None):
-        cfg.namesrv_addr = args.namesrv
+        broker["namesrv_addr"], sources["namesrv_addr"] = args.namesrv, "--namesrv"
     if getattr(args, "broker_name", None):
-        cfg.broker_name = args.broker_name
-    return cfg
+        broker["broker_name"], sources["broker_name"] = args.broker_name, "--broker-name"
+    if "broker_ip" not in broker and broker.get("listen_host") in WILDCARD_HOSTS:
+        broker["broker_ip"] = announced_ip(broker["listen_host"])  # bound everywhere: announce a real address
+    if store:
+        broker["store"] = store
+    return load(BrokerConfig, broker, origin, sources)
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
@@ -140,7 +177,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     async def start() -> None:
         nonlocal broker
         await ns.start()
-        bcfg.namesrv_addr = ns.address
+        bcfg.namesrv_addr = f"{announced_ip(nscfg.host)}:{ns.port}"
         broker = BrokerController(bcfg)
         try:
             await broker.start()
@@ -148,7 +185,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         except BaseException:
             await ns.stop()
             raise
-        print(f"sluice dev ready\n  name server  {ns.address}\n  broker       {broker.broker_addr} "
+        print(f"sluice dev ready\n  name server  {bcfg.namesrv_addr}\n  broker       {broker.broker_addr} "
               f"({bcfg.broker_name}, {bcfg.store.flush_disk_type.value})\n  store        {store}\n"
               f"Ctrl-C stops it.", flush=True)
 

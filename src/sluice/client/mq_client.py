@@ -14,9 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import msgspec
+
 from sluice.client.message_id import local_ipv4
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.config import ClientConfig
+from sluice.common.config_loader import SettingError, load
 from sluice.common.errors import ClientError
 from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, MessageQueue, TopicRouteData
 from sluice.remoting.client import RemotingClient
@@ -39,15 +42,14 @@ def build_client_id(instance_name: str) -> str:
 
 def client_config(config: ClientConfig | None, namesrv: str | None, settings: dict[str, Any],
                   what: str) -> ClientConfig:
-    """``config`` (or the defaults) with ``namesrv`` and keyword ``settings`` applied; unknown names refused."""
-    cfg = config or ClientConfig()
+    """A new config: ``config`` (or the defaults) with ``namesrv`` and keyword ``settings`` applied, every value
+    checked (``SettingError`` names the setting and what it takes). ``config`` itself is never changed, so one
+    config can serve several clients."""
+    data = msgspec.to_builtins(config) if config is not None else {}
     if namesrv is not None:
-        cfg.namesrv_addr = namesrv
-    for k, v in settings.items():
-        if not hasattr(cfg, k):
-            raise TypeError(f"unknown {what} setting {k!r}")
-        setattr(cfg, k, v)
-    return cfg
+        data["namesrv_addr"] = namesrv
+    data.update(settings)
+    return load(ClientConfig, data, f"{what} setting", error=SettingError)
 
 
 class ConsumerInner(Protocol):

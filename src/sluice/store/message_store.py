@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from sluice.common.config import FlushDiskType, MessageStoreConfig
+from sluice.common.config_loader import check
 from sluice.common.errors import InvalidNameError, MessageFormatError, StoreConfigError, StoreLockedError
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.message_codec import decode_record
@@ -83,7 +84,7 @@ class MessageStore:
 
     def __init__(self, config: MessageStoreConfig | None = None, **overrides: object) -> None:
         cfg = config or MessageStoreConfig()
-        self.config = cfg.replace(**overrides) if overrides else cfg
+        self.config = check(cfg.replace(**overrides) if overrides else cfg, "message store config")
         c = self.config
         self.root = c.store_path_root_dir
         self.commit_log = CommitLog(c)

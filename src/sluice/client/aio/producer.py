@@ -156,7 +156,10 @@ class Producer:
                 raise
         try:
             self._check_started()
-            return await self.send(msg, sharding_key=sharding_key, queue=queue, timeout=timeout)
+            result = await self._send_one(msg, sharding_key, queue, None, None, timeout, oneway=False,
+                                          async_send=True)
+            assert result is not None
+            return result
         finally:
             self._release()
 
@@ -279,14 +282,14 @@ class Producer:
 
     async def _send_one(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
                         selector: QueueSelector | None, arg: Any, timeout: float | None,
-                        oneway: bool) -> SendResult | None:
+                        oneway: bool, async_send: bool = False) -> SendResult | None:
         self._check_started()
         if not isinstance(msg, Message):
             raise TypeError(f"send takes a Message, not {type(msg).__name__}")
         uniq, request = self._single_request(msg, sharding_key)
 
         resp, mq = await self._send_with_retries(msg.topic, request, msg, sharding_key, queue, selector, arg,
-                                                 timeout, oneway)
+                                                 timeout, oneway, async_send=async_send)
         return None if resp is None else self._result(resp, mq, [uniq])
 
     def _single_request(self, msg: Message, sharding_key: str | None
@@ -369,14 +372,17 @@ class Producer:
     async def _send_with_retries(self, topic: str, request: Callable[[MessageQueue, bool], RemotingCommand],
                                  msg: Message | None, sharding_key: str | None, queue: MessageQueue | None,
                                  selector: QueueSelector | None, arg: Any, timeout: float | None,
-                                 oneway: bool, first: _FirstAttempt | None = None
+                                 oneway: bool, first: _FirstAttempt | None = None, async_send: bool = False
                                  ) -> tuple[RemotingCommand | None, MessageQueue]:
         """Attempts until one is answered with a send status; ``first``: an attempt already made (by
-        ``send_async``), which counts as the first and whose deadline holds."""
+        ``send_async``), which counts as the first and whose deadline holds. A send of ``send_async`` retries
+        ``retry_times_when_send_async_failed`` times, others ``retry_times_when_send_failed`` (RocketMQ's two)."""
         loop = asyncio.get_running_loop()
         timeout_s = timeout if timeout is not None else self.config.send_msg_timeout / 1000
         deadline = first.deadline if first is not None else loop.time() + timeout_s
-        attempts = 1 if oneway else 1 + self.config.retry_times_when_send_failed
+        retries = self.config.retry_times_when_send_async_failed if async_send or first is not None \
+            else self.config.retry_times_when_send_failed
+        attempts = 1 if oneway else 1 + retries
         last_broker = first.broker if first is not None else None
         last_error = first.error if first is not None else None
         mq: MessageQueue | None = None
