@@ -46,34 +46,44 @@ def test_send_async_is_on_the_wire_before_the_loop_runs_again(cluster: Cluster):
     assert statuses == [SendStatus.SEND_OK] * 5
 
 
-def test_send_async_refused_first_attempt_is_retried_like_send(empty_cluster: Cluster,
-                                                                caplog: pytest.LogCaptureFixture):
+def test_send_async_refused_first_attempt_is_retried_as_async_sends_are(empty_cluster: Cluster,
+                                                                         caplog: pytest.LogCaptureFixture):
+    """An async send retries ``retry_times_when_send_async_failed`` times, a sync send
+    ``retry_times_when_send_failed`` times (RocketMQ's two settings)."""
     cluster = empty_cluster
     broker = cluster.start_broker("broker-a", auto_create_topic_enable=False)
     topic = "async-refused"
     cluster.create_topic(topic, 2)
 
-    async def go() -> BaseException | None:
-        async with Producer("async-refused-pg", namesrv=cluster.namesrv_addr,
-                            retry_times_when_send_failed=2) as p:
+    async def go() -> tuple[BaseException | None, BaseException | None]:
+        async with Producer("async-refused-pg", namesrv=cluster.namesrv_addr, retry_times_when_send_failed=3,
+                            retry_times_when_send_async_failed=2) as p:
             await p.send(Message(topic, b"warm-up"))
             broker.topic_config_manager.delete(topic)  # the name server (and the producer) still route here
             fut = p.send_async(Message(topic, b"refused"))
             assert p._inflight == 1  # the first attempt left at once, not from a task
             try:
                 await fut
+                async_err = None
             except ClientError as exc:
-                return exc
+                async_err = exc
             finally:
                 assert p._inflight == 0
-            return None
+            try:
+                await p.send(Message(topic, b"refused too"))
+                return async_err, None
+            except ClientError as exc:
+                return async_err, exc
 
     with caplog.at_level(logging.INFO, logger="sluice.client.aio.producer"):
-        err = uvloop.run(go())
-    assert isinstance(err, ClientError) and "after 3 attempt(s)" in str(err)
-    assert isinstance(err.__cause__, BrokerResponseError) and err.__cause__.code == ResponseCode.TOPIC_NOT_EXIST
+        async_err, sync_err = uvloop.run(go())
+    assert isinstance(async_err, ClientError) and "after 3 attempt(s)" in str(async_err)
+    assert isinstance(async_err.__cause__, BrokerResponseError)
+    assert async_err.__cause__.code == ResponseCode.TOPIC_NOT_EXIST
+    assert isinstance(sync_err, ClientError) and "after 4 attempt(s)" in str(sync_err)
     attempts = [r.getMessage() for r in caplog.records if "failed on attempt" in r.getMessage()]
-    assert [a.rsplit("failed on attempt ", 1)[1].split(":")[0] for a in attempts] == ["1", "2", "3"]
+    assert [a.rsplit("failed on attempt ", 1)[1].split(":")[0] for a in attempts] == ["1", "2", "3",
+                                                                                     "1", "2", "3", "4"]
 
 
 def test_send_async_keeps_at_most_max_inflight_async_sends_in_flight(cluster: Cluster):
