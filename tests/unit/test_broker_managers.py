@@ -165,9 +165,12 @@ def test_unknown_topics_are_created_from_tbw102_only_when_auto_create_is_on(tmp_
                                           store=MessageStoreConfig(store_path_root_dir=str(tmp_path / "b"))))
     off.load()
     assert off.create_in_send("NewTopic", "TBW102", 4) is None
+    on.close()  # its last change written
+    off.close()
     again = TopicConfigManager(BrokerConfig(store=MessageStoreConfig(store_path_root_dir=str(tmp_path / "a"))))
     again.load()
     assert again.get("NewTopic") == tc
+    again.close()
 
 
 class _AnsweringConn:

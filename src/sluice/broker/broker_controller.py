@@ -143,7 +143,10 @@ class BrokerController:
         await self.server.stop()
         await self.schedule_service.stop()
         await self.client.close()
-        await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.topic_config_manager.close)
+        await loop.run_in_executor(None, self.subscription_group_manager.close)
+        await loop.run_in_executor(None, self.store.shutdown)
         log.info("broker %s stopped", c.broker_name)
 
     async def __aenter__(self) -> BrokerController:

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sluice.common.errors import StoreConfigError
+from sluice.common.files import ConfigWriter, load_json
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import SCHEDULE_TOPIC
 from sluice.common.properties import (
@@ -24,7 +25,6 @@ from sluice.common.properties import (
     PROPERTY_REAL_TOPIC,
 )
 from sluice.common.sysflag import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
-from sluice.store.config_file import load_json, write_json_atomic
 from sluice.store.consume_queue import BLANK_ENTRY_SIZE
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class ScheduleMessageService:
         self._wake = asyncio.Event()
         self._dirty = False
         self.delivered = 0
+        self.writer = ConfigWriter(self.path, lambda: {"offsetTable": {str(k): v for k, v in
+                                                                       sorted(self.offsets.items())}})
 
     @property
     def max_level(self) -> int:
@@ -61,9 +63,10 @@ class ScheduleMessageService:
             raise StoreConfigError(f"store config file {self.path} has a malformed offsetTable: {exc}") from exc
 
     def persist(self) -> None:
+        """Have the delay offsets written, off the event loop (a full disk: retried, logged)."""
         if self._dirty:
             self._dirty = False
-            write_json_atomic(self.path, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+            self.writer.request()
 
     def redirect(self, msg: MessageExtBrokerInner) -> MessageExtBrokerInner:
         """A message with a delay level goes to SCHEDULE_TOPIC_XXXX (in place); others pass unchanged."""
@@ -97,6 +100,7 @@ class ScheduleMessageService:
                 pass
             self._task = None
         self.persist()
+        await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
 
     async def _run(self) -> None:
         last_persist = time.monotonic()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import StoreConfigError
+from sluice.common.files import ConfigWriter, load_json
 from sluice.common.structs import DataVersion
-from sluice.store.config_file import load_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.Lock()
+        self.writer = ConfigWriter(self.path, self._snapshot)
 
     def load(self) -> None:
         data = load_json(self.path)
@@ -63,11 +65,17 @@ class SubscriptionGroupManager:
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreConfigError(f"store config file {self.path} has a malformed group table: {exc}") from exc
 
-    def persist(self) -> None:
+    def _snapshot(self) -> dict[str, Any]:
         with self._lock:
-            data = {"dataVersion": self.data_version.to_json(),
+            return {"dataVersion": self.data_version.to_json(),
                     "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.table.items())}}
-        write_json_atomic(self.path, data)
+
+    def persist(self) -> Future[None]:
+        """Have the table written, off this thread; the future is done once it is on disk."""
+        return self.writer.request()
+
+    def close(self) -> None:
+        self.writer.close()
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; auto-created (and persisted) when allowed."""

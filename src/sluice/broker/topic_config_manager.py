@@ -6,9 +6,12 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future
+from typing import Any
 
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import StoreConfigError
+from sluice.common.files import ConfigWriter, load_json
 from sluice.common.naming import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
@@ -17,7 +20,6 @@ from sluice.common.naming import (
 )
 from sluice.common.structs import DataVersion, TopicConfig, perm_inherit
 from sluice.common.sysflag import PERM_INHERIT, PERM_READ, PERM_WRITE
-from sluice.store.config_file import load_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.Lock()
+        self.writer = ConfigWriter(self.path, self._snapshot)
 
     def load(self) -> None:
         data = load_json(self.path)
@@ -61,11 +64,17 @@ class TopicConfigManager:
         self.data_version.next_version(now_ms())
         self.persist()
 
-    def persist(self) -> None:
+    def _snapshot(self) -> dict[str, Any]:
         with self._lock:
-            data = {"dataVersion": self.data_version.to_json(),
+            return {"dataVersion": self.data_version.to_json(),
                     "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())}}
-        write_json_atomic(self.path, data)
+
+    def persist(self) -> Future[None]:
+        """Have the table written, off this thread; the future is done once it is on disk."""
+        return self.writer.request()
+
+    def close(self) -> None:
+        self.writer.close()
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)

@@ -1,4 +1,4 @@
-"""The name server's key/value configuration (``kvConfig.json``, spec §7.7), persisted on every change.
+"""The name server's key/value configuration (``kvConfig.json``), written after every change, off the event loop.
 
 File: ``{"configTable":{"<namespace>":{"<key>":"<value>"}}}``, replaced atomically (``.bak`` kept). A file
 that exists but cannot be read is an error naming it; it is never silently reset to empty.
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from typing import Any
 
 from sluice.common.errors import StoreConfigError
-from sluice.store.config_file import load_json, write_json_atomic
+from sluice.common.files import ConfigWriter, load_json
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,8 @@ class KVConfigManager:
     def __init__(self, path: str) -> None:
         self.path = path
         self._table: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self.writer = ConfigWriter(path, self._snapshot)
 
     def load(self) -> None:
         """Read the file if it exists; raises ``StoreConfigError`` naming the file when it is corrupt."""
@@ -36,13 +40,21 @@ class KVConfigManager:
         self._table = {str(ns): dict(kv) for ns, kv in table.items()}
         log.info("loaded kv config %s: %d namespaces", self.path, len(self._table))
 
+    def _snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"configTable": {ns: dict(kv) for ns, kv in self._table.items()}}
+
     def persist(self) -> None:
-        write_json_atomic(self.path, {"configTable": self._table})
+        self.writer.request()
+
+    def close(self) -> None:
+        self.writer.close()
 
     def put(self, namespace: str, key: str, value: str) -> None:
-        kv = self._table.setdefault(namespace, {})
-        old = kv.get(key)
-        kv[key] = value
+        with self._lock:
+            kv = self._table.setdefault(namespace, {})
+            old = kv.get(key)
+            kv[key] = value
         if old != value:
             log.info("kv config put: %s/%s = %r (was %r)", namespace, key, value, old)
             self.persist()
@@ -51,12 +63,13 @@ class KVConfigManager:
         return self._table.get(namespace, {}).get(key)
 
     def delete(self, namespace: str, key: str) -> bool:
-        kv = self._table.get(namespace)
-        if kv is None or key not in kv:
-            return False
-        del kv[key]
-        if not kv:
-            del self._table[namespace]
+        with self._lock:
+            kv = self._table.get(namespace)
+            if kv is None or key not in kv:
+                return False
+            del kv[key]
+            if not kv:
+                del self._table[namespace]
         log.info("kv config deleted: %s/%s", namespace, key)
         self.persist()
         return True

@@ -62,7 +62,7 @@ class NamesrvController:
             self._scan_task = None
         await self.server.stop()
         self._watched.clear()
-        self.kv_config.persist()
+        await asyncio.get_running_loop().run_in_executor(None, self.kv_config.close)
         log.info("name server on %s stopped", self.address)
 
     async def __aenter__(self) -> NamesrvController:

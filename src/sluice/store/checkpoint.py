@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
-from sluice.store.mapped_file import fsync_dir
+from sluice.common.files import fsync_dir
 
 CHECKPOINT_SIZE: Final = 4096
 _LAYOUT: Final = struct.Struct(">qqqqqqq")

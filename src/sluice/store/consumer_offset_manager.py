@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from sluice.common.errors import StoreConfigError
-from sluice.store.config_file import load_json, write_json_atomic
+from sluice.common.files import load_json, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"
 
@@ -22,6 +25,7 @@ class ConsumerOffsetManager:
         self.reset_offset_table: dict[str, dict[int, int]] = {}
         self._lock = threading.Lock()
         self._dirty = False
+        self._failing = False
 
     def load(self) -> None:
         data = load_json(self.path)
@@ -77,10 +81,25 @@ class ConsumerOffsetManager:
                     del table[k]
             self._dirty = True
 
-    def persist(self, force: bool = False) -> None:
+    def persist(self, force: bool = False) -> bool:
+        """Write the offsets if they changed; False (logged once, retried at the next call) when the disk would
+        not take them."""
         with self._lock:
             if not (self._dirty or force):
-                return
+                return True
             snapshot = {k: {str(q): o for q, o in v.items()} for k, v in self.offset_table.items()}
             self._dirty = False
-        write_json_atomic(self.path, {"offsetTable": snapshot})
+        try:
+            write_json_atomic(self.path, {"offsetTable": snapshot})
+        except OSError as exc:
+            with self._lock:
+                self._dirty = True
+            if not self._failing:
+                log.error("cannot write the consumer offsets to %s (%s): they stay in memory and are written once "
+                          "that works", self.path, exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("consumer offsets written to %s again", self.path)
+        self._failing = False
+        return True

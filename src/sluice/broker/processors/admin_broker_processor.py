@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -47,7 +48,7 @@ class AdminBrokerProcessor:
         self.broker = broker
 
     # == topics ======================================================================================
-    def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    async def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
         topic = req.ext_str("topic")
         try:
@@ -68,6 +69,11 @@ class AdminBrokerProcessor:
                          req.ext_int("topicSysFlag", 0), req.ext_bool("order"))
         b.topic_config_manager.update(tc)
         b.trigger_register()
+        try:  # answered once the topic table is on disk (written off the event loop)
+            await asyncio.wrap_future(b.topic_config_manager.persist())
+        except OSError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"topic {topic} is created, but the topic table could not "
+                                                           f"be saved ({exc}); it is saved once the disk allows")
         return req.response(ResponseCode.SUCCESS)
 
     def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
