@@ -126,8 +126,11 @@ def test_a_failed_pwrite_refuses_the_put_and_leaves_no_trace(store_config, monke
     from sluice.store import mapped_file as mapped_file_module
 
     real_pwrite = os.pwrite
+    segments: set[int] = set()
 
     def failing(fd, data, pos):
+        if fd not in segments:  # only the commit log's appends fail (not the checkpoint's or the fills')
+            return real_pwrite(fd, data, pos)
         if not written:
             raise OSError(28, "No space left on device")
         return real_pwrite(fd, bytes(data)[:written], pos)
@@ -135,10 +138,17 @@ def test_a_failed_pwrite_refuses_the_put_and_leaves_no_trace(store_config, monke
     cfg = store_config.replace(commit_log_pwrite_min_bytes=1024)
     with MessageStore(cfg) as s:
         assert s.put_message(msg(body=b"before")).ok
+        segments.update(mf._fd for mf in s.commit_log.queue.files)
         monkeypatch.setattr(mapped_file_module.os, "pwrite", failing)
         refused = s.put_messages([msg(body=b"a" * 300), msg(body=b"b" * 300), msg(body=b"c" * 600)])
-        assert refused.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
         monkeypatch.undo()
+        if written:  # a short write: the disk is failing
+            assert refused.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+        else:  # ENOSPC: refused as a full disk, and so are the next ones until there is room again
+            assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "disk is full" in refused.remark
+            assert s.put_message(msg(body=b"during")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+            s.check_disk_space()  # the clean service's round: this disk has room
+            assert not s.no_space
         after = s.put_message(msg(body=b"after"))
         assert after.ok and after.queue_offset == 1  # no gap
         assert [m.body for m in read_queue(s, "T", 0)] == [b"before", b"after"]

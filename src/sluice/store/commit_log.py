@@ -196,6 +196,9 @@ class CommitLog:
         self.default_store_host = host_to_bytes(config.store_host)
         self.begin_time_in_lock = 0.0  # when the current append started (0: none running)
         self.closed = False
+        # Called (under the put lock) when an append rolled over to a new segment: the store has the one after
+        # it made ahead, and checks the disk, off the put path.
+        self.on_roll: Callable[[], None] | None = None
 
     # -- offsets ------------------------------------------------------------------------------------
     @property
@@ -348,6 +351,8 @@ class CommitLog:
             mf.append(_BLANK.pack(mf.remaining(), BLANK_MAGIC_CODE))
             mf.wrote_position = self.file_size
             mf = self.queue.last_or_create(0)
+            if self.on_roll is not None:
+                self.on_roll()
         return mf
 
     def _wait_for_zero_fill(self, mf: MappedFile, end: int) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import mmap
 import os
 import threading
+
+from sluice.common.files import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -14,17 +18,37 @@ NO_FENCE = 1 << 62  # ``MappedFile.zero_fence`` while no zeroing runs
 _ZEROS = memoryview(bytes(1 << 20))
 
 
+CREATING_SUFFIX = ".creating"  # a segment being sized; a crash leaves it, and the next start deletes it
+AHEAD_SUFFIX = ".ahead"  # a segment made ahead of need, not yet in use; likewise deleted at start
+
+
 def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def fsync_dir(path: str) -> None:
-    """Make a directory entry (a created, renamed or deleted file) durable."""
-    fd = os.open(path, os.O_RDONLY)
+def _create_file(tmp: str, file_size: int, final: str | None) -> None:
+    """Create ``tmp`` at ``file_size`` bytes with its blocks reserved (fallocate), durably; then rename it to
+    ``final`` if given. Reserved blocks mean that writing through the mapping can never fault for want of disk
+    space (SIGBUS): a full disk shows here, as ENOSPC, before anything is written. Nothing is left behind on
+    failure."""
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        os.ftruncate(fd, file_size)
+        try:
+            os.posix_fallocate(fd, 0, file_size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot reserve: sparse
+                raise
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    if final is not None:
+        os.rename(tmp, final)
+    fsync_dir(os.path.dirname(tmp) or ".")
 
 
 class MappedFile:
@@ -36,25 +60,24 @@ class MappedFile:
     """
 
     __slots__ = ("path", "file_size", "file_from_offset", "wrote_position", "flushed_position", "_fd", "_mm",
-                 "buf", "_closed", "pwrite_min", "warmed_position", "zero_fence", "zero_overrun", "_fd_lock")
+                 "buf", "_closed", "pwrite_min", "warmed_position", "zero_fence", "zero_overrun", "_fd_lock",
+                 "final_path")
 
-    def __init__(self, path: str, file_size: int, pwrite_min: int = -1) -> None:
+    def __init__(self, path: str, file_size: int, pwrite_min: int = -1, ahead: bool = False) -> None:
+        """Open the segment at ``path``, creating it (its space reserved) when it does not exist. ``ahead``:
+        created under a temporary name (``path`` + ``.ahead``), to be put in place by ``publish`` when needed."""
         self.pwrite_min = pwrite_min  # appends of at least this many bytes use pwrite(); -1: none
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(os.path.basename(path))
-        if not os.path.exists(path):
+        self.final_path = path
+        if ahead:
+            self.path = path + AHEAD_SUFFIX
+            _create_file(self.path, file_size, None)
+        elif not os.path.exists(path):
             # Size it under a temporary name, then rename: a crash never leaves a short segment behind.
-            tmp = path + ".creating"
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.ftruncate(fd, file_size)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path)
-            fsync_dir(os.path.dirname(path))
-        self._fd = os.open(path, os.O_RDWR, 0o644)
+            _create_file(path + CREATING_SUFFIX, file_size, path)
+        self._fd = os.open(self.path, os.O_RDWR, 0o644)
         try:
             size = os.fstat(self._fd).st_size
             if size < file_size:
@@ -189,6 +212,13 @@ class MappedFile:
             self._closed = True
             self._release_map()
             os.close(self._fd)
+
+    def publish(self) -> None:
+        """Put a segment made ahead (``ahead=True``) in place under its own name."""
+        if self.path != self.final_path:
+            os.rename(self.path, self.final_path)
+            self.path = self.final_path
+            fsync_dir(os.path.dirname(self.path) or ".")
 
     def destroy(self) -> None:
         self.close()

@@ -8,7 +8,8 @@ import re
 import threading
 
 from sluice.common.errors import StoreError
-from sluice.store.mapped_file import MappedFile, fsync_dir, offset_to_file_name
+from sluice.common.files import fsync_dir
+from sluice.store.mapped_file import AHEAD_SUFFIX, CREATING_SUFFIX, MappedFile, offset_to_file_name
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +30,15 @@ class MappedFileQueue:
         self.flushed_where = 0
         self.flush_failed: OSError | None = None
         self._lock = threading.Lock()
+        self._ahead: MappedFile | None = None  # the next segment, made ahead of need
+        self._ahead_lock = threading.Lock()
 
     def load(self) -> None:
         """Open the segments on disk; every one counts as full until recovery says where writing ends."""
         if not os.path.isdir(self.directory):
             return
         for n in os.listdir(self.directory):
-            if n.endswith(".creating"):  # a crash while creating a segment: it never held data
+            if n.endswith((CREATING_SUFFIX, AHEAD_SUFFIX)):  # being created, or made ahead: never held data
                 os.unlink(os.path.join(self.directory, n))
         names = sorted(n for n in os.listdir(self.directory) if _SEGMENT_NAME.match(n))
         files: list[MappedFile] = []
@@ -89,12 +92,58 @@ class MappedFileQueue:
 
     # -- writing ------------------------------------------------------------------------------------
     def create_file(self, start_offset: int) -> MappedFile:
-        os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size,
-                        self.pwrite_min)
+        """The segment starting at ``start_offset``: the one made ahead (``prepare_next``) when it is that one,
+        else made now."""
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.file_from_offset == start_offset:
+            try:
+                ahead.publish()
+                mf = ahead
+            except OSError:
+                ahead.destroy()
+                raise
+        else:
+            if ahead is not None:
+                ahead.destroy()
+            os.makedirs(self.directory, exist_ok=True)
+            mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size,
+                            self.pwrite_min)
         with self._lock:
             self.files = [*self.files, mf]
         return mf
+
+    def prepare_next(self) -> bool:
+        """Make the segment after the last one now, ahead of need (RocketMQ's AllocateMappedFileService), so the
+        writer that rolls over finds it ready instead of creating, sizing and syncing it in its put. True when
+        one was made; OSError (a full disk: ENOSPC) when it could not be."""
+        last = self.last()
+        if last is None:
+            return False
+        want = last.file_from_offset + self.file_size
+        with self._ahead_lock:
+            if self._ahead is not None and self._ahead.file_from_offset == want:
+                return False
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(want)), self.file_size, self.pwrite_min,
+                        ahead=True)
+        with self._ahead_lock:
+            stale, self._ahead = self._ahead, mf
+        if stale is not None:
+            stale.destroy()
+        return True
+
+    def has_ahead(self) -> bool:
+        """Whether the segment after the last one is made already."""
+        last, ahead = self.last(), self._ahead
+        return last is not None and ahead is not None and \
+            ahead.file_from_offset == last.file_from_offset + self.file_size
+
+    def drop_ahead(self) -> None:
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.destroy()
 
     def last_or_create(self, start_offset: int = 0) -> MappedFile:
         """The segment to append to, creating the next one when the last is full (or there is none)."""
@@ -166,11 +215,13 @@ class MappedFileQueue:
         return gone
 
     def destroy(self) -> None:
+        self.drop_ahead()
         with self._lock:
             files, self.files = self.files, []
         for mf in files:
             mf.destroy()
 
     def close(self) -> None:
+        self.drop_ahead()  # made ahead and never used: it would only be deleted at the next start
         for mf in self.files:
             mf.close()

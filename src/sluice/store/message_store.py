@@ -7,9 +7,11 @@ get them back by queue offset, by commit-log offset, by key or by time, and shut
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -21,10 +23,12 @@ import numpy as np
 from sluice.common.config import FlushDiskType, MessageStoreConfig
 from sluice.common.config_loader import check
 from sluice.common.errors import InvalidNameError, MessageFormatError, StoreConfigError, StoreLockedError
+from sluice.common.files import fsync_dir
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.message_codec import decode_record
 from sluice.common.naming import validate_topic
 from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK
+from sluice.store.allocate_mapped_file import AllocateMappedFileService
 from sluice.store.checkpoint import StoreCheckpoint
 from sluice.store.commit_log import (
     AppendResult,
@@ -47,8 +51,7 @@ from sluice.store.flush import (
     FlushWaiter,
     GroupCommitService,
 )
-from sluice.store.index_file import IndexService
-from sluice.store.mapped_file import fsync_dir
+from sluice.store.index_file import IndexService, index_file_size
 from sluice.store.recovery import recover
 from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from sluice.store.retention import CleanCommitLogService, disk_usage_ratio
@@ -97,6 +100,9 @@ class MessageStore:
         self.arrival_listeners: list[MessageArrivalListener] = []
         self.disk_full = False
         self.disk_full_remark = ""
+        # Set when the disk had no room for what the next appends need (ENOSPC making the next segment ahead,
+        # or writing); cleared by ``check_disk_space`` once there is room again.
+        self.no_space = ""
         # Set, for good, by the first failed fsync (``fail_writes``): the store refuses writes with it until a
         # restart, which recovers from the log as after a crash.
         self.write_failure = ""
@@ -147,9 +153,13 @@ class MessageStore:
         self._services.append(FlushConsumeQueueService(self))
         self.clean_service = CleanCommitLogService(self)
         self._services.append(self.clean_service)
+        self.allocate_service = AllocateMappedFileService(self)
+        self._services.append(self.allocate_service)
+        self.commit_log.on_roll = self.allocate_service.wakeup
         if c.warm_mapped_file_enable:
-            self._services.append(WarmMappedFileService(self.commit_log, c.warm_mapped_file_ahead,
-                                                        c.warm_mapped_file_chunk))
+            warm = WarmMappedFileService(self.commit_log, c.warm_mapped_file_ahead, c.warm_mapped_file_chunk)
+            warm.on_no_space = self.note_no_space
+            self._services.append(warm)
         for s in self._services:
             s.start()
         self.running = True
@@ -259,6 +269,8 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
         if self.write_failure:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure)
+        if self.no_space:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
         if self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
         c = self.config
@@ -295,6 +307,9 @@ class MessageStore:
         except (MessageFormatError, UnicodeEncodeError) as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
         except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                self.note_no_space("writing the commit log", exc)
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
             log.exception("commit log append failed")
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"cannot write: {exc}")
 
@@ -355,6 +370,8 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
         if self.write_failure:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure)
+        if self.no_space:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
         if self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
         cols = batch.columns
@@ -783,10 +800,34 @@ class MessageStore:
         """Run one retention round now (``manual``: as if at the delete hour). Returns segments deleted."""
         return self.clean_service.clean(time.time() if now is None else now, manual=manual)
 
+    def note_no_space(self, what: str, exc: OSError) -> None:
+        """The disk had no room for ``what`` (ENOSPC): refuse writes at once, until ``check_disk_space`` finds
+        room for the next segment again. Reads go on; nothing is written through a mapping the disk cannot
+        back (segments have their space reserved when they are made)."""
+        if self.no_space:
+            return
+        self.no_space = (f"the broker's disk is full: no room for {what} ({exc.strerror or exc}); writes are "
+                         f"refused until space is freed")
+        log.error("%s: no space left on the disk (%s). Refusing writes until there is room for a commit-log "
+                  "segment again; reads go on.", what, exc)
+
+    def room_needed(self) -> int:
+        """Free bytes the next appends need: a commit-log segment, an index file and two consume-queue files."""
+        c = self.config
+        return (c.mapped_file_size_commit_log + index_file_size(c.max_hash_slot_num, c.max_index_num)
+                + 2 * c.mapped_file_size_consume_queue)
+
     def check_disk_space(self) -> float:
-        """Update the disk-full flag from the commit log disk's usage; returns the usage ratio."""
+        """Update the disk-full flags from the commit log disk's usage and free space; returns the usage ratio."""
         path = self.config.store_path_commit_log
-        ratio = disk_usage_ratio(path if os.path.isdir(path) else self.root)
+        where = path if os.path.isdir(path) else self.root
+        if self.no_space:
+            free = shutil.disk_usage(where).free
+            if free >= self.room_needed():
+                log.info("%d bytes are free on the disk again: accepting writes", free)
+                self.no_space = ""
+                self.allocate_service.wakeup()
+        ratio = disk_usage_ratio(where)
         limit = self.config.disk_space_warning_level_ratio
         full = ratio > limit
         if full != self.disk_full:

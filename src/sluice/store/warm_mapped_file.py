@@ -16,8 +16,10 @@ fenced there (``MappedFile.zero_fence``); an append that would reach the fence w
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.store.mapped_file import NO_FENCE
@@ -44,6 +46,7 @@ class WarmMappedFileService(ServiceThread):
         self.ahead = max(ahead, 2 * self.chunk)
         self._paused_until = 0.0
         self.filled_bytes = 0  # zeros written so far (for tests and stats)
+        self.on_no_space: Callable[[str, OSError], None] | None = None  # told of ENOSPC (the store refuses writes)
 
     def run_once(self) -> None:
         if time.monotonic() < self._paused_until:
@@ -52,6 +55,8 @@ class WarmMappedFileService(ServiceThread):
             while not self.stopped and self.warm_next_chunk():
                 pass
         except OSError as exc:
+            if exc.errno == errno.ENOSPC and self.on_no_space is not None:
+                self.on_no_space("zero-filling the commit log ahead", exc)
             log.warning("zero-filling the commit log ahead failed (%s); retrying in %.0f s", exc,
                         _RETRY_AFTER_ERROR)
             self._paused_until = time.monotonic() + _RETRY_AFTER_ERROR
