@@ -216,3 +216,22 @@ def test_threaded_send_async_failure_reaches_its_future():
     fut = p.send_async(Message("t", b"m"))
     with pytest.raises(ClientError, match="not started"):
         fut.result(10)
+
+
+def test_async_sends_made_while_the_route_is_being_found_keep_their_order(cluster: Cluster):
+    """The first sends wait for the route and the connection (the task path); sends made meanwhile, once those
+    are known, must not go out ahead of them."""
+    topic = "async-order-at-start"
+    cluster.create_topic(topic, 4)
+
+    async def go() -> list[int]:
+        async with Producer("async-order-pg", namesrv=cluster.namesrv_addr) as p:
+            futures = []
+            for i in range(300):
+                futures.append(p.send_async(Message(topic, b"m%d" % i), sharding_key="k"))
+                for _ in range(i % 3):
+                    await asyncio.sleep(0)  # earlier sends get part of their way meanwhile
+            return [(await f).queue_offset for f in futures]
+
+    offsets = uvloop.run(go())
+    assert offsets == sorted(offsets) and len(set(offsets)) == 300

@@ -25,6 +25,12 @@ TOPIC = "T"
 
 
 class ScriptedConnection:
+    def __init__(self, remoting: ScriptedRemoting) -> None:
+        self.remoting = remoting
+
+    async def invoke(self, req: RemotingCommand, timeout: float) -> RemotingCommand:
+        return await self.remoting._request(req)
+
     def abandon(self, opaque: int, fut: asyncio.Future[Any]) -> None:
         if not fut.done():
             fut.cancel()
@@ -35,7 +41,7 @@ class ScriptedRemoting:
 
     def __init__(self) -> None:
         self.wire: list[tuple[RemotingCommand, asyncio.Future[RemotingCommand]]] = []
-        self.conn = ScriptedConnection()
+        self.conn = ScriptedConnection(self)
 
     def _request(self, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
@@ -47,6 +53,9 @@ class ScriptedRemoting:
 
     async def invoke(self, addr: str, req: RemotingCommand, timeout_ms: int) -> RemotingCommand:
         return await self._request(req)
+
+    async def connection(self, addr: str) -> ScriptedConnection:
+        return self.conn
 
     def answer(self, i: int, code: int = ResponseCode.SUCCESS) -> None:
         req, fut = self.wire[i]

@@ -77,7 +77,7 @@ class MQClientInstance:
         self.consumers: dict[str, ConsumerInner] = {}
         self._tasks: list[asyncio.Task] = []
         self._rebalance_now = asyncio.Event()
-        self._route_locks: dict[str, asyncio.Lock] = {}
+        self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}
         self.running = False
 
     # == lifecycle ===================================================================================
@@ -104,6 +104,8 @@ class MQClientInstance:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        for fetch in list(self._route_fetches.values()):
+            fetch.cancel()
         await self.unregister_everywhere()
         await self.remoting.close()
 
@@ -119,22 +121,38 @@ class MQClientInstance:
 
     # == routes ======================================================================================
     async def update_route(self, topic: str) -> TopicRouteData | None:
-        """Fetch ``topic``'s route from the name server; None when it has none (cached route dropped)."""
-        lock = self._route_locks.setdefault(topic, asyncio.Lock())
-        async with lock:
-            route = await self.api.get_topic_route(topic, self.config.send_msg_timeout)
-            if route is None:
-                self.routes.pop(topic, None)
-                return None
-            self.routes[topic] = route
-            known = {a for m in self.broker_addrs.values() for a in m.values()}
-            for b in route.broker_datas:
-                self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
-            new = {a for b in route.broker_datas for a in b.broker_addrs.values()} - known
-            if new and self.running and (self.consumers or self.producer_groups):
-                # Brokers learn of us before we pull from them (they answer GET_CONSUMER_LIST_BY_GROUP with it).
-                await self.send_heartbeat(sorted(new))
-            return route
+        """Fetch ``topic``'s route from the name server; None when it has none (cached route dropped).
+
+        Callers that come while a fetch of the topic is under way share its answer: one request, not one per
+        waiting send, and no send that waited for the route is overtaken by one made after it was known."""
+        pending = self._route_fetches.get(topic)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch_route(topic))
+            self._route_fetches[topic] = pending
+            pending.add_done_callback(lambda f: self._route_fetched(topic, f))
+        return await asyncio.shield(pending)  # a caller that gives up does not cancel it for the others
+
+    def _route_fetched(self, topic: str, fut: asyncio.Future[TopicRouteData | None]) -> None:
+        if self._route_fetches.get(topic) is fut:
+            del self._route_fetches[topic]
+        if not fut.cancelled():
+            fut.exception()  # retrieved: every caller may have gone
+
+    async def _fetch_route(self, topic: str) -> TopicRouteData | None:
+        route = await self.api.get_topic_route(topic, self.config.send_msg_timeout)
+        if route is None:
+            self.routes.pop(topic, None)
+            return None
+        known = {a for m in self.broker_addrs.values() for a in m.values()}
+        for b in route.broker_datas:
+            self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
+        new = {a for b in route.broker_datas for a in b.broker_addrs.values()} - known
+        if new and self.running and (self.consumers or self.producer_groups):
+            # Brokers learn of us before we pull from them (they answer GET_CONSUMER_LIST_BY_GROUP with it).
+            await self.send_heartbeat(sorted(new))
+        # Known only now: a send made during the heartbeat waits for this fetch as the earlier ones do.
+        self.routes[topic] = route
+        return route
 
     async def get_route(self, topic: str) -> TopicRouteData | None:
         route = self.routes.get(topic)

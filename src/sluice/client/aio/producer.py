@@ -71,6 +71,8 @@ class Producer:
         self._rr = itertools.count(random.randrange(1 << 16))
         self._publish: dict[str, tuple[TopicRouteData | None, TopicPublishInfo]] = {}
         self._inflight = 0  # async sends started and not yet answered (bounded by max_inflight_async_sends)
+        # Per topic, the last async send on the task path whose request is not written yet.
+        self._unsent: dict[str, _OnWire] = {}
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._retries: set[asyncio.Task[Any]] = set()  # async sends' later attempts
         self.started = False
@@ -130,19 +132,26 @@ class Producer:
         """
         loop = asyncio.get_running_loop()
         place: _Place | None = None
+        topic = msg.topic if isinstance(msg, Message) else ""  # (not a Message: the send's task says so)
         if self.started:
-            if self._inflight < self.config.max_inflight_async_sends and not self._parked():
+            # Not ahead of an earlier send to the topic still on its way to the wire (waiting for a route, a
+            # connection or room): a topic's async sends leave in the order they were made.
+            if self._inflight < self.config.max_inflight_async_sends and not self._parked() \
+                    and topic not in self._unsent:
                 fut = self._start_async(msg, sharding_key, queue, timeout, loop)
                 if fut is not None:
                     return fut
             place = self._take_place(loop)
-        task = loop.create_task(self._bounded_send(msg, sharding_key, queue, timeout, place))
+        on_wire = _OnWire(self, topic, loop)
+        task = loop.create_task(self._bounded_send(msg, sharding_key, queue, timeout, place, on_wire))
+        task.add_done_callback(lambda _: on_wire())  # never written (failed, or cancelled even before it ran)
         if place is not None:
             task.add_done_callback(lambda _, place=place: self._give_back_unused(place))
         return task
 
     async def _bounded_send(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
-                            timeout: float | None, place: _Place | None = None) -> SendResult:
+                            timeout: float | None, place: _Place | None = None,
+                            on_wire: _OnWire | None = None) -> SendResult:
         if place is None:
             self._check_started()
             place = self._take_place(asyncio.get_running_loop())
@@ -157,7 +166,7 @@ class Producer:
         try:
             self._check_started()
             result = await self._send_one(msg, sharding_key, queue, None, None, timeout, oneway=False,
-                                          async_send=True)
+                                          async_send=True, on_wire=on_wire)
             assert result is not None
             return result
         finally:
@@ -282,14 +291,15 @@ class Producer:
 
     async def _send_one(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
                         selector: QueueSelector | None, arg: Any, timeout: float | None,
-                        oneway: bool, async_send: bool = False) -> SendResult | None:
+                        oneway: bool, async_send: bool = False, on_wire: _OnWire | None = None
+                        ) -> SendResult | None:
         self._check_started()
         if not isinstance(msg, Message):
             raise TypeError(f"send takes a Message, not {type(msg).__name__}")
         uniq, request = self._single_request(msg, sharding_key)
 
         resp, mq = await self._send_with_retries(msg.topic, request, msg, sharding_key, queue, selector, arg,
-                                                 timeout, oneway, async_send=async_send)
+                                                 timeout, oneway, async_send=async_send, on_wire=on_wire)
         return None if resp is None else self._result(resp, mq, [uniq])
 
     def _single_request(self, msg: Message, sharding_key: str | None
@@ -372,7 +382,8 @@ class Producer:
     async def _send_with_retries(self, topic: str, request: Callable[[MessageQueue, bool], RemotingCommand],
                                  msg: Message | None, sharding_key: str | None, queue: MessageQueue | None,
                                  selector: QueueSelector | None, arg: Any, timeout: float | None,
-                                 oneway: bool, first: _FirstAttempt | None = None, async_send: bool = False
+                                 oneway: bool, first: _FirstAttempt | None = None, async_send: bool = False,
+                                 on_wire: _OnWire | None = None
                                  ) -> tuple[RemotingCommand | None, MessageQueue]:
         """Attempts until one is answered with a send status; ``first``: an attempt already made (by
         ``send_async``), which counts as the first and whose deadline holds. A send of ``send_async`` retries
@@ -417,7 +428,13 @@ class Producer:
                 if oneway:
                     await self.client.remoting.invoke_oneway(addr, req)
                     return None, mq
-                resp = await self.client.remoting.invoke(addr, req, max(1, int(remaining * 1000)))
+                if on_wire is not None and not on_wire.done:
+                    conn = await self.client.remoting.connection(addr)
+                    await on_wire.turn()  # the topic's earlier sends are written
+                    on_wire()
+                    resp = await conn.invoke(req, max(1, int(remaining * 1000)) / 1000)
+                else:
+                    resp = await self.client.remoting.invoke(addr, req, max(1, int(remaining * 1000)))
                 outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, resp, None)
             except RemotingError as exc:
                 outcome = self._outcome(mq, addr, (loop.time() - t0) * 1000, None, exc)
@@ -469,6 +486,37 @@ class _Place:
 
     waiter: asyncio.Future[None] | None
     used: bool = False
+
+
+class _OnWire:
+    """The place of an async send on the task path in its topic's line to the wire: its request is written once
+    the earlier ones are (``turn``), and the next may go once it is, or never will be (called, once)."""
+
+    __slots__ = ("producer", "topic", "before", "written")
+
+    def __init__(self, producer: Producer, topic: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.producer: Producer | None = producer
+        self.topic = topic
+        prev = producer._unsent.get(topic)
+        self.before = prev.written if prev is not None else None
+        self.written: asyncio.Future[None] = loop.create_future()
+        producer._unsent[topic] = self
+
+    @property
+    def done(self) -> bool:
+        return self.producer is None
+
+    async def turn(self) -> None:
+        if self.before is not None and not self.before.done():
+            await asyncio.shield(self.before)  # (shielded: a send given up on does not fail the next one's)
+
+    def __call__(self) -> None:
+        p, self.producer = self.producer, None
+        if p is None:
+            return
+        self.written.set_result(None)
+        if p._unsent.get(self.topic) is self:
+            del p._unsent[self.topic]
 
 
 class _AsyncSend:
