@@ -45,6 +45,9 @@ final class PushConsume {
             consumer.setNamesrvAddr(a.get("namesrv"));
             consumer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
             consumer.setPollNameServerInterval(a.getInt("poll-namesrv-ms", 1000));
+            // The heartbeat a rebalance sends is skipped while another holds the client's heartbeat lock (the
+            // first one, at start, usually); until the next one the broker answers pulls SUBSCRIPTION_NOT_LATEST.
+            consumer.setHeartbeatBrokerInterval(a.getInt("heartbeat-ms", 1000));
             consumer.subscribe(a.get("topic"), a.get("expression", "*"));
             if (a.get("model", "clustering").equals("broadcasting")) {
                 consumer.setMessageModel(MessageModel.BROADCASTING);
