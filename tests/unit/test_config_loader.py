@@ -39,6 +39,7 @@ def test_flags_override_the_file(tmp_path):
 
 @pytest.mark.parametrize(("toml", "message"), [
     ("[stor]\nflush_disk_type = 'sync'\n", "bad.toml: unknown table [stor] (did you mean 'store'?)"),
+    ("flush_disk_type = 'sync'\n", "bad.toml: flush_disk_type = 'sync' is outside any table; it belongs in [store]"),
     ("[broker]\nbroker_nmae = 'x'\n", "bad.toml [broker]: unknown setting 'broker_nmae' (did you mean 'broker_name'?)"),
     ("[store]\nmax_topic_length = 200\n", "bad.toml [store]: unknown setting 'max_topic_length'"),
     ("[broker]\nlisten_port = 'ten'\n", "listen_port: an integer from 0 to 65535 is allowed, got 'ten'"),

@@ -27,6 +27,7 @@ from sluice.broker.schedule_message_service import ScheduleMessageService
 from sluice.broker.subscription_group_manager import SubscriptionGroupManager
 from sluice.broker.topic_config_manager import TopicConfigManager
 from sluice.common.config import BrokerConfig
+from sluice.common.loop_lag import LoopLagProbe
 from sluice.common.message import host_to_bytes
 from sluice.common.naming import SCHEDULE_TOPIC
 from sluice.common.structs import TopicConfig
@@ -66,6 +67,7 @@ class BrokerController:
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.hold_service = PullRequestHoldService(config.max_held_pulls)
+        self.loop_lag = LoopLagProbe()
         self.stats = BrokerStats()
         self.dispatcher = RequestDispatcher()
         self.server = RemotingServer(self.dispatcher, config.remoting, f"broker {config.broker_name}",
@@ -117,6 +119,7 @@ class BrokerController:
             await loop.run_in_executor(None, self.store.shutdown)
             raise
         self.schedule_service.start()
+        self.loop_lag.start(loop)
         self.running = True
         self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._scan_clients_loop())]
         if c.stats_log_interval > 0:
@@ -132,6 +135,7 @@ class BrokerController:
         self.running = False
         self._register_now.set()
         c = self.config
+        self.loop_lag.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_TURN = 0.005  # the longest the delivery of a backlog holds the event loop at once (s)
+
 
 class ScheduleMessageService:
     def __init__(self, store: MessageStore, delay_levels: list[int], poll_interval_ms: int,
@@ -127,12 +129,17 @@ class ScheduleMessageService:
         """Deliver every message whose time has come; returns when the next one is due (epoch s) or None."""
         store = self.store
         next_due: float | None = None
+        loop = asyncio.get_running_loop()
+        turn_ends = loop.time() + _TURN
         for level in range(1, self.max_level + 1):
             cq = store.find_consume_queue(SCHEDULE_TOPIC, level - 1, create=False)
             if cq is None:
                 continue
             offset = max(self.offsets.get(level, 0), cq.min_offset)
             while offset < cq.max_offset:
+                if loop.time() >= turn_ends:  # a backlog is delivered a slice at a time: clients are served between
+                    await asyncio.sleep(0)
+                    turn_ends = loop.time() + _TURN
                 entry = cq.get_entry(offset)
                 if entry is None:
                     break

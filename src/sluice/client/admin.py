@@ -200,6 +200,17 @@ class Admin:
                 out[name] = b.master_addr
         return out
 
+    async def broker_runtime_info(self, broker: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO of ``broker`` (a name, or a master's host:port): its counters and state as
+        the broker reports them (``commitLogMaxOffset``, ``eventLoopLagMaxMs``, ...)."""
+        addr = broker if ":" in broker else (await self.brokers()).get(broker)
+        if addr is None:
+            raise AdminError(f"no broker named {broker!r} has a master")
+        try:
+            return await self.api.get_broker_runtime_info(addr)
+        except RemotingError as exc:
+            raise AdminError(f"broker {broker} did not answer: {exc}") from exc
+
     async def topic_route(self, topic: str) -> TopicRouteData:
         route = await self.api.get_topic_route(topic)
         if route is None:

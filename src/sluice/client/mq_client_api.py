@@ -171,6 +171,13 @@ class MQClientAPI:
         resp = await self.invoke_ok(addr, code, ext)
         return int(resp.ext_fields.get(field, "-1"))
 
+    async def get_broker_runtime_info(self, addr: str, timeout_ms: int = 3_000) -> dict[str, str]:
+        resp = await self.invoke_ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout_ms=timeout_ms)
+        table = (_json(resp) or {}).get("table")
+        if not isinstance(table, dict):
+            raise ClientError(f"broker {addr} answered GET_BROKER_RUNTIME_INFO without a table")
+        return {str(k): str(v) for k, v in table.items()}
+
     async def get_max_offset(self, addr: str, mq: MessageQueue) -> int:
         return await self._queue_offset(RequestCode.GET_MAX_OFFSET, addr, mq)
 

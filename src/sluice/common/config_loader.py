@@ -17,12 +17,14 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import inspect
 
-from sluice.common.config import PATTERN_WORDS
+from sluice.common.config import PATTERN_WORDS, BrokerConfig, MessageStoreConfig, NamesrvConfig
 from sluice.common.errors import SluiceError
 
 T = TypeVar("T")
 
 SERVER_TABLES = ("namesrv", "broker", "store")
+_FIELDS_OF = {"namesrv": NamesrvConfig.__struct_fields__, "broker": BrokerConfig.__struct_fields__,
+              "store": MessageStoreConfig.__struct_fields__}
 
 
 class ConfigError(SluiceError, ValueError):
@@ -49,6 +51,11 @@ def server_tables(data: Mapping[str, Any], where: str) -> dict[str, dict[str, An
     """A server config file's tables (``[namesrv]``, ``[broker]``, ``[store]``); any other is an error."""
     out: dict[str, dict[str, Any]] = {}
     for name, table in data.items():
+        if name not in SERVER_TABLES and not isinstance(table, Mapping):
+            owners = [t for t in SERVER_TABLES if name in _FIELDS_OF.get(t, ())]
+            hint = f"; it belongs in {' or '.join(f'[{t}]' for t in owners)}" if owners else ""
+            raise ConfigError(f"{where}: {name} = {table!r} is outside any table{hint}; the tables are "
+                              f"{', '.join(f'[{t}]' for t in SERVER_TABLES)}")
         if name not in SERVER_TABLES:
             raise ConfigError(f"{where}: unknown table [{name}]{_did_you_mean(name, SERVER_TABLES)}; the tables are "
                               f"{', '.join(f'[{t}]' for t in SERVER_TABLES)}")

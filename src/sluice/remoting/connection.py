@@ -9,6 +9,7 @@ never holds up the ones behind it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import logging
 import math
@@ -31,6 +32,10 @@ RequestHandler = Callable[["Connection", RemotingCommand], HandlerResult]
 
 def no_handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
     return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+
+
+# The longest a connection's backlog of read requests holds the event loop in one turn (s).
+SERVE_SLICE = 0.002
 
 
 class Connection(asyncio.Protocol):
@@ -58,6 +63,9 @@ class Connection(asyncio.Protocol):
         self._deferred: set[DeferredResponse] = set()  # handed out and not yet resolved
         self._write_paused = False
         self._read_paused_by: set[str] = set()
+        self._backlog: collections.deque[RemotingCommand] = collections.deque()  # decoded, not yet served
+        self._serving_later = False
+        self._bad: ProtocolError | None = None  # close once the frames before the bad bytes are served
         self._drained: asyncio.Event | None = None
         self._out: list[bytes] = []  # frames written in this loop iteration, sent together (one syscall)
         self._out_frames = 0
@@ -78,20 +86,43 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
-        bad: ProtocolError | None = None
         try:
             commands = self._decoder.feed(data)
         except ProtocolError as exc:
-            bad, commands = exc, exc.decoded  # the frames that came whole before the bad bytes are served
-        for cmd in commands:
+            self._bad, commands = exc, exc.decoded  # the frames that came whole before the bad bytes are served
+        self._backlog.extend(commands)
+        if not self._serving_later:
+            self._serve_backlog()
+
+    def _serve_backlog(self) -> None:
+        """Serve what was read, a slice of at most ``SERVE_SLICE`` seconds per loop turn: one read can hold
+        hundreds of requests, and every other connection waits while the loop serves them. Reading pauses until
+        the backlog is served."""
+        self._serving_later = False
+        backlog = self._backlog
+        ends = time.monotonic() + SERVE_SLICE
+        served = 0
+        while backlog:
+            if self.closed:
+                backlog.clear()
+                return
+            cmd = backlog.popleft()
             if cmd.flag & RESPONSE_FLAG:
                 fut = self._pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
             else:
                 self._handle_request(cmd)
-        if bad is not None:
-            log.warning("closing connection from %s: %s", self.remote_addr, bad)
+            served += 1
+            if served & 7 == 0 and backlog and time.monotonic() >= ends:
+                self._pause_reading("backlog")
+                self._serving_later = True
+                assert self._loop is not None
+                self._loop.call_soon(self._serve_backlog)
+                return
+        self._resume_reading("backlog")
+        if self._bad is not None:
+            log.warning("closing connection from %s: %s", self.remote_addr, self._bad)
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -1,4 +1,4 @@
-"""Topic admin, queue offsets, queue locks and stats (RocketMQ AdminBrokerProcessor; spec §3.4, §3.7, §3.9)."""
+"""Topic admin, queue offsets, queue locks and stats (RocketMQ's AdminBrokerProcessor)."""
 
 from __future__ import annotations
 
@@ -258,5 +258,6 @@ class AdminBrokerProcessor:
                  "commitLogMaxOffset": str(store.get_max_phy_offset()),
                  "dispatchBehindBytes": str(store.get_max_phy_offset() - store.dispatched_offset),
                  "bootTimestamp": str(b.boot_timestamp), "runtime": f"{int(time.time() * 1000) - b.boot_timestamp} ms",
-                 "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(b.hold_service.count)}
+                 "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(b.hold_service.count),
+                 "eventLoopLagMaxMs": f"{b.loop_lag.max_lag * 1000:.1f}"}
         return req.response(ResponseCode.SUCCESS, body=json_body({"table": table}))

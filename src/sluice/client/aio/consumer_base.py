@@ -160,15 +160,15 @@ class ConsumerBase:
         store = self.offset_store
         if isinstance(store, RemoteBrokerOffsetStore):
             await store.persist(mq)
-        else:
-            store.persist(mq)
+        else:  # the file is fsynced: in a thread, not on the event loop
+            await asyncio.to_thread(store.persist, mq)
 
     async def persist_all_offsets(self, mqs: list[MessageQueue]) -> None:
         store = self.offset_store
         if isinstance(store, RemoteBrokerOffsetStore):
             await store.persist_all(mqs)
         else:
-            store.persist_all(mqs)
+            await asyncio.to_thread(store.persist_all, mqs)
 
     async def broker_addr(self, mq: MessageQueue) -> str:
         return await self.client.master_addr_of(mq)
@@ -195,7 +195,7 @@ class ConsumerBase:
         req, sub, timeout = self._pull_command(mq, offset, max_nums, suspend, commit_offset)
         addr = await self.broker_addr(mq)
         resp = await self.client.remoting.invoke(addr, req, timeout)
-        return self._pull_result(resp, mq, offset, sub, addr)
+        return await self.inflated(self._pull_result(resp, mq, offset, sub, addr))
 
     def start_pull(self, mq: MessageQueue, offset: int, max_nums: int, commit_offset: int = -1) -> StartedPull | None:
         """A suspended ``pull`` sent now (not at the end of the loop turn) when the broker's address and an
@@ -246,17 +246,29 @@ class ConsumerBase:
                             int(e.get("maxOffset", 0)), [], int(e.get("suggestWhichBrokerId", 0)))
         if status is PullStatus.FOUND and resp.body:
             msgs: list[MessageExt] = filter_messages(sub, decode_records(resp.body))
-            for m in msgs:
-                if m.sys_flag & COMPRESSED_FLAG:  # the producer zlib-compressed the body
-                    try:
-                        m.body = inflate(m.body, MAX_INFLATED_BODY_SIZE, f"the body of message {m.msg_id}")
-                    except MessageFormatError as exc:
-                        log.warning("%s; delivered as stored", exc)
             if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 for m in msgs:
                     m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
             result.messages = msgs
         return result
+
+
+    @staticmethod
+    async def inflated(result: PullResult) -> PullResult:
+        """``result`` with the bodies its producers zlib-compressed inflated, in a thread: a large body takes
+        milliseconds to inflate, which the event loop would owe every other queue."""
+        if any(m.sys_flag & COMPRESSED_FLAG for m in result.messages):
+            await asyncio.to_thread(_inflate_bodies, result.messages)
+        return result
+
+
+def _inflate_bodies(msgs: list[MessageExt]) -> None:
+    for m in msgs:
+        if m.sys_flag & COMPRESSED_FLAG:  # the producer zlib-compressed the body
+            try:
+                m.body = inflate(m.body, MAX_INFLATED_BODY_SIZE, f"the body of message {m.msg_id}")
+            except MessageFormatError as exc:
+                log.warning("%s; delivered as stored", exc)
 
 
 class StartedPull:
@@ -280,7 +292,8 @@ class StartedPull:
         return await self.conn.response_of(self.opaque, self.fut)
 
     def finish(self, resp: RemotingCommand) -> PullResult:
-        """``resp`` decoded as ``ConsumerBase.pull`` returns it."""
+        """``resp`` decoded as ``ConsumerBase.pull`` returns it, compressed bodies not yet inflated
+        (``ConsumerBase.inflated``)."""
         return self.consumer._pull_result(resp, self.mq, self.offset, self.sub, self.addr)
 
     def abandon(self) -> None:

@@ -229,7 +229,7 @@ class PushConsumer(ConsumerBase):
                         if pq.dropped:
                             break
                         started = self._pull_ahead(mq, pq, resp, offset, size_limit)
-                        result = current.finish(resp)
+                        result = await self.inflated(current.finish(resp))
                     if pq.dropped:
                         break
                     if result.status is PullStatus.FOUND and result.messages:
