@@ -18,9 +18,10 @@ import msgspec
 
 from sluice.client.message_id import local_ipv4
 from sluice.client.mq_client_api import MQClientAPI
+from sluice.common.backoff import Backoff
 from sluice.common.config import ClientConfig
 from sluice.common.config_loader import SettingError, load
-from sluice.common.errors import ClientError
+from sluice.common.errors import ClientError, NameServerUnavailableError
 from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, MessageQueue, TopicRouteData
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -59,9 +60,15 @@ class ConsumerInner(Protocol):
 
     def subscribed_topics(self) -> list[str]: ...
 
-    async def do_rebalance(self) -> None: ...
+    async def do_rebalance(self) -> bool: ...
 
     async def persist_offsets(self) -> None: ...
+
+
+# The first waits (s) before a failed rebalance or route refresh is tried again; they double per failure in a
+# row, with full jitter, up to the rebalance interval and the name server poll interval.
+REBALANCE_RETRY_BASE = 0.2
+ROUTE_RETRY_BASE = 0.5
 
 
 class MQClientInstance:
@@ -78,6 +85,7 @@ class MQClientInstance:
         self._tasks: list[asyncio.Task] = []
         self._rebalance_now = asyncio.Event()
         self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}
+        self.namesrv_lost = False  # no name server answers: routes come from the cache meanwhile
         self.running = False
 
     # == lifecycle ===================================================================================
@@ -88,7 +96,7 @@ class MQClientInstance:
             raise ClientError("no name server address: set namesrv, e.g. '127.0.0.1:9876'")
         self.running = True
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._every(self.config.poll_name_server_interval, self.update_all_routes)),
+        self._tasks = [loop.create_task(self._route_loop()),
                        loop.create_task(self._every(self.config.heartbeat_broker_interval, self.send_heartbeat_to_all)),
                        loop.create_task(self._rebalance_loop())]
         if self.consumers:
@@ -139,7 +147,15 @@ class MQClientInstance:
             fut.exception()  # retrieved: every caller may have gone
 
     async def _fetch_route(self, topic: str) -> TopicRouteData | None:
-        route = await self.api.get_topic_route(topic, self.config.send_msg_timeout)
+        try:
+            route = await self.api.get_topic_route(topic, self.config.send_msg_timeout)
+        except NameServerUnavailableError as exc:
+            self._namesrv_unavailable(exc)
+            cached = self.routes.get(topic)
+            if cached is None:
+                raise
+            return cached
+        self._namesrv_answers()
         if route is None:
             self.routes.pop(topic, None)
             return None
@@ -154,6 +170,34 @@ class MQClientInstance:
         self.routes[topic] = route
         return route
 
+    def _namesrv_unavailable(self, exc: Exception) -> None:
+        if not self.namesrv_lost:
+            self.namesrv_lost = True
+            log.warning("%s; working from the cached routes of %d topics until one answers", exc, len(self.routes))
+
+    def _namesrv_answers(self) -> None:
+        if self.namesrv_lost:
+            self.namesrv_lost = False
+            log.warning("a name server answers again: routes are fresh")
+
+    async def _route_loop(self) -> None:
+        """Refresh every route each ``poll_name_server_interval``; while no name server answers, sooner, backing
+        off with jitter up to that interval."""
+        interval = self.config.poll_name_server_interval / 1000
+        backoff = Backoff(min(ROUTE_RETRY_BASE, interval), interval)
+        wait = interval
+        while self.running:  # see _every
+            await asyncio.sleep(wait)
+            try:
+                await self.update_all_routes()
+            except Exception as exc:  # a timer must outlive one failed round
+                log.warning("route refresh failed: %s", exc)
+            if self.namesrv_lost:
+                wait = backoff.fail()
+            else:
+                backoff.succeed()
+                wait = interval
+
     async def get_route(self, topic: str) -> TopicRouteData | None:
         route = self.routes.get(topic)
         return route if route is not None else await self.update_route(topic)
@@ -165,8 +209,12 @@ class MQClientInstance:
         for topic in sorted(topics):
             try:
                 await self.update_route(topic)
+            except NameServerUnavailableError:
+                return  # said once, by _namesrv_unavailable; the next round comes sooner
             except (ClientError, RemotingError) as exc:
                 log.info("route refresh of %s failed: %s", topic, exc)
+            if self.namesrv_lost:
+                return
 
     def find_broker_addr(self, broker_name: str, broker_id: int = MASTER_ID) -> str | None:
         addrs = self.broker_addrs.get(broker_name)
@@ -229,25 +277,35 @@ class MQClientInstance:
         self._rebalance_now.set()
 
     async def _rebalance_loop(self) -> None:
+        backoff = Backoff(REBALANCE_RETRY_BASE, max(REBALANCE_RETRY_BASE, self.config.rebalance_interval / 1000))
         while self.running:  # see _every
             self._rebalance_now.clear()
-            await self.do_rebalance()
+            if await self.do_rebalance():
+                backoff.succeed()
+                wait = self.config.rebalance_interval / 1000
+            else:  # e.g. the route of the retry topic our first heartbeat made is moments away
+                wait = backoff.fail()
             if not self.running:
                 break
             # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel that arrives as the event
             # is set, and this loop would then outlive shutdown().
             try:
-                async with asyncio.timeout(self.config.rebalance_interval / 1000):
+                async with asyncio.timeout(wait):
                     await self._rebalance_now.wait()
             except TimeoutError:
                 pass
 
-    async def do_rebalance(self) -> None:
+    async def do_rebalance(self) -> bool:
+        """Every consumer's rebalance; False when one failed or could not allocate every topic yet."""
+        complete = True
         for c in list(self.consumers.values()):
             try:
-                await c.do_rebalance()
-            except Exception:
-                log.exception("rebalance of group %s failed", c.group)
+                complete = await c.do_rebalance() and complete
+            except Exception as exc:
+                log.warning("rebalance of group %s failed: %s", c.group, exc, exc_info=not isinstance(
+                    exc, (ClientError, RemotingError)))
+                complete = False
+        return complete
 
     async def persist_all_offsets(self) -> None:
         for c in list(self.consumers.values()):

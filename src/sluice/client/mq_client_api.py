@@ -9,7 +9,7 @@ from typing import Any
 
 from sluice.client.message import PullStatus
 from sluice.common import fastjson
-from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.common.errors import BrokerResponseError, ClientError, NameServerUnavailableError
 from sluice.common.message_codec import decode_records
 from sluice.common.structs import HeartbeatData, MessageQueue, TopicRouteData
 from sluice.remoting.client import RemotingClient
@@ -86,7 +86,7 @@ class MQClientAPI:
             except RemotingError as exc:
                 last = exc
                 self._ns_index += 1
-        raise ClientError(f"no name server answered: {last}")
+        raise NameServerUnavailableError(f"no name server answered: {last}")
 
     async def get_topic_route(self, topic: str, timeout_ms: int = 3_000) -> TopicRouteData | None:
         """The topic's route; None when the name server knows no such topic."""

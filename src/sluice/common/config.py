@@ -181,11 +181,18 @@ class RemotingConfig(_Config):
     max_connections: Positive = 10_000
     connect_timeout_millis: Millis = 3_000
     default_timeout_millis: Millis = 3_000
+    # After a failed connect, requests to that address fail at once until a wait drawn from [0, backoff]
+    # has passed, the backoff doubling per failure in a row up to the max (Kafka's reconnect.backoff.ms and
+    # reconnect.backoff.max.ms, with full jitter); 0 connects again at every request.
+    reconnect_backoff_millis: NonNegative = 50
+    reconnect_backoff_max_millis: NonNegative = 1_000
 
     def __post_init__(self) -> None:
         if not self.write_buffer_low <= self.write_buffer_high <= self.write_buffer_max:
             raise ValueError("the write buffer bounds must be write_buffer_low <= write_buffer_high <= "
                              "write_buffer_max")
+        if self.reconnect_backoff_max_millis < self.reconnect_backoff_millis:
+            raise ValueError("reconnect_backoff_max_millis must be at least reconnect_backoff_millis")
 
 
 class NamesrvConfig(_Config):
@@ -274,9 +281,13 @@ class ClientConfig(_Config):
 
     namesrv_addr: str = "127.0.0.1:9876"
     instance_name: str = "DEFAULT"
+    # Routes are refreshed this often; while no name server answers, sooner (backing off up to this) and sends
+    # and pulls go on with the routes already known.
     poll_name_server_interval: Millis = 30_000
     heartbeat_broker_interval: Millis = 30_000
     persist_consumer_offset_interval: Millis = 5_000
+    # A rebalance that fails or finds a topic without route or members is tried again sooner (backing off up to
+    # this, with jitter).
     rebalance_interval: Millis = 20_000
     # Producer
     send_msg_timeout: Millis = 3_000
@@ -298,6 +309,8 @@ class ClientConfig(_Config):
     broker_suspend_max_time_millis: Millis = 15_000
     consumer_timeout_millis_when_suspend: Millis = 30_000
     consumer_pull_timeout_millis: Millis = 10_000
+    # The longest wait after failed pulls of a queue: the waits double from 100 ms per failure in a row, with
+    # full jitter, up to this (RocketMQ waits this long every time).
     pull_time_delay_millis_when_exception: NonNegative = 3_000
     pull_time_delay_millis_when_flow_control: NonNegative = 50
     lock_retry_interval: Millis = 1_000

@@ -37,6 +37,10 @@ class ClientError(SluiceError):
     """A client call failed: no route, client not started, every retry failed."""
 
 
+class NameServerUnavailableError(ClientError):
+    """No name server answered (every address refused, timed out or is backing off)."""
+
+
 class BrokerResponseError(ClientError):
     """A broker or name server answered with an error code; ``code`` and ``remark`` say which."""
 

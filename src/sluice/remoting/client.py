@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from sluice.common.backoff import Backoff
 from sluice.common.config import RemotingConfig
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection, RequestHandler, no_handler
@@ -28,6 +29,7 @@ class RemotingClient:
         self.handler = handler
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._backoffs: dict[str, tuple[Backoff, float]] = {}  # addr → its failures, no connect before (loop time)
         self.closed = False
 
     async def connection(self, addr: str) -> Connection:
@@ -38,6 +40,12 @@ class RemotingClient:
             raise RemotingConnectError("client is closed")
         pending = self._connecting.get(addr)
         if pending is None:
+            failed = self._backoffs.get(addr)
+            if failed is not None:
+                wait = failed[1] - asyncio.get_running_loop().time()
+                if wait > 0:
+                    raise RemotingConnectError(f"cannot connect to {addr}: {failed[0].failures} attempts in a row "
+                                               f"failed; the next in {wait * 1000:.0f} ms")
             # One connect per address, in its own task: a caller that gives up (is cancelled) neither cancels
             # it for the others nor hands them its CancelledError.
             pending = asyncio.ensure_future(self._connect(addr))
@@ -60,13 +68,26 @@ class RemotingClient:
                                        host, port),
                 self.config.connect_timeout_millis / 1000)
         except (OSError, TimeoutError) as exc:
+            self._back_off(addr)
             raise RemotingConnectError(f"cannot connect to {addr}: {str(exc) or 'timed out'}") from None
+        self._backoffs.pop(addr, None)
         if self.closed:  # closed while connecting
             conn.close()
             raise RemotingConnectError("client is closed")
         conn.remote_addr = addr
         self._conns[addr] = conn
         return conn
+
+    def _back_off(self, addr: str) -> None:
+        c = self.config
+        if c.reconnect_backoff_millis <= 0:
+            return
+        failed = self._backoffs.get(addr)
+        backoff = failed[0] if failed is not None else Backoff(c.reconnect_backoff_millis / 1000,
+                                                                c.reconnect_backoff_max_millis / 1000)
+        if len(self._backoffs) >= 4096 and failed is None:
+            self._backoffs.clear()  # (bounded: addresses come from routes, which may churn)
+        self._backoffs[addr] = (backoff, asyncio.get_running_loop().time() + backoff.fail())
 
     def _forget(self, conn: Connection) -> None:
         if self._conns.get(conn.remote_addr) is conn:

@@ -12,6 +12,7 @@ from sluice.client.offset_store import LocalFileOffsetStore
 from sluice.client.rebalance import AllocateStrategy, get_strategy
 from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
 from sluice.client.subscription import build_subscription, filter_messages
+from sluice.common.backoff import Backoff
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, MessageFormatError
@@ -33,6 +34,8 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
+
+PULL_RETRY_BASE = 0.1  # the first wait (s) after a failed pull; see ``ConsumerBase.pull_backoff``
 
 PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
@@ -187,6 +190,12 @@ class ConsumerBase:
         if cfw is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP and not is_retry:
             return await self.client.api.search_offset(addr, mq, self.consume_timestamp)
         return await self.client.api.get_max_offset(addr, mq)
+
+    def pull_backoff(self) -> Backoff:
+        """The waits between the failed pulls of one queue: doubling from 100 ms, with full jitter, up to
+        ``pull_time_delay_millis_when_exception``."""
+        cap = self.config.pull_time_delay_millis_when_exception / 1000
+        return Backoff(min(PULL_RETRY_BASE, cap), cap)
 
     # == one pull =====================================================================================
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int, suspend: bool,

@@ -124,9 +124,10 @@ class PullConsumer(ConsumerBase):
         await self.shutdown()
 
     # == rebalance ===================================================================================
-    async def do_rebalance(self) -> None:
+    async def do_rebalance(self) -> bool:
+        """As ``PushConsumer.do_rebalance``; nothing to do for queues assigned by hand."""
         if self._assigned_manually:
-            return
+            return True
         async with self._rebalance_lock:
             wanted: set[MessageQueue] = set()
             incomplete = False
@@ -138,8 +139,7 @@ class PullConsumer(ConsumerBase):
                 else:
                     wanted |= set(mine)
             await self._set_queues(wanted)
-            if incomplete and self.started:
-                asyncio.get_running_loop().call_later(1.0, self.client.rebalance_now)
+            return not incomplete
 
     async def _set_queues(self, wanted: set[MessageQueue]) -> None:
         for mq in [m for m in self._queues if m not in wanted]:
@@ -167,6 +167,7 @@ class PullConsumer(ConsumerBase):
         cfg = self.config
         assert self._ready is not None
         me = asyncio.current_task()
+        backoff = self.pull_backoff()
         # Not ``while True``: seek and rebalance replace or drop this task by cancelling it, and on Python 3.11 a
         # cancel that meets a request's response is swallowed (asyncio.wait_for in Connection.invoke); a task
         # that went on would pull the queue a second time, and every message would be polled twice.
@@ -183,6 +184,7 @@ class PullConsumer(ConsumerBase):
                     continue
                 epoch, offset = st.epoch, st.next_offset
                 result = await self.pull(mq, offset, cfg.pull_batch_size, suspend=True)
+                backoff.succeed()
                 if epoch != st.epoch:
                     continue  # seeked while pulling
                 if result.status is PullStatus.FOUND and result.messages:
@@ -199,8 +201,9 @@ class PullConsumer(ConsumerBase):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.info("pull of %s failed: %s; retrying in %d ms", mq, exc, cfg.pull_time_delay_millis_when_exception)
-                await asyncio.sleep(cfg.pull_time_delay_millis_when_exception / 1000)
+                wait = backoff.fail()
+                log.info("pull of %s failed: %s; retrying in %d ms", mq, exc, wait * 1000)
+                await asyncio.sleep(wait)
 
     # == the user's side =============================================================================
     async def poll(self, timeout: float = 5.0, max_messages: int | None = None) -> list[MessageExt]:

@@ -131,7 +131,9 @@ class PushConsumer(ConsumerBase):
         await self.shutdown()
 
     # == rebalance ===================================================================================
-    async def do_rebalance(self) -> None:
+    async def do_rebalance(self) -> bool:
+        """Take this member's share of every subscribed topic's queues; False when some topic could not be
+        allocated yet (no route, no member list): the client tries again soon, backing off."""
         async with self._rebalance_lock:
             incomplete = False
             for topic in list(self.subscriptions):
@@ -140,9 +142,7 @@ class PushConsumer(ConsumerBase):
                     incomplete = True
                     continue
                 await self._update_process_queues(topic, set(mine))
-            if incomplete and self.started:
-                # Routes of new topics (e.g. the retry topic made by our first heartbeat) appear within moments.
-                asyncio.get_running_loop().call_later(1.0, self.client.rebalance_now)
+            return not incomplete
 
     async def _update_process_queues(self, topic: str, mine: set[MessageQueue]) -> None:
         for mq in [m for m in self.process_queues if m.topic == topic and m not in mine]:
@@ -205,6 +205,7 @@ class PushConsumer(ConsumerBase):
         offset: int | None = start
         size_limit = cfg.pull_threshold_size_for_queue * 1024 * 1024
         started: StartedPull | None = None  # the next pull, already sent
+        backoff = self.pull_backoff()
         try:
             while not pq.dropped:
                 try:
@@ -230,6 +231,7 @@ class PushConsumer(ConsumerBase):
                             break
                         started = self._pull_ahead(mq, pq, resp, offset, size_limit)
                         result = await self.inflated(current.finish(resp))
+                    backoff.succeed()
                     if pq.dropped:
                         break
                     if result.status is PullStatus.FOUND and result.messages:
@@ -253,9 +255,9 @@ class PushConsumer(ConsumerBase):
                         started = None
                     if pq.dropped:
                         break
-                    log.info("pull of %s failed: %s; retrying in %d ms", mq, exc,
-                             cfg.pull_time_delay_millis_when_exception)
-                    await asyncio.sleep(cfg.pull_time_delay_millis_when_exception / 1000)
+                    wait = backoff.fail()
+                    log.info("pull of %s failed: %s; retrying in %d ms", mq, exc, wait * 1000)
+                    await asyncio.sleep(wait)
         finally:
             if started is not None:
                 started.abandon()
