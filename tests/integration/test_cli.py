@@ -7,6 +7,7 @@ as a child process and drives it with the CLI as a user would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -327,6 +329,103 @@ def test_unreachable_name_server(capsys, monkeypatch):
         assert fails(capsys, *argv, "--namesrv", addr) == expected, argv
     monkeypatch.setenv("SLUICE_NAMESRV", addr)  # the default comes from the environment
     assert fails(capsys, "topic", "list") == expected
+
+
+def test_errors_without_a_message_are_described(capsys, monkeypatch):
+    """A bare exception (e.g. ``TimeoutError()``) prints its kind, the command and the name server, never
+    an empty ``sluice: ``."""
+    from sluice.client.admin import Admin
+
+    addr = f"127.0.0.1:{closed_port()}"
+
+    def raising(exc: BaseException):
+        async def fn(*args, **kwargs):
+            raise exc
+        return fn
+
+    monkeypatch.setattr(Admin, "list_topics", raising(TimeoutError()))
+    assert fails(capsys, "topic", "list", "--namesrv", addr) == \
+        f"sluice: topic list timed out talking to name server {addr}"
+    monkeypatch.setenv("SLUICE_NAMESRV", addr)  # the name server the command used, wherever it came from
+    assert fails(capsys, "topic", "list") == f"sluice: topic list timed out talking to name server {addr}"
+
+    def timeout_with_cause(*args, **kwargs):
+        try:
+            raise OSError("network is unreachable")
+        except OSError as cause:
+            raise TimeoutError() from cause
+
+    async def reset(*args, **kwargs):
+        raise ConnectionResetError()
+
+    monkeypatch.setattr(Admin, "list_groups", reset)
+    assert fails(capsys, "group", "list", "--namesrv", addr) == \
+        f"sluice: group list failed with ConnectionResetError talking to name server {addr}"
+    monkeypatch.setattr("sluice.bench.client_bench.run_bench", timeout_with_cause)
+    assert fails(capsys, "bench", "produce", "--namesrv", addr, "--count", "1") == \
+        f"sluice: bench produce timed out (network is unreachable) talking to name server {addr}"
+
+
+def test_debug_prints_the_traceback_too(capsys):
+    addr = f"127.0.0.1:{closed_port()}"
+    rc, out, err = sluice(capsys, "--debug", "topic", "list", "--namesrv", addr)
+    assert rc == 1 and out == ""
+    assert err.startswith("Traceback (most recent call last):\n") and "AdminError" in err
+    assert err.splitlines()[-1] == f"sluice: cannot connect to name server {addr}"
+
+
+@pytest.mark.parametrize("argv", [
+    ["dev", "--flush", "fast"],
+    ["broker", "--flush", "SYNC_FLUSH"],
+    ["namesrv", "--log-level", "loud"],
+    ["dev", "--log-level", "trace"],
+    ["bench", "produce", "--mode", "batch"],
+    ["bench", "produce", "--flush", "never"],
+])
+def test_options_with_fixed_values_refuse_others(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[-2]}: invalid choice: '{argv[-1]}' (choose from " in err
+
+
+def test_log_level_is_case_insensitive():
+    from sluice.cli.main import build_parser
+
+    assert build_parser().parse_args(["namesrv", "--log-level", "WARNING"]).log_level == "warning"
+
+
+def test_admin_commands_show_client_warnings(tmp_path: Path):
+    """Warnings logged by the client during an admin command reach stderr (here: the address answers with
+    something that is not RocketMQ's protocol), before the one-line error."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    addr = f"127.0.0.1:{server.getsockname()[1]}"
+    accepted: list[socket.socket] = []
+
+    def speak_http() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                accepted.append(conn)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=speak_http, daemon=True)
+    thread.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "sluice.cli.main", "topic", "list", "--namesrv", addr],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+    assert done.returncode == 1 and done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert any(line.startswith("sluice: WARNING: ") and "bytes exceeds" in line for line in lines), done.stderr
+    assert lines[-1] == f"sluice: cannot connect to name server {addr}"
+    assert "Traceback" not in done.stderr
 
 
 def test_namesrv_from_environment(cluster, capsys, monkeypatch):

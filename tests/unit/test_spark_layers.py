@@ -28,3 +28,21 @@ def test_no_layer_below_spark_imports_it_or_pyspark():
     offenders = [str(p.relative_to(SRC)) for layer in BELOW_SPARK for p in (SRC / layer).rglob("*.py")
                  if IMPORT.search(p.read_text())]
     assert offenders == []
+
+
+def test_loop_thread_timeout_says_what_did_not_finish():
+    import asyncio
+
+    from sluice.spark.broker import LoopThread
+
+    async def own_timeout() -> None:
+        raise TimeoutError("the coroutine's own")
+
+    thread = LoopThread("test-loop-thread")
+    try:
+        with pytest.raises(TimeoutError, match=r"^sleep did not finish within 0.05 s$"):
+            thread.run(asyncio.sleep(5), timeout=0.05)
+        with pytest.raises(TimeoutError, match=r"^the coroutine's own$"):
+            thread.run(own_timeout(), timeout=5)
+    finally:
+        thread.close()

@@ -1,6 +1,6 @@
-"""``sluice bench targets``: issue #5's five cases, each on a fresh embedded broker, ``--runs`` times; prints
-every run's JSON line, then the medians against the targets as a Markdown table (what docs/benchmarks.md
-records)."""
+"""``sluice bench targets``: the five performance-target cases (batched and sync produce, sync flush, backlog
+consume, end-to-end latency), each on a fresh embedded broker, ``--runs`` times; prints every run's JSON line,
+then the medians against the targets as a Markdown table (what docs/benchmarks.md records)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the broker asks of name servers: REGISTER_BROKER / UNREGISTER_BROKER to every one of them (spec §3.1)."""
+"""What the broker asks of name servers: REGISTER_BROKER / UNREGISTER_BROKER to every one of them."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from sluice.common.message import MessageExt
 from sluice.common.structs import perm_to_string
 
 NAMESRV_ENV = "SLUICE_NAMESRV"
+ADMIN_COMMANDS = ("topic", "group", "msg")
 TEXT_BODY_LIMIT = 4096  # characters of a text body shown by get-by-id (--body-only prints it all)
 BINARY_BODY_LIMIT = 256  # bytes of a binary body shown as hex
 PREVIEW = 32  # characters of a body shown in a get-by-key row
@@ -47,9 +48,9 @@ def command(fn: Callable[[Admin, argparse.Namespace], Coroutine[Any, Any, int]])
 
     def handler(args: argparse.Namespace) -> int:
         if not logging.getLogger().handlers:
-            # The command's outcome is its output or its one-line error; the library's warnings (a peer that
-            # closed, a refused connection) would only repeat it.
-            logging.basicConfig(level=logging.CRITICAL)
+            # Warnings on stderr: they tell what the one-line error cannot (e.g. that the peer at the name
+            # server's address speaks another protocol); the output on stdout stays clean.
+            logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="sluice: %(levelname)s: %(message)s")
 
         async def main() -> int:
             async with Admin(namesrv_of(args)) as admin:

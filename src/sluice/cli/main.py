@@ -1,12 +1,14 @@
-"""``sluice``: one command for running and operating Sluice. Errors are one readable line."""
+"""``sluice``: one command for running and operating Sluice. Errors are one readable line (``--debug``
+adds the traceback)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from sluice import __version__
-from sluice.cli.admin_commands import add_admin_commands
+from sluice.cli.admin_commands import ADMIN_COMMANDS, add_admin_commands, namesrv_of
 from sluice.cli.pipeline import add_pipeline_commands
 from sluice.cli.servers import add_server_commands
 
@@ -28,10 +30,6 @@ def _cmd_bench_client(args: argparse.Namespace) -> int:
 
     if args.count is not None and args.duration is not None:
         raise SystemExit("sluice: give --count or --duration, not both")
-    if args.mode not in ("sync", "async", "oneway"):
-        raise SystemExit(f"sluice: --mode must be sync, async or oneway, not {args.mode!r}")
-    if args.flush not in ("sync", "async"):
-        raise SystemExit(f"sluice: --flush must be sync or async, not {args.flush!r}")
     opts = BenchOptions(namesrv=args.namesrv, topic=args.topic, group=args.group, size=args.size, count=args.count,
                         duration=args.duration, concurrency=args.concurrency, batch=args.batch, mode=args.mode,
                         rate=args.rate, json=args.json)
@@ -97,13 +95,15 @@ def _add_client_bench(bench: argparse._SubParsersAction) -> None:
         b.add_argument("--duration", type=float, help="stop after this many seconds (default 10)")
         b.add_argument("--concurrency", type=int, default=64, help="concurrent senders (produce)")
         b.add_argument("--batch", type=int, default=1, help="messages per send (produce)")
-        b.add_argument("--mode", default="sync", help="sync, async or oneway (produce)")
+        b.add_argument("--mode", default="sync", choices=("sync", "async", "oneway"), help="send mode (produce)")
         b.add_argument("--rate", type=float, default=5000, help="messages per second (e2e)")
         b.add_argument("--json", action="store_true", help="one JSON line of results")
         b.add_argument("--embedded", action="store_true", help="start a name server and broker in a child process")
-        b.add_argument("--flush", default="async", help="sync or async: the embedded broker's flush mode")
+        b.add_argument("--flush", default="async", choices=("sync", "async"),
+                       help="the --embedded broker's flush mode (default async)")
         b.set_defaults(func=_cmd_bench_client)
-    t = bench.add_parser("targets", help="issue #5's five cases on fresh embedded brokers; medians vs targets")
+    t = bench.add_parser("targets", help="the five performance-target cases, each on a fresh embedded broker: "
+                                         "medians against the targets")
     t.add_argument("--runs", type=int, default=3, help="runs of each case (the median is reported)")
     t.add_argument("--scale", type=float, default=1.0, help="scale durations and the backlog (tests use 0.01)")
     t.add_argument("--case", type=int, action="append", help="run only case N (1-5, repeatable)")
@@ -113,6 +113,7 @@ def _add_client_bench(bench: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sluice", description="Sluice: a RocketMQ-compatible message queue.")
     p.add_argument("--version", action="version", version=f"sluice {__version__}")
+    p.add_argument("--debug", action="store_true", help="on an error, print its traceback too")
     sub = p.add_subparsers(dest="command", required=True)
     add_server_commands(sub)
     add_admin_commands(sub)
@@ -133,6 +134,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def command_of(args: argparse.Namespace) -> str:
+    """The command that ran, e.g. ``topic list``."""
+    verb = getattr(args, f"{args.command}_command", None)
+    return f"{args.command} {verb}" if verb else args.command
+
+
+def error_text(exc: BaseException, args: argparse.Namespace) -> str:
+    """``exc`` as the text after ``sluice: ``. An exception without a message (a bare ``TimeoutError``)
+    would print as nothing: it is described by its type, the command and the name server instead."""
+    text = str(exc).strip()
+    if text:
+        return text
+    what = "timed out" if isinstance(exc, TimeoutError) else f"failed with {type(exc).__name__}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause).strip():
+        what += f" ({str(cause).strip()})"
+    namesrv = namesrv_of(args) if args.command in ADMIN_COMMANDS else getattr(args, "namesrv", None)
+    return f"{command_of(args)} {what}" + (f" talking to name server {namesrv}" if namesrv else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -142,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit:
         raise
-    except Exception as exc:  # one readable line, not a traceback
-        print(f"sluice: {exc}", file=sys.stderr)
+    except Exception as exc:  # one readable line; the traceback only when asked for
+        if args.debug:
+            traceback.print_exc()
+        print(f"sluice: {error_text(exc, args)}", file=sys.stderr)
         return 1
 
 

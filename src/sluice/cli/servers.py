@@ -16,10 +16,13 @@ from sluice.common.config_loader import ConfigError, load, load_toml, server_tab
 from sluice.common.runtime import tune_gc_for_throughput
 
 DEV_STORE = ".sluice"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+FLUSH_MODES = ("sync", "async")
+FLUSH_HELP = "sync: fsync before each ack; async: flush in the background (default async)"
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
@@ -200,12 +203,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def add_server_commands(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", help="TOML file with [namesrv], [broker] and [store] tables")
-        p.add_argument("--log-level", default="info", help="debug, info, warning or error (default info)")
+        p.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS,
+                       help="log lines at this level and above (default info)")
 
     dev = sub.add_parser("dev", help="run a name server and a broker in one process (store in ./.sluice)")
     common(dev)
     dev.add_argument("--store", help=f"store directory (default ./{DEV_STORE})")
-    dev.add_argument("--flush", help="sync or async (default async)")
+    dev.add_argument("--flush", choices=FLUSH_MODES, help=FLUSH_HELP)
     dev.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
     dev.add_argument("--broker-port", type=int, default=10911, help="broker port (default 10911)")
     dev.add_argument("--host", default="127.0.0.1", help="address to bind and announce (default 127.0.0.1)")
@@ -221,7 +225,7 @@ def add_server_commands(sub: Any) -> None:
     common(br)
     br.add_argument("--namesrv", help="name server address(es), host:port;host:port")
     br.add_argument("--store", help="store directory (default ~/.sluice/store)")
-    br.add_argument("--flush", help="sync or async (default async)")
+    br.add_argument("--flush", choices=FLUSH_MODES, help=FLUSH_HELP)
     br.add_argument("--port", dest="broker_port", type=int, help="port (default 10911)")
     br.add_argument("--host", help="address to bind and announce (default 127.0.0.1)")
     br.add_argument("--broker-name", help="broker name (default broker-a)")

@@ -1,10 +1,18 @@
-"""Java's String.hashCode, which RocketMQ uses for tag codes and index key hashes."""
+"""Java's String.hashCode, which RocketMQ uses for tag codes and index key hashes.
+
+Clients import this module for tag codes and sharding hashes; only the broker's bulk ``index_key_hashes``
+needs numpy, so numpy is imported there, on first use, and ``import sluice`` never loads it.
+"""
+
+from __future__ import annotations
 
 import sys
 from functools import lru_cache
 from operator import mul
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _MASK32 = 0xFFFFFFFF
 
@@ -40,7 +48,7 @@ def tag_hash_code(tag: str) -> int:
 
 
 def index_key_hash(key: str) -> int:
-    """IndexFile key hash: |hashCode(key)|, with Integer.MIN_VALUE mapped to 0 (spec §7.3)."""
+    """IndexFile key hash: |hashCode(key)|, with Integer.MIN_VALUE mapped to 0, as RocketMQ's IndexFile computes it."""
     h = java_string_hash(key)
     return 0 if h == -0x80000000 else abs(h)
 
@@ -51,6 +59,8 @@ _POW31_CACHE: dict[int, np.ndarray] = {}
 def _pow31(length: int) -> np.ndarray:
     arr = _POW31_CACHE.get(length)
     if arr is None:
+        import numpy as np
+
         arr = np.ones(length, dtype=np.uint32)
         for i in range(length - 2, -1, -1):
             arr[i] = np.uint32((int(arr[i + 1]) * 31) & _MASK32)
@@ -64,6 +74,8 @@ def index_key_hashes(keys: list[str]) -> np.ndarray:
     Left-padding a key with zero code units does not change its polynomial hash, so keys are padded
     to one length and hashed as one uint32 matrix-vector product, which wraps mod 2**32 as Java does.
     """
+    import numpy as np
+
     if not keys:
         return np.zeros(0, dtype=np.int64)
     width = max(map(len, keys))

@@ -39,7 +39,7 @@ _MSG_ID = struct.Struct(">4siq")
 
 
 def create_message_id(store_host: str, commit_log_offset: int) -> str:
-    """The broker-side ``offsetMsgId``: store host address + port + commit-log offset, upper hex (spec §5.4)."""
+    """The broker-side ``offsetMsgId``: store host address + port + commit-log offset, upper hex."""
     addr, port = host_to_bytes(store_host)
     return _MSG_ID.pack(addr, port, commit_log_offset).hex().upper()
 

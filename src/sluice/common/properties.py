@@ -1,4 +1,4 @@
-"""The message properties string: ``name \\x01 value`` pairs separated by ``\\x02`` (spec §5.3)."""
+"""The message properties string: ``name \\x01 value`` pairs separated by ``\\x02``."""
 
 import functools
 from operator import methodcaller

@@ -1,6 +1,6 @@
 """Small value types shared by the name server, the broker and the client (RocketMQ's protocol structs).
 
-JSON shapes follow spec §4: ``to_json`` gives what RocketMQ's Java side writes (standard JSON, quoted
+JSON shapes are RocketMQ's: ``to_json`` gives what RocketMQ's Java side writes (standard JSON, quoted
 keys); ``from_json`` accepts what any RocketMQ client or server sends (numbers as strings, enum names
 or ordinals, missing fields).
 """
@@ -77,7 +77,7 @@ def perm_to_string(perm: int) -> str:
 
 @dataclass(slots=True)
 class TopicConfig:
-    """A topic as a broker holds it (``topics.json`` entry, spec §4.5)."""
+    """A topic as a broker holds it (a ``topics.json`` entry)."""
 
     topic_name: str
     read_queue_nums: int = 16
@@ -169,7 +169,7 @@ class BrokerData:
 
 @dataclass(slots=True)
 class TopicRouteData:
-    """GET_ROUTEINFO_BY_TOPIC's answer (spec §4.1)."""
+    """GET_ROUTEINFO_BY_TOPIC's answer."""
 
     queue_datas: list[QueueData] = field(default_factory=list)
     broker_datas: list[BrokerData] = field(default_factory=list)
@@ -218,7 +218,7 @@ class TopicRouteData:
 
 @dataclass(slots=True)
 class ClusterInfo:
-    """GET_BROKER_CLUSTER_INFO's answer (spec §4.6): every broker group, and the groups of each cluster."""
+    """GET_BROKER_CLUSTER_INFO's answer: every broker group, and the groups of each cluster."""
 
     broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
     cluster_addr_table: dict[str, set[str]] = field(default_factory=dict)
@@ -314,7 +314,7 @@ class ConsumerData:
 
 @dataclass(slots=True)
 class HeartbeatData:
-    """HEART_BEAT's body (spec §4.2)."""
+    """HEART_BEAT's body."""
 
     client_id: str
     producer_groups: list[str] = field(default_factory=list)

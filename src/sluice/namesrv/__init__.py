@@ -1,4 +1,4 @@
-"""The name server: brokers register their topics here; clients ask it for topic routes (spec §3.1)."""
+"""The name server: brokers register their topics here; clients ask it for topic routes."""
 
 from sluice.namesrv.default_request_processor import DefaultRequestProcessor
 from sluice.namesrv.kv_config_manager import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager

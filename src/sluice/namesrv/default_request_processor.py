@@ -1,4 +1,4 @@
-"""Name server request handlers, one method per request code (spec §3.1), named after the code.
+"""Name server request handlers, one method per request code, named after the code.
 
 Every handler answers; bad input (a missing or malformed field, a body that does not parse) gets SYSTEM_ERROR
 with a remark naming the problem. Response ext values are strings; JSON bodies are standard JSON.

@@ -1,4 +1,5 @@
-"""Request, response and language codes of the remoting protocol (spec §1.1, §2)."""
+"""Request, response and language codes of the remoting protocol (RocketMQ's RequestCode, ResponseCode,
+LanguageCode)."""
 
 from __future__ import annotations
 

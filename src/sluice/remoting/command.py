@@ -1,4 +1,4 @@
-"""RemotingCommand: one request or response frame, decoded (spec §1.1)."""
+"""RemotingCommand: one request or response frame, decoded."""
 
 from __future__ import annotations
 

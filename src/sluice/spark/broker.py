@@ -68,7 +68,16 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        name = getattr(coro, "__qualname__", "call")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError as exc:
+            if fut.done() and not fut.cancelled() and fut.exception() is exc:  # the coroutine's own
+                raise
+            fut.cancel()
+            # concurrent.futures' TimeoutError has no message: say what did not finish.
+            raise TimeoutError(f"{name} did not finish within {timeout:g} s") from None
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)

@@ -9,7 +9,7 @@
 
 The classes here are thin: offsets, options and planning live in ``offsets`` / ``options`` / ``source``,
 reading and writing in ``source.read_range`` and ``sink.write_batches``, all without pyspark.
-What Spark runs where (spec/spark.md §1.2): the stream reader's planning methods run in one long-lived
+What Spark runs where: the stream reader's planning methods run in one long-lived
 driver process per query; ``read`` runs on executors in a pickled copy, so everything a task needs travels
 in its ``QueueRange``; a sink's ``write`` runs per task on executors and ``commit`` in a fresh writer.
 """

@@ -1,4 +1,4 @@
-"""A quiet local SparkSession for demos, benchmarks and tests (spec/spark.md §4.6-4.7). Imports pyspark.
+"""A quiet local SparkSession for demos, benchmarks and tests. Imports pyspark.
 
 Workers run this interpreter (``PYSPARK_PYTHON``), logs are at ERROR through a log4j2 file, the UI and
 progress bars are off, and ``format("sluice")`` is registered.

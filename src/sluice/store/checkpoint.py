@@ -1,4 +1,4 @@
-"""The checkpoint file: when and how far each part of the store was last known durable (spec §7.4).
+"""The checkpoint file: when and how far each part of the store was last known durable.
 
 4096 bytes. RocketMQ's three timestamps at 0, 8 and 16; then Sluice's safe offsets, which recovery
 starts from: commit log flushed up to @24, consume queues complete and flushed up to @32, index

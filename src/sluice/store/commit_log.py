@@ -2,7 +2,7 @@
 
 Appends run under one lock, which assigns physical and queue offsets; a batch is one copy into the
 mapped segment. A record never straddles two segments: when the rest of a segment cannot hold the
-records plus 8 bytes, a BLANK filler ``[remaining][0xCBD43194]`` closes it (spec §7.1).
+records plus 8 bytes, a BLANK filler ``[remaining][0xCBD43194]`` closes it, as in RocketMQ.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class BatchDispatch(NamedTuple):
 
 
 class RawBatch(NamedTuple):
-    """A batch body (spec §5.2) on its way into the store, stored without decoding it into messages.
+    """A SEND_BATCH_MESSAGE body on its way into the store, stored without decoding it into messages.
 
     Every record goes to ``queue_id`` of ``topic`` with the request's born timestamp / host, sys flag and
     reconsume times; ``extra_properties`` (the request header's) are added to a record that lacks them.

@@ -1,7 +1,7 @@
 """ConsumeQueue: per topic / queue id, fixed 20-byte entries (commit-log offset, size, tags code).
 
 Logical offset N lives at byte N*20 of the queue's byte space, split into files of
-``mapped_file_size_consume_queue`` bytes named by the byte offset of their first entry (spec §7.2).
+``mapped_file_size_consume_queue`` bytes named by the byte offset of their first entry, as RocketMQ names them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Final
 
 import numpy as np
 
+from sluice.common.message_codec import RECORD_FIXED_SIZE
 from sluice.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ CQ_STORE_UNIT_SIZE: Final = 20
 CQ_ENTRY_DTYPE: Final = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tag", ">i8")])
 # A placeholder entry for a logical offset whose message is unknown (RocketMQ's fillPreBlank).
 BLANK_ENTRY_SIZE: Final = 0x7FFFFFFF
+MIN_RECORD_SIZE: Final = RECORD_FIXED_SIZE + 1  # a stored record with a one-byte topic, no body or properties
 _ENTRY: Final = struct.Struct(">qiq")
 
 
@@ -104,7 +106,12 @@ class ConsumeQueue:
         self.max_physic_offset = int(last["offset"]) + int(last["size"])
 
     def _prepare_offset(self, queue_offset: int, expected: int, phys_offset: int) -> bool:
-        """Make ``queue_offset`` the next offset to write. False when the entry is already there."""
+        """Make ``queue_offset`` the next offset to write. False when the entry is already there, or cannot be
+        the message's (a damaged record header, met by recovery: the message stays out of the queue)."""
+        if queue_offset < 0:
+            log.error("%s/%d: the message at %d claims queue offset %d: not put in the queue", self.topic,
+                      self.queue_id, phys_offset, queue_offset)
+            return False
         if queue_offset < expected:
             existing = self.get_entry(queue_offset)
             if existing is not None and existing[0] == phys_offset:
@@ -112,7 +119,16 @@ class ConsumeQueue:
             log.warning("%s/%d: rewriting entries from %d (was %d)", self.topic, self.queue_id, queue_offset,
                         expected)
             self.queue.truncate_dirty(queue_offset * CQ_STORE_UNIT_SIZE)
-            return True
+            if self.queue.files:
+                return True
+            expected = 0  # every file began past the offset and is gone: the queue starts again, as a new one
+        elif self.queue.files and queue_offset - expected > (phys_offset - self.max_physic_offset) // MIN_RECORD_SIZE:
+            # Each missing entry is a message between the queue's last one and this one in the commit log: more
+            # than fit there means a damaged offset, and filling the gap would write without bound.
+            log.error("%s/%d: the message at %d claims queue offset %d, %d past the queue's end: more messages "
+                      "than the commit log holds in between; not put in the queue", self.topic, self.queue_id,
+                      phys_offset, queue_offset, queue_offset - expected)
+            return False
         log.warning("%s/%d: filling blank entries %d..%d", self.topic, self.queue_id, expected, queue_offset)
         blank_from = expected
         if not self.queue.files:

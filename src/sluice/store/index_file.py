@@ -1,4 +1,4 @@
-"""IndexFile: an on-disk hash index from message keys to commit-log offsets (spec §7.3).
+"""IndexFile: an on-disk hash index from message keys to commit-log offsets, in RocketMQ's layout.
 
 Layout: a 40-byte header (begin / end timestamp, begin / end physical offset, used slot count, index
 count), ``hash_slot_num`` int32 slots holding the newest entry number of their chain, then

@@ -1,4 +1,4 @@
-"""HEART_BEAT, UNREGISTER_CLIENT and CHECK_CLIENT_CONFIG (spec §3.5)."""
+"""HEART_BEAT, UNREGISTER_CLIENT and CHECK_CLIENT_CONFIG."""
 
 from __future__ import annotations
 

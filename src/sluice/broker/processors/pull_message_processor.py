@@ -1,4 +1,4 @@
-"""PULL_MESSAGE with long polling and the commit-offset piggyback (spec §3.3)."""
+"""PULL_MESSAGE with long polling and the commit-offset piggyback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QUERY_MESSAGE (by key, via the index) and VIEW_MESSAGE_BY_ID (by commit-log offset) (spec §3.10)."""
+"""QUERY_MESSAGE (by key, via the index) and VIEW_MESSAGE_BY_ID (by commit-log offset)."""
 
 from __future__ import annotations
 

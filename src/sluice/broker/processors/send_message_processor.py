@@ -1,4 +1,4 @@
-"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK (spec §3.2, §3.6)."""
+"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from sluice.store.results import PutMessageResult, PutMessageStatus
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
 
-# SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE one-letter keys → SEND_MESSAGE names (spec §3.2).
+# SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE one-letter keys → SEND_MESSAGE names (RocketMQ's SendMessageRequestHeaderV2).
 V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
            "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
            "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
