@@ -102,8 +102,17 @@ def _drain() -> None:
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` on the background loop and wait for its result."""
-    return submit(coro).result(timeout)
+    """Run ``coro`` on the background loop and wait for its result (``TimeoutError`` after ``timeout`` s, the
+    coroutine cancelled)."""
+    name = getattr(coro, "__qualname__", "the call")
+    fut = submit(coro)
+    try:
+        return fut.result(timeout)
+    except TimeoutError:
+        if fut.done():
+            raise  # the coroutine's own
+        fut.cancel()
+        raise TimeoutError(f"{name} did not finish within {timeout:g} s") from None
 
 
 def _running_on(loop: asyncio.AbstractEventLoop) -> bool:

@@ -30,7 +30,7 @@ from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
-from sluice.remoting.errors import RemotingConnectError, RemotingError
+from sluice.remoting.errors import ConnectionClosedError, RemotingConnectError, RemotingError
 
 T = TypeVar("T")
 
@@ -154,6 +154,8 @@ class _AdminAPI(MQClientAPI):
             except RemotingError as exc:
                 last = exc
         where = ";".join(self.namesrv_addrs)
+        if isinstance(last, ConnectionClosedError):
+            raise AdminError(f"name server {where} closed the connection without an answer (is it a name server?)")
         if last is None or isinstance(last, RemotingConnectError):
             raise AdminError(f"cannot connect to name server {where}")
         raise AdminError(f"name server {where} did not answer: {last}")

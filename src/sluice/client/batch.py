@@ -1,4 +1,4 @@
-"""Turning a list of ``Message`` into one batch send (spec §5.2), with RocketMQ's batch rules.
+"""Turning a list of ``Message`` into one batch send, with RocketMQ's batch rules.
 
 A batch goes to one queue of one topic; every message carries its own properties including its own
 ``UNIQ_KEY``. Like RocketMQ's ``MessageBatch.generateFromList``: one topic, one ``wait_store_msg_ok``,

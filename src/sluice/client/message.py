@@ -151,7 +151,7 @@ class Message:
         return wire
 
     def wire_properties(self, uniq_key: str | None = None) -> bytes:
-        """``properties_for_wire`` encoded (spec §5.3), built directly: the send path's form."""
+        """``properties_for_wire`` encoded (``name\x01value\x02`` pairs), built directly: the send path's form."""
         _check_user_properties(self.properties)
         return self._wire_properties(uniq_key)
 
@@ -269,7 +269,7 @@ class ConsumeOrderlyStatus(enum.Enum):
 
 
 class PullStatus(enum.Enum):
-    """The outcome of a pull (spec §3.3)."""
+    """The outcome of a pull."""
 
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"

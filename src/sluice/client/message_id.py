@@ -1,4 +1,4 @@
-"""Client-generated message ids (the ``UNIQ_KEY`` property users see as "msgId"; spec §5.4).
+"""Client-generated message ids (the ``UNIQ_KEY`` property users see as "msgId").
 
 Layout, as RocketMQ's ``MessageClientIDSetter`` writes it, 16 bytes → 32 upper-case hex characters::
 

@@ -1,4 +1,4 @@
-"""Queue allocation strategies: which of a topic's queues one consumer of a group takes (spec §8.5).
+"""Queue allocation strategies: which of a topic's queues one consumer of a group takes.
 
 Every member of a group runs the same strategy over the same sorted inputs and so agrees on the split
 without talking to the others. The algorithms are RocketMQ's, so Sluice consumers can share a group with

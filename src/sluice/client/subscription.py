@@ -1,4 +1,4 @@
-"""Tag subscription expressions: ``"*"`` (everything) or ``"TagA || TagB"`` (spec §3.3, §4.2).
+"""Tag subscription expressions: ``"*"`` (everything) or ``"TagA || TagB"``.
 
 ``build_subscription`` turns an expression into the ``SubscriptionData`` sent in heartbeats and pulls:
 the tags, their Java hash codes (what the broker compares with consume-queue tag codes) and a version

@@ -22,7 +22,12 @@ from sluice.remoting.codec import FrameDecoder, encode_command
 from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from sluice.remoting.command import RemotingCommand, next_opaque
 from sluice.remoting.deferred_response import DeferredResponse
-from sluice.remoting.errors import BadRequestError, ProtocolError, RemotingConnectError, RemotingTimeoutError
+from sluice.remoting.errors import (
+    BadRequestError,
+    ConnectionClosedError,
+    ProtocolError,
+    RemotingTimeoutError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +127,13 @@ class Connection(asyncio.Protocol):
                 return
         self._resume_reading("backlog")
         if self._bad is not None:
-            log.warning("closing connection from %s: %s", self.remote_addr, self._bad)
+            log.warning("closing connection %s %s: %s", "from" if self.server_side else "to", self.remote_addr,
+                        self._bad)
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        err = RemotingConnectError(f"connection to {self.remote_addr} closed")
+        err = ConnectionClosedError(f"connection to {self.remote_addr} closed")
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -280,7 +286,7 @@ class Connection(asyncio.Protocol):
         if self._write_paused:
             await self.drain()
         if self.closed:
-            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+            raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
         return await self.response_of(request.opaque, self._send_request(request, timeout))
 
     def start_request(self, request: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand] | None:
@@ -356,7 +362,7 @@ class Connection(asyncio.Protocol):
         if self._write_paused:
             await self.drain()
         if self.closed:
-            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+            raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
         request.flag = (request.flag | ONEWAY_FLAG) & ~RESPONSE_FLAG
         self.write(request)
 

@@ -24,6 +24,10 @@ class RemotingConnectError(RemotingError):
     """No connection to the peer, or the connection closed while a request was in flight."""
 
 
+class ConnectionClosedError(RemotingConnectError):
+    """The connection was made, then closed (by the peer, or as unusable) before the request was answered."""
+
+
 class RemotingTimeoutError(RemotingError, TimeoutError):
     """The peer did not answer in time."""
 

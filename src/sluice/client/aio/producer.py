@@ -320,7 +320,7 @@ class Producer:
 
     def _header(self, mq: MessageQueue, via_default: bool, sys_flag: int, born: int, flag: int, props: str,
                 batch: bool = False) -> dict[str, str]:
-        """SendMessageRequestHeaderV2 (one-letter keys, spec §3.2)."""
+        """SendMessageRequestHeaderV2 (RocketMQ's one-letter keys)."""
         return {"a": self.group, "b": mq.topic, "c": AUTO_CREATE_TOPIC_KEY_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
                 "e": str(mq.queue_id), "f": str(sys_flag), "g": str(born), "h": str(flag), "i": props, "j": "0",
                 "k": "false", "m": "true" if batch else "false", "n": mq.broker_name}
