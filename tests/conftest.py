@@ -24,15 +24,22 @@ from sluice.store import MessageStore
 from tests.interop.java_clients import JavaBuild, ensure_java_build, java_required, java_tools_missing
 
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark"}
+TESTS_DIR = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test directory's tests carry its marker (``-m "not interop"`` deselects the real-client tests)."""
+    """Each test directory's tests carry its marker (``-m "not interop"`` deselects the real-client tests).
+
+    Matched on the directory right under ``tests/``, not anywhere in the path: a checkout under ``.../spark/``
+    must not mark every test ``spark``."""
     for item in items:
-        parts = Path(str(item.fspath)).parts
-        for directory, marker in _GROUP_MARKERS.items():
-            if directory in parts:
-                item.add_marker(marker)
+        try:
+            top = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]
+        except (ValueError, IndexError):
+            continue
+        marker = _GROUP_MARKERS.get(top)
+        if marker is not None:
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")
@@ -143,15 +150,15 @@ class Cluster:
             finally:
                 await remoting.close()
 
-        self.loop.run(asyncio.wait_for(go(), 10))
+        self.loop.run(asyncio.wait_for(go(), 60), 90)
 
-    def wait_registered(self, broker: BrokerController, timeout: float = 10) -> None:
+    def wait_registered(self, broker: BrokerController, timeout: float = 60) -> None:
         async def wait() -> None:
             while broker.broker_addr not in {a for b in self.namesrv.route_info.broker_addr_table.values()
                                              for a in b.broker_addrs.values()}:
                 await asyncio.sleep(0.01)
 
-        self.loop.run(asyncio.wait_for(wait(), timeout))
+        self.loop.run(asyncio.wait_for(wait(), timeout), timeout + 30)
 
     def stop_broker(self, broker: BrokerController) -> None:
         self.loop.run(broker.stop())

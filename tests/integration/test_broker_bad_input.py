@@ -74,8 +74,9 @@ def create_topic(raw: Raw, topic: str, queues: int = 2, perm: int = 6) -> None:
     assert resp.code == R.SUCCESS, resp.remark
 
 
-def closed_by_peer(sock: socket.socket, timeout: float = 3.0) -> bool:
-    """True when the peer closes (EOF or reset) within ``timeout`` s without having answered anything."""
+def closed_by_peer(sock: socket.socket, timeout: float = 30.0) -> bool:
+    """True when the peer closes (EOF or reset) within ``timeout`` s without having answered anything (a broker
+    that closes does so at once: the generous timeout only spares busy machines false failures)."""
     sock.settimeout(timeout)
     try:
         return sock.recv(1) == b""
@@ -108,7 +109,7 @@ def test_malformed_frame_closes_that_connection_only(cluster, raw, name):
     with Producer("bad-input-producers", namesrv=cluster.namesrv_addr) as producer:
         producer.send(Message("bad-frames", b"before"))
         host, port = cluster.brokers[0].broker_addr.split(":")
-        with socket.create_connection((host, int(port)), timeout=3) as sock:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
             sock.sendall(BAD_FRAMES[name])
             assert closed_by_peer(sock), "the broker kept a connection that sent a malformed frame"
         # Everyone else is served as before: the producer's connection and another client's.
@@ -121,7 +122,7 @@ def test_requests_ahead_of_a_malformed_frame_are_answered_before_the_connection_
     host, port = cluster.brokers[0].broker_addr.split(":")
     good = [encode_command_bytes(RemotingCommand(C.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": str(q)},
                                                  opaque=100 + q)) for q in range(3)]
-    with socket.create_connection((host, int(port)), timeout=3) as sock:
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(b"".join(good) + BAD_FRAMES["header_not_json"])  # one write: read by the broker at once
         received = b""
         while not closed_by_peer_after(sock, received):
@@ -137,7 +138,7 @@ def test_requests_ahead_of_a_malformed_frame_are_answered_before_the_connection_
 
 def closed_by_peer_after(sock: socket.socket, received: bytes) -> bool:
     """Peek: True once the peer has closed and everything it sent is in ``received``."""
-    sock.settimeout(3)
+    sock.settimeout(30)
     try:
         return sock.recv(1, socket.MSG_PEEK) == b""
     except ConnectionResetError:
@@ -148,12 +149,10 @@ def test_oversized_frame_is_refused_by_its_length_word_alone(cluster, raw):
     good = raw.connection()
     host, port = cluster.brokers[0].broker_addr.split(":")
     for length in (16 * 1024 * 1024 + 1, 0x7FFFFFF0):
-        with socket.create_connection((host, int(port)), timeout=3) as sock:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
             # Only the length word and a few bytes: the broker must not wait for (or buffer) the rest.
             sock.sendall(struct.pack(">II", length, 20) + b'{"code":10,"flag":0}')
-            t0 = time.monotonic()
-            assert closed_by_peer(sock)
-            assert time.monotonic() - t0 < 2
+            assert closed_by_peer(sock)  # one waiting for the rest would never close: we never send it
     assert raw(C.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": "0"}).code == R.SUCCESS
     assert raw.connection() is good
 
@@ -193,7 +192,7 @@ def test_send_to_read_only_topic_is_no_permission(cluster, raw):
     resp = raw(C.SEND_BATCH_MESSAGE, send_v2("read-only", m="true"))
     assert resp.code == R.NO_PERMISSION
     assert raw(C.PULL_MESSAGE, pull_ext("read-only")).code == R.PULL_NOT_FOUND  # reading is allowed
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while "read-only" not in cluster.namesrv.route_info.topic_queue_table:
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -306,7 +305,7 @@ def test_numbers_where_strings_are_expected_are_accepted(cluster, raw):
                                        "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "flag": 0,
                                        "bornTimestamp": "0", "properties": "", "reconsumeTimes": "0",
                                        "unitMode": "0", "batch": "0"}}).encode() + b"\n"
-    with socket.create_connection((host, int(port)), timeout=3) as sock:
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(frame(header, b"from c++"))
         length, word = struct.unpack(">II", sock.recv(8, socket.MSG_WAITALL))
         resp = json.loads(sock.recv(word & 0xFFFFFF, socket.MSG_WAITALL))

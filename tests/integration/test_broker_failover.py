@@ -14,7 +14,7 @@ from sluice.common.structs import TopicRouteData
 from sluice.namesrv.default_request_processor import monotonic_ms
 from sluice.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.conftest import Cluster
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import committed_to_end, wait_until
 
 # == helpers ==========================================================================================
 
@@ -90,16 +90,18 @@ class Collector:
             return self.cond.wait_for(lambda: len(self.bodies) >= n, timeout)
 
 
-def consume(namesrv: str, group: str, topic: str, n: int, timeout: float = 10, settle: float = 0.0) -> list[bytes]:
-    """Start a consumer of ``group``, wait for ``n`` messages (and ``settle`` seconds more), shut it down."""
+def consume(cluster: Cluster, group: str, topic: str, n: int, timeout: float = 60) -> list[bytes]:
+    """Start a consumer of ``group``, wait for ``n`` messages and until it committed every queue of ``topic`` to
+    its end (all it pulled is consumed: a message it was to get again would have come by then), shut it down."""
     got = Collector()
-    consumer = PushConsumer(group, namesrv=namesrv, consume_from="first")
+    consumer = PushConsumer(group, namesrv=cluster.namesrv_addr, consume_from="first",
+                            persist_consumer_offset_interval=200)
     consumer.subscribe(topic, "*")
     consumer.listener(got)
     consumer.start()
     try:
         assert got.wait_for(n, timeout), f"{group} got {len(got.bodies)} of {n} messages"
-        time.sleep(settle)
+        wait_until(lambda: committed_to_end(cluster, group, topic, 4), timeout, f"{group} to commit {topic}")
     finally:
         consumer.shutdown()  # commits the offsets
     return got.bodies
@@ -113,7 +115,7 @@ def test_committed_offsets_survive_a_graceful_broker_restart(cluster):
         first = [b"before-%d" % i for i in range(20)]
         for body in first:
             producer.send(Message(topic, body))
-    assert sorted(consume(cluster.namesrv_addr, group, topic, 20, settle=0.2)) == sorted(first)
+    assert sorted(consume(cluster, group, topic, 20)) == sorted(first)
 
     committed = {q: broker.store.consumer_offsets.query_offset(group, topic, q) for q in range(4)}
     assert sum(committed.values()) == 20, committed
@@ -132,7 +134,7 @@ def test_committed_offsets_survive_a_graceful_broker_restart(cluster):
         for body in second:
             producer.send(Message(topic, body))
     # consume_from="first" only applies to queues with no committed offset: the group continues where it left off.
-    got = consume(cluster.namesrv_addr, group, topic, 10, settle=0.5)
+    got = consume(cluster, group, topic, 10)
     assert sorted(got) == sorted(second), "the group re-consumed messages it had committed before the restart"
 
 
@@ -152,18 +154,19 @@ def test_consumer_running_through_a_broker_restart_neither_loses_nor_repeats(emp
         for body in first:
             producer.send(Message(topic, body))
         consumer = PushConsumer(group, namesrv=empty_cluster.namesrv_addr, consume_from="first",
-                                pull_time_delay_millis_when_exception=200)
+                                pull_time_delay_millis_when_exception=200, persist_consumer_offset_interval=200)
         consumer.subscribe(topic, "*")
         consumer.listener(got)
         consumer.start()
         try:
-            assert got.wait_for(20, 10)
+            assert got.wait_for(20, 60)
             broker = empty_cluster.restart_broker(broker)
             second = [b"after-%d" % i for i in range(10)]
             for body in second:
                 producer.send(Message(topic, body))
-            assert got.wait_for(30, 10), f"got {len(got.bodies)} of 30"
-            time.sleep(0.5)  # anything re-delivered would show up now
+            assert got.wait_for(30, 60), f"got {len(got.bodies)} of 30"
+            # Anything re-delivered would come before the commits reach the ends of the queues.
+            wait_until(lambda: committed_to_end(empty_cluster, group, topic, 4), 60, "every queue committed")
         finally:
             consumer.shutdown()
     assert sorted(got.bodies) == sorted(first + second)
@@ -177,7 +180,7 @@ def test_consumer_offsets_reach_consumer_offset_json_while_the_broker_runs(empty
     with Producer("fo-producers", namesrv=empty_cluster.namesrv_addr) as producer:
         for i in range(8):
             producer.send(Message(topic, b"m-%d" % i))
-    consume(empty_cluster.namesrv_addr, group, topic, 8, settle=0.2)
+    consume(empty_cluster, group, topic, 8)
     path = Path(broker.config.store.store_path_root_dir) / "config" / "consumerOffset.json"
 
     def persisted() -> dict[int, int]:
@@ -187,7 +190,7 @@ def test_consumer_offsets_reach_consumer_offset_json_while_the_broker_runs(empty
             return {}
         return {int(q): o for q, o in table.get(f"{topic}@{group}", {}).items()}
 
-    wait_until(lambda: sum(persisted().values()) == 8, 5, "the committed offsets to be written to disk")
+    wait_until(lambda: sum(persisted().values()) == 8, 60, "the committed offsets to be written to disk")
     assert broker.running  # written by the periodic flush, not by a shutdown
 
 
@@ -203,7 +206,7 @@ def test_offsets_written_to_consumer_offset_json_survive_a_kill(empty_cluster, s
             "consumerGroup": group, "topic": topic, "queueId": str(q), "commitOffset": str(offset)}))
         assert resp.code == ResponseCode.SUCCESS, resp.remark
     path = tmp_path / "broker-k" / "config" / "consumerOffset.json"
-    wait_until(lambda: path.exists() and f"{topic}@{group}" in path.read_text(), 5, "consumerOffset.json")
+    wait_until(lambda: path.exists() and f"{topic}@{group}" in path.read_text(), 60, "consumerOffset.json")
     proc.kill()  # no shutdown: only what the file holds can survive
 
     again = spawn_broker(empty_cluster.namesrv_addr, "broker-k", "--config", config)
@@ -236,9 +239,13 @@ def test_stopped_broker_leaves_the_route_after_the_expiry_not_before(tmp_path, s
         proc = spawn_broker(cluster.namesrv_addr, "broker-p",
                             "--config", small_store_config(tmp_path, register_name_server_period=300))
         create_topic(cluster, proc.addr, "fo-expiry", 2)
-        wait_until(lambda: brokers_of(cluster, "fo-expiry") == {"broker-p"}, 5, "the topic's route")
-        time.sleep(expiry / 1000 + 0.3)  # registering every 300 ms keeps a live broker in the routes
-        assert brokers_of(cluster, "fo-expiry") == {"broker-p"}
+        wait_until(lambda: brokers_of(cluster, "fo-expiry") == {"broker-p"}, 60, "the topic's route")
+        # Registering every 300 ms keeps a live broker in the routes: it stays there, looked at all along, for
+        # longer than the expiry (this wait is the duration under test, not a synchronisation).
+        stay_until = time.monotonic() + expiry / 1000 + 0.3
+        while time.monotonic() < stay_until:
+            assert brokers_of(cluster, "fo-expiry") == {"broker-p"}, "a live broker left the routes"
+            time.sleep(0.05)
 
         proc.stop()  # SIGSTOP: silent, but its TCP connections stay open
         last_seen = None
@@ -246,7 +253,8 @@ def test_stopped_broker_leaves_the_route_after_the_expiry_not_before(tmp_path, s
             seen, now = _live(cluster, proc.addr)
             if seen is None:
                 break
-            assert now - seen <= expiry + scan + 500, "the silent broker outlived its expiry"
+            # The scan comes every 50 ms; a busy machine may delay it, never by seconds.
+            assert now - seen <= expiry + scan + 3000, "the silent broker outlived its expiry"
             last_seen = seen
             time.sleep(0.01)
         dropped_after = now - last_seen
@@ -254,20 +262,20 @@ def test_stopped_broker_leaves_the_route_after_the_expiry_not_before(tmp_path, s
         assert brokers_of(cluster, "fo-expiry") == set()
 
         proc.cont()  # it registers again and the route comes back
-        wait_until(lambda: brokers_of(cluster, "fo-expiry") == {"broker-p"}, 5, "the resumed broker's route")
+        wait_until(lambda: brokers_of(cluster, "fo-expiry") == {"broker-p"}, 60, "the resumed broker's route")
     finally:
         cluster.close()
 
 
 def test_killed_broker_is_dropped_when_its_connection_closes(empty_cluster, spawn_broker, tmp_path):
-    # The name server's expiry is the default 120 s: only the closed connection can explain a quick drop.
+    # The name server's expiry is the default 120 s: only the closed connection can explain a drop well before.
     proc = spawn_broker(empty_cluster.namesrv_addr, "broker-p", "--config", small_store_config(tmp_path))
     create_topic(empty_cluster, proc.addr, "fo-killed", 2)
-    wait_until(lambda: brokers_of(empty_cluster, "fo-killed") == {"broker-p"}, 5, "the topic's route")
+    wait_until(lambda: brokers_of(empty_cluster, "fo-killed") == {"broker-p"}, 60, "the topic's route")
     t0 = time.monotonic()
     proc.kill()
-    wait_until(lambda: brokers_of(empty_cluster, "fo-killed") == set(), 3, "the killed broker to be dropped")
-    assert time.monotonic() - t0 < 3
+    wait_until(lambda: brokers_of(empty_cluster, "fo-killed") == set(), 60, "the killed broker to be dropped")
+    assert time.monotonic() - t0 < 60
     assert _live(empty_cluster, proc.addr)[0] is None
 
 
@@ -279,7 +287,7 @@ def test_producer_spreads_sends_over_two_brokers_and_keeps_sending_when_one_is_k
     topic = "fo-spread"
     for addr in (broker_a.broker_addr, proc.addr):
         create_topic(cluster, addr, topic, 4)
-    wait_until(lambda: brokers_of(cluster, topic) == {"broker-a", "broker-p"}, 5, "both brokers in the route")
+    wait_until(lambda: brokers_of(cluster, topic) == {"broker-a", "broker-p"}, 60, "both brokers in the route")
 
     with Producer("fo-spread-producers", namesrv=cluster.namesrv_addr) as producer:
         spread = Counter(producer.send(Message(topic, b"spread-%d" % i)).queue.broker_name for i in range(40))
@@ -301,7 +309,7 @@ def test_producer_spreads_sends_over_two_brokers_and_keeps_sending_when_one_is_k
         t = threading.Thread(target=killer)
         t.start()
         try:
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 60
             i = 0
             while (not killed.is_set() or len(sent) < dead_from[0] + 100) and time.monotonic() < deadline:
                 try:
@@ -328,7 +336,7 @@ def test_async_sends_in_flight_when_a_broker_is_killed_are_retried_on_the_other(
     topic = "fo-async"
     for addr in (broker_a.broker_addr, proc.addr):
         create_topic(cluster, addr, topic, 4)
-    wait_until(lambda: brokers_of(cluster, topic) == {"broker-a", "broker-p"}, 5, "both brokers in the route")
+    wait_until(lambda: brokers_of(cluster, topic) == {"broker-a", "broker-p"}, 60, "both brokers in the route")
 
     with Producer("fo-async-producers", namesrv=cluster.namesrv_addr) as producer:
         futures = []

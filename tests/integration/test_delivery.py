@@ -15,19 +15,20 @@ from typing import Any
 import pytest
 
 from sluice import ConsumeOrderlyStatus, ConsumeStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
+from sluice.client import _loop
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.naming import dlq_topic
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
-from tests.integration.helpers import FAST, wait_until
+from tests.integration.helpers import FAST, committed_to_end, send_markers, wait_until
 
 PULL_BATCH = 32  # the consumers' pull_batch_size (default)
 
 
 
 
-def wait_committed(cluster, group: str, topic: str, timeout: float = 10) -> None:
+def wait_committed(cluster, group: str, topic: str, timeout: float = 60) -> None:
     """Wait until ``group`` has committed every queue of ``topic`` up to its end (asked over the wire)."""
 
     async def go() -> None:
@@ -130,17 +131,20 @@ def test_clustering_group_of_three_consumes_each_message_exactly_once(cluster):
     cluster.create_topic(topic, 8)
     rec = Recorder()
     with consumers(3, "delivery-cg", topic, rec, namesrv=cluster.namesrv_addr, **FAST) as cs:
-        wait_until(lambda: allocation_settled(cs, topic, 8), 15, "the three consumers to split the 8 queues")
+        wait_until(lambda: allocation_settled(cs, topic, 8), 60, "the three consumers to split the 8 queues")
         with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
             bodies = send_mixed(producer, topic, n)
-        wait_until(lambda: rec.distinct() >= n, 20, "every message to be consumed")
+        wait_until(lambda: rec.distinct() >= n, 60, "every message to be consumed")
         # Consumers leaving hand their queues to the others: only committed messages are safe from coming again.
         wait_committed(cluster, "delivery-cg", topic)
-        time.sleep(0.2)  # room for any duplicate to show up
-    assert set(rec.bodies) == set(bodies)
+        # Any duplicate would come before the end markers of the queues (and keep the commits from their ends).
+        markers = send_markers(cluster.namesrv_addr, topic, 8)
+        wait_until(lambda: markers <= set(rec.bodies), 60, "every queue's end marker to be consumed")
+        wait_committed(cluster, "delivery-cg", topic)
+    assert set(rec.bodies) == set(bodies) | markers
     dups = {b: k for b, k in rec.bodies.items() if k > 1}
     assert not dups, f"{len(dups)} messages consumed more than once, e.g. {list(dups.items())[:5]}"
-    assert len(rec.uniq) == n and all(k == 1 for k in rec.uniq.values())
+    assert len(rec.uniq) == n + len(markers) and all(k == 1 for k in rec.uniq.values())
     assert all(rec.by_consumer[c] for c in rec.by_consumer), "every consumer got a share"
 
 
@@ -157,11 +161,11 @@ def test_broadcasting_consumers_each_get_every_message(cluster, tmp_path):
             c.register_listener(rec.listener(f"bc-{i}"))
             c.start()
             started.append(c)
-        wait_until(lambda: all(len(c.aio.process_queues) == 8 for c in started), 15,
+        wait_until(lambda: all(len(c.aio.process_queues) == 8 for c in started), 60,
                    "each broadcasting consumer to hold all 8 queues")
         with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
             bodies = send_mixed(producer, topic, n)
-        wait_until(lambda: all(r.distinct() >= n for r in recs), 20, "every consumer to get every message")
+        wait_until(lambda: all(r.distinct() >= n for r in recs), 60, "every consumer to get every message")
     finally:
         for c in started:
             c.shutdown()
@@ -220,33 +224,41 @@ def test_consumers_joining_and_leaving_rebalance_without_loss(cluster):
         c.register_listener(rec.listener(name))
         return c.start()
 
+    def consumed_by(name: str, at_least: int = 200) -> bool:
+        with rec.lock:
+            return len(rec.by_consumer.get(name, ())) >= at_least
+
     c1 = consumer("c1")
     live = [c1]
     try:
-        wait_until(lambda: allocation_settled(live, topic, 8), 15, "c1 to hold the 8 queues")
+        wait_until(lambda: allocation_settled(live, topic, 8), 60, "c1 to hold the 8 queues")
         with Producer("delivery-pg", namesrv=cluster.namesrv_addr) as producer:
             with Flow(producer, topic) as flow:
-                time.sleep(0.7)
+                # Each change of the group comes while messages flow, once the newest member is consuming.
+                wait_until(lambda: consumed_by("c1"), 60, "c1 to consume while messages flow")
                 live.append(c2 := consumer("c2"))
-                time.sleep(0.7)
+                wait_until(lambda: consumed_by("c2"), 60, "c2 to take queues over and consume")
                 live.append(consumer("c3"))
-                time.sleep(0.7)
+                wait_until(lambda: consumed_by("c3"), 60, "c3 to take queues over and consume")
                 live.remove(c2)
                 c2.shutdown()
-                wait_until(lambda: allocation_settled(live, topic, 8), 15, "c1 and c3 to split the 8 queues")
-                time.sleep(0.5)
+                wait_until(lambda: members(cluster, group) == 2 and allocation_settled(live, topic, 8), 60,
+                           "c1 and c3 alone in the group, splitting the 8 queues")
             sent = list(flow.sent)
             settled_at = len(rec.bodies)
             # Sent once the group has settled: these must arrive exactly once.
             tail = [f"tail-{i}".encode() for i in range(500)]
             for body in tail:
                 producer.send(Message(topic, body))
-        wait_until(lambda: rec.distinct() >= len(sent) + len(tail), 20, "every message to be consumed")
+        wait_until(lambda: rec.distinct() >= len(sent) + len(tail), 60, "every message to be consumed")
         wait_committed(cluster, group, topic)  # see the exactly-once test
-        time.sleep(0.2)
+        markers = send_markers(cluster.namesrv_addr, topic, 8)
+        wait_until(lambda: markers <= set(rec.bodies), 60, "every queue's end marker to be consumed")
+        wait_committed(cluster, group, topic)
     finally:
         for c in live:
             c.shutdown()
+    assert all(rec.bodies[b] == 1 for b in markers)
     lost = set(sent) - set(rec.bodies)
     assert not lost, f"{len(lost)} of {len(sent)} messages lost, e.g. {sorted(lost)[:5]}"
     assert all(rec.bodies[b] == 1 for b in tail), "messages sent after the group settled came twice"
@@ -256,6 +268,15 @@ def test_consumers_joining_and_leaving_rebalance_without_loss(cluster):
     # Only messages consumed but not yet committed when a queue changed hands come again: at most about one
     # pull batch for each of the (at most 3 x 8) queue hand-overs.
     assert dups <= 3 * 8 * PULL_BATCH, f"{dups} duplicates for {len(sent)} messages"
+
+
+def members(cluster, group: str) -> int:
+    """How many consumers of ``group`` the broker knows."""
+
+    async def count() -> int:
+        return len(cluster.brokers[0].consumer_manager.consumer_ids(group))
+
+    return cluster.loop.run(count())
 
 
 FAST_DELAYS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s"
@@ -294,10 +315,13 @@ def test_reconsume_later_and_listener_errors_come_back_through_the_retry_topic(e
             bodies = [f"r-{i}".encode() for i in range(n)]
             for b in bodies:
                 producer.send(Message(topic, b, tags="t", keys=[b.decode()]))
-        wait_until(lambda: len(again) >= n, 20, "every failed message to come back")
-        time.sleep(0.3)
+        wait_until(lambda: len(again) >= n, 60, "every failed message to come back")
+        # Everything pulled from the topic and the retry topic consumed: a second copy would have come by then.
+        wait_until(lambda: committed_to_end(cluster, group, topic, 4) and
+                   committed_to_end(cluster, group, f"%RETRY%{group}", 1), 60, "every offset committed")
     finally:
         c.shutdown()
+    assert cluster.brokers[0].store.get_max_offset_in_queue(f"%RETRY%{group}", 0) == n  # each sent back once
     assert set(first) == set(again) == set(bodies)
     for body, copies in again.items():
         assert len(copies) == 1, f"{body!r} came back {len(copies)} times"
@@ -309,7 +333,7 @@ def test_reconsume_later_and_listener_errors_come_back_through_the_retry_topic(e
         assert again_at[body] - first[body] >= 0.25
 
 
-def read_all(namesrv: str, topic: str, expected: int, timeout: float = 15) -> list[MessageExt]:
+def read_all(namesrv: str, topic: str, expected: int, timeout: float = 60) -> list[MessageExt]:
     """Every message of ``topic`` (read with an assigned PullConsumer) once ``expected`` are there."""
     reader = PullConsumer("delivery-reader", namesrv=namesrv, auto_commit=False, consume_from="first")
     reader.start()
@@ -360,9 +384,15 @@ def test_messages_failing_max_reconsume_times_land_in_the_dead_letter_queue(empt
             for b in bodies:
                 producer.send(Message(topic, b, keys=[b.decode()]))
         dead = read_all(cluster.namesrv_addr, dlq_topic(group), n)
-        time.sleep(0.5)  # nothing more may come after the dead-letter queue got them
+        # Nothing more may come after the dead-letter queue got them: everything pulled from the topic and the
+        # retry topic is consumed, and each message went through the retry topic max_times times, no more.
+        wait_until(lambda: committed_to_end(cluster, group, topic, 2) and
+                   committed_to_end(cluster, group, f"%RETRY%{group}", 1), 60, "every offset committed")
     finally:
         c.shutdown()
+    store = cluster.brokers[0].store
+    assert store.get_max_offset_in_queue(f"%RETRY%{group}", 0) == n * max_times
+    assert store.get_max_offset_in_queue(dlq_topic(group), 0) == n
     # The first delivery and max_times retries, then the dead-letter queue.
     assert {b: sorted(t) for b, t in times_seen.items()} == {b: list(range(max_times + 1)) for b in bodies}
     assert sorted(m.body for m in dead) == sorted(bodies)
@@ -412,8 +442,8 @@ def test_a_listener_answer_that_is_no_status_means_consume_again_with_one_log_li
             bodies = [f"s-{i}".encode() for i in range(n)]
             for b in bodies:
                 producer.send(Message(topic, b))
-        wait_until(lambda: all(calls[b] >= 2 for b in bodies), 20, "every message consumed again")
-        wait_until(lambda: committed_everything(cluster, group, topic, 2), 20, "every offset committed")
+        wait_until(lambda: all(calls[b] >= 2 for b in bodies), 60, "every message consumed again")
+        wait_until(lambda: committed_everything(cluster, group, topic, 2), 60, "every offset committed")
     finally:
         c.shutdown()
     lines = [r for r in caplog.records if "not a Consume" in r.getMessage()]
@@ -449,17 +479,17 @@ def test_a_caught_up_consumer_reset_back_never_commits_past_what_it_consumed_aga
         with Producer("reset-back-pg", namesrv=cluster.namesrv_addr) as producer:
             for i in range(n):
                 producer.send(Message(topic, f"b-{i}".encode()))
-        wait_until(lambda: committed() == n, 20, "the consumer at the end of the queue")
+        wait_until(lambda: committed() == n, 60, "the consumer at the end of the queue")
         reset_done.set()
         reset = cluster.loop.run(_reset_offsets(broker, group, topic, timestamp=0))
         assert reset.code == 0
         with Producer("reset-back-pg", namesrv=cluster.namesrv_addr) as producer:
             producer.send(Message(topic, b"poke"))  # wakes the pull the broker holds: its answer tells of the reset
-        wait_until(lambda: seen.count(39) == 2, 20, "the queue read again up to offset 40")
-        wait_until(lambda: 0 < committed() <= 40, 20, "a commit of the second reading")
+        wait_until(lambda: seen.count(39) == 2, 60, "the queue read again up to offset 40")
+        wait_until(lambda: 0 < committed() <= 40, 60, "a commit of the second reading")
         assert committed() <= 40  # not 100: only what was consumed again counts
         release.set()
-        wait_until(lambda: committed() == n + 1, 20, "the end reached again")
+        wait_until(lambda: committed() == n + 1, 60, "the end reached again")
     finally:
         release.set()
         c.shutdown()
@@ -512,20 +542,22 @@ def test_an_orderly_consumer_reset_while_busy_never_runs_two_listener_calls_on_o
         with Producer("reset-orderly-pg", namesrv=cluster.namesrv_addr) as producer:
             for i in range(10):
                 producer.send(Message(topic, f"o-{i}".encode()))
-        assert started_blocking.wait(20)
+        assert started_blocking.wait(60)
         (mq,) = [m for m in c.aio.process_queues if m.topic == topic]
         busy = c.aio.process_queues[mq]
+
+        async def restart_state() -> tuple[bool, bool]:  # read on the consumer's loop: one consistent state
+            return busy.dropped, c.aio.process_queues.get(mq) is busy
+
         assert cluster.loop.run(_reset_offsets(broker, group, topic, timestamp=0)).code == 0
         with Producer("reset-orderly-pg", namesrv=cluster.namesrv_addr) as producer:
             producer.send(Message(topic, b"poke"))
-        wait_until(lambda: busy.dropped, 20, "the reset reaching the consumer")
-        # The queue starts afresh only once the listener call in progress is over: give a second call the time
-        # it would need to start (it needs no more than a pull), then let the first one end.
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline and most[0] < 2:
-            time.sleep(0.02)
+        wait_until(lambda: _loop.run(restart_state())[0], 60, "the reset reaching the consumer")
+        # The queue starts afresh (a new process queue, pulled from the new offset) only once the listener call
+        # in progress is over: while it runs, the dropped one stays in place and nothing pulls the queue.
+        assert _loop.run(restart_state()) == (True, True), "the queue started afresh under a running listener"
         release.set()
-        wait_until(lambda: 10 in got, 20, "the queue read again to its end")
+        wait_until(lambda: 10 in got, 60, "the queue read again to its end")
     finally:
         release.set()
         c.shutdown()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from sluice import ConsumeOrderlyStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from sluice.common.naming import dlq_topic
 from tests.integration.helpers import FAST as FAST_SETTINGS
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import committed_to_end, wait_until
 
 FAST = {**FAST_SETTINGS, "lock_retry_interval": 200, "suspend_current_queue_time_millis": 100}
 QUEUES = 4
@@ -102,11 +102,12 @@ def test_orderly_consumers_keep_per_key_order_across_queues_and_consumers(cluste
         cs.append(start_consumer(cluster, group, topic, checker, "c2"))
         wait_until(lambda: len(locked_queues(cs, topic)) == QUEUES and
                    all(len([m for m in c.aio.process_queues if m.topic == topic]) == QUEUES // 2 for c in cs),
-                   15, "both consumers to lock two queues each")
+                   60, "both consumers to lock two queues each")
         with Producer("orderly-pg", namesrv=cluster.namesrv_addr) as producer:
             send_keyed(producer, topic, keys, range(per_key))
-        wait_until(lambda: checker.complete(keys, per_key), 20, "every message to be consumed")
-        time.sleep(0.2)
+        wait_until(lambda: checker.complete(keys, per_key), 60, "every message to be consumed")
+        # Committed to the ends of the queues: nothing pulled is left to deliver (again, or out of order).
+        wait_until(lambda: committed_to_end(cluster, group, topic, QUEUES), 60, "every queue committed")
     finally:
         for c in cs:
             c.shutdown()
@@ -127,10 +128,10 @@ def test_suspended_orderly_message_is_retried_before_the_next_of_its_queue(clust
     checker = OrderChecker(fail_first={3, 11})
     c = start_consumer(cluster, group, topic, checker, "c1")
     try:
-        wait_until(lambda: len(locked_queues([c], topic)) == QUEUES, 15, "the consumer to lock the queues")
+        wait_until(lambda: len(locked_queues([c], topic)) == QUEUES, 60, "the consumer to lock the queues")
         with Producer("orderly-pg", namesrv=cluster.namesrv_addr) as producer:
             send_keyed(producer, topic, keys, range(per_key))
-        wait_until(lambda: checker.complete(keys, per_key), 20, "every message to be consumed")
+        wait_until(lambda: checker.complete(keys, per_key), 60, "every message to be consumed")
     finally:
         c.shutdown()
     assert checker.failed == {(k, s) for k in keys for s in (3, 11)}
@@ -147,7 +148,7 @@ def test_orderly_order_survives_consumers_joining_and_leaving(cluster):
     checker = OrderChecker(delay=0.001)
     cs = [start_consumer(cluster, group, topic, checker, "c1")]
     try:
-        wait_until(lambda: len(locked_queues(cs, topic)) == QUEUES, 15, "c1 to lock the queues")
+        wait_until(lambda: len(locked_queues(cs, topic)) == QUEUES, 60, "c1 to lock the queues")
         with Producer("orderly-pg", namesrv=cluster.namesrv_addr) as producer:
             send_keyed(producer, topic, keys, range(0, 40))
             cs.append(start_consumer(cluster, group, topic, checker, "c2"))
@@ -155,8 +156,9 @@ def test_orderly_order_survives_consumers_joining_and_leaving(cluster):
             leaving = cs.pop(0)
             leaving.shutdown()
             send_keyed(producer, topic, keys, range(80, per_key))
-        wait_until(lambda: checker.complete(keys, per_key), 20, "every message to be consumed")
-        time.sleep(0.2)
+        wait_until(lambda: checker.complete(keys, per_key), 60, "every message to be consumed")
+        # Committed to the ends of the queues: nothing pulled is left to deliver (again, or out of order).
+        wait_until(lambda: committed_to_end(cluster, group, topic, QUEUES), 60, "every queue committed")
     finally:
         for c in cs:
             c.shutdown()
@@ -191,15 +193,15 @@ def test_orderly_message_exhausting_its_retries_goes_to_the_dead_letter_queue_an
     c.register_listener(handle)
     c.start()
     try:
-        wait_until(lambda: len(locked_queues([c], topic)) == 1, 15, "the consumer to lock the queue")
+        wait_until(lambda: len(locked_queues([c], topic)) == 1, 60, "the consumer to lock the queue")
         with Producer("orderly-pg", namesrv=cluster.namesrv_addr) as producer:
             for body in (b"before", b"poison", b"after"):
                 producer.send(Message(topic, body), sharding_key="k")
-        wait_until(lambda: ("after", 0) in seen, 15, "the message after the poison one")
+        wait_until(lambda: ("after", 0) in seen, 60, "the message after the poison one")
         reader = PullConsumer("orderly-dlq-reader", namesrv=cluster.namesrv_addr, auto_commit=False)
         reader.start()
         try:
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while True:
                 try:
                     queues = reader.fetch_queues(dlq_topic(group))

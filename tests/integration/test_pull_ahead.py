@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -43,12 +44,37 @@ def _collect(got: list[bytes], expected: int, done: asyncio.Event, gate: asyncio
     return on
 
 
-async def _most_held(consumer: PushConsumer, measure, seconds: float) -> int:
-    """The largest ``measure`` of any process queue of ``consumer``, sampled every 10 ms for ``seconds``."""
+class HeldBack:
+    """Counts the times flow control kept a pull of ``consumer`` from going out (the pull loop's own check, made
+    when no pull of the queue is in flight)."""
+
+    def __init__(self, consumer: PushConsumer) -> None:
+        self.times = 0
+        check = consumer._flow_controlled
+
+        def counted(pq, size_limit, *more, **named):
+            held = check(pq, size_limit, *more, **named)
+            if held and not more and not named:
+                self.times += 1
+            return held
+
+        consumer._flow_controlled = counted  # type: ignore[method-assign]
+
+
+async def _most_held(consumer: PushConsumer, held_back: HeldBack, measure, floor: int, timeout: float = 60) -> int:
+    """The largest ``measure`` of any process queue of ``consumer`` (its listener stuck), sampled every 10 ms
+    until it reached ``floor`` and flow control then held the queue's pulls back three times: with no pull in
+    flight and none let out, nothing more can come until the listener moves. (At the deadline, what was seen.)"""
     most = 0
-    for _ in range(round(seconds / 0.01)):
+    reached_at: int | None = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         await asyncio.sleep(0.01)
         most = max([most, *(measure(pq) for pq in consumer.process_queues.values())])
+        if reached_at is None and most >= floor:
+            reached_at = held_back.times
+        if reached_at is not None and held_back.times >= reached_at + 3:
+            break
     return most
 
 
@@ -87,7 +113,7 @@ def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monke
         consumer.register_listener(_collect(got, len(bodies), done))
         await consumer.start()
         try:
-            await asyncio.wait_for(done.wait(), 20)
+            await asyncio.wait_for(done.wait(), 60)
         finally:
             await consumer.shutdown()
         return got
@@ -100,10 +126,10 @@ def test_the_next_pull_is_on_the_wire_before_an_answer_is_decoded(cluster, monke
     assert all(pending_at_decode[1:]), pending_at_decode
 
 
-def _held_while_stuck(cluster, topic: str, group: str, total: int, measure, seconds: float,
+def _held_while_stuck(cluster, topic: str, group: str, total: int, measure, floor: int,
                       **settings: int) -> tuple[int, list[bytes]]:
-    """The most a queue held (by ``measure``) while its listener was stuck for ``seconds``; then the listener
-    is let go and every message is collected."""
+    """The most a queue held (by ``measure``) while its listener was stuck (see ``_most_held``); then the
+    listener is let go and every message is collected."""
 
     async def scenario() -> tuple[int, list[bytes]]:
         release = asyncio.Event()
@@ -113,11 +139,12 @@ def _held_while_stuck(cluster, topic: str, group: str, total: int, measure, seco
                                 consume_message_batch_max_size=BATCH, **settings)
         consumer.subscribe(topic)
         consumer.register_listener(_collect(got, total, done, gate=release))
+        held_back = HeldBack(consumer)
         await consumer.start()
         try:
-            most = await _most_held(consumer, measure, seconds)
+            most = await _most_held(consumer, held_back, measure, floor)
             release.set()
-            await asyncio.wait_for(done.wait(), 20)
+            await asyncio.wait_for(done.wait(), 60)
         finally:
             await consumer.shutdown()
         return most, got
@@ -130,8 +157,8 @@ def test_pulling_ahead_keeps_a_queue_within_its_threshold_plus_one_batch(cluster
     bodies = _send_backlog(cluster, "bounded", 20 * BATCH)
     threshold = 2 * BATCH
 
-    most, got = _held_while_stuck(cluster, "bounded", "bounded-group", len(bodies), lambda pq: pq.msg_count, 0.6,
-                                  pull_threshold_for_queue=threshold)
+    most, got = _held_while_stuck(cluster, "bounded", "bounded-group", len(bodies), lambda pq: pq.msg_count,
+                                  threshold, pull_threshold_for_queue=threshold)
     assert threshold <= most <= threshold + BATCH
     assert sorted(got) == sorted(bodies) and len(got) == len(bodies)
 
@@ -150,7 +177,7 @@ def test_pulling_ahead_keeps_a_queue_within_its_byte_limit_plus_one_answer(clust
 
     asyncio.run(produce())
 
-    most, got = _held_while_stuck(cluster, "heavy", "heavy-group", 40, lambda pq: pq.msg_size, 0.8,
+    most, got = _held_while_stuck(cluster, "heavy", "heavy-group", 40, lambda pq: pq.msg_size, limit,
                                   pull_threshold_size_for_queue=1)
     assert len(got) == 40
     assert limit <= most <= limit + 256 * 1024

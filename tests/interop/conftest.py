@@ -3,8 +3,11 @@
 The wheel bundles ``librocketmq.so`` (rocketmq-client-cpp 1.2.x) behind ctypes. It lives in a virtualenv of its
 own, never the project's (its module name ``rocketmq`` clashes with other packages), created on first use and
 reused afterwards: ``$SLUICE_INTEROP_VENV``, else ``$XDG_CACHE_HOME/sluice-interop/venv-rocketmq-0.4.4`` (default
-``~/.cache``). Creating it needs PyPI; when that fails every interop test errors with the reason — they are never
-skipped.
+``~/.cache``; the name follows the requirement, so another version gets a venv of its own). Creating it needs the
+wheel from PyPI once (pip honours ``$PIP_INDEX_URL`` / ``$PIP_FIND_LINKS`` for a mirror or a directory of wheels).
+When pip cannot get the wheel (offline, PyPI unreachable, no wheel for this platform) the C++ tests skip with that
+reason — unless ``$SLUICE_REQUIRE_CPP`` is set: then they fail, as CI's must not skip silently. Any other setup
+failure (no ``venv`` module, ``librocketmq.so`` not loading) fails them.
 
 The client scripts in ``clients/`` run as child processes of the test, one ``$HOME`` each (the library writes its
 logs under ``$HOME/logs/rocketmq-cpp``, broadcasting offsets under ``$HOME/.rocketmq_offsets``), and write what they
@@ -20,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,36 +56,70 @@ def venv_dir() -> Path:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError:  # no writable home (some CI runners)
         return Path(__file__).resolve().parents[2] / ".interop-venv"
-    return cache / "venv-rocketmq-0.4.4"
+    return cache / ("venv-" + ROCKETMQ_REQUIREMENT.replace("==", "-"))
 
 
-def _setup_step(what: str, argv: list[str], timeout: float) -> None:
+def cpp_required() -> bool:
+    """``$SLUICE_REQUIRE_CPP`` set: a wheel pip cannot get fails the C++ tests instead of skipping them."""
+    return bool(os.environ.get("SLUICE_REQUIRE_CPP"))
+
+
+class WheelUnavailable(RuntimeError):
+    """pip could not get the wheel: no network, PyPI (or the configured index) unreachable, or no wheel for this
+    platform."""
+
+
+# What pip says when it could not reach an index or found no matching file there.
+_DOWNLOAD_FAILURES = ("No matching distribution found", "Could not find a version that satisfies",
+                      "NewConnectionError", "Temporary failure in name resolution", "Name or service not known",
+                      "Network is unreachable", "Max retries exceeded", "ConnectTimeoutError", "ReadTimeoutError",
+                      "ProxyError", "Connection refused", "SSLError")
+
+
+def _setup_step(what: str, argv: list[str], timeout: float, download: bool = False) -> None:
+    """Run one step; RuntimeError with its output when it fails (WheelUnavailable for a failed ``download``)."""
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired as exc:
+        raise (WheelUnavailable if download else RuntimeError)(f"{what} failed: {exc}") from None
+    except OSError as exc:
         raise RuntimeError(f"{what} failed: {exc}") from None
     if r.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit code {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        out = f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        if download and any(sign in out for sign in _DOWNLOAD_FAILURES):
+            raise WheelUnavailable(f"{what} failed: pip could not download it\n{out}")
+        raise RuntimeError(f"{what} failed (exit code {r.returncode}):\n{out}")
+
+
+def _usable(python: Path) -> bool:
+    """The venv's Python imports the client, of the required version."""
+    version = ROCKETMQ_REQUIREMENT.split("==")[1]
+    check = f"import importlib.metadata as m, rocketmq.client; assert m.version('rocketmq') == {version!r}"
+    try:
+        _setup_step("loading the cached client", [str(python), "-c", check], 60)
+    except RuntimeError:
+        return False
+    return True
 
 
 def ensure_rocketmq_venv(venv: Path) -> Path:
-    """The venv's Python, after creating the venv and installing the wheel unless a finished one is there."""
+    """The venv's Python, after creating the venv and installing the wheel unless a usable one is there.
+
+    Raises WheelUnavailable when pip cannot get the wheel, RuntimeError for any other failure."""
     python = venv / "bin" / "python"
     ready = venv / ".sluice-interop-ready"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs on one machine build it once
-        if ready.exists() and python.exists():
-            try:  # still usable? (its base Python may have gone)
-                _setup_step("loading the cached client", [str(python), "-c", "import rocketmq.client"], 60)
-                return python
-            except RuntimeError:
-                pass
-        shutil.rmtree(venv, ignore_errors=True)
+        if python.exists() and _usable(python):  # built by an earlier run (or handed over ready-made)
+            return python
+        if not os.environ.get("SLUICE_INTEROP_VENV"):  # ours: start afresh; a venv the user named is kept
+            shutil.rmtree(venv, ignore_errors=True)
+        ready.unlink(missing_ok=True)
         _setup_step(f"creating the virtualenv {venv}", [sys.executable, "-m", "venv", str(venv)], 300)
         _setup_step(f"pip install {ROCKETMQ_REQUIREMENT} into {venv}",
                     [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                     ROCKETMQ_REQUIREMENT], 600)
+                     ROCKETMQ_REQUIREMENT], 600, download=True)
         _setup_step("loading librocketmq.so (a system library missing? see `ldd` of it)",
                     [str(python), "-c", "import rocketmq.client"], 60)
         ready.write_text(ROCKETMQ_REQUIREMENT + "\n")
@@ -90,14 +128,35 @@ def ensure_rocketmq_venv(venv: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def rocketmq_python() -> Path:
+    """The C++ client's Python (set up once per machine). pytest keeps a skip or failure for the session: pip is
+    tried once per run."""
+    venv = venv_dir()
     try:
-        return ensure_rocketmq_venv(venv_dir())
+        return ensure_rocketmq_venv(venv)
+    except WheelUnavailable as exc:
+        unavailable, problem = True, str(exc)
     except RuntimeError as exc:
-        problem = str(exc)
-    pytest.fail(f"cannot set up the RocketMQ C++ client for the interop tests: {problem}", pytrace=False)
+        unavailable, problem = False, str(exc)
+    if not unavailable:
+        pytest.fail(f"cannot set up the RocketMQ C++ client for the interop tests: {problem}", pytrace=False)
+    reason = (f"the RocketMQ C++ client wheel ({ROCKETMQ_REQUIREMENT}, manylinux x86_64) could not be downloaded "
+              f"into {venv}: offline, PyPI unreachable, or no wheel for this platform. To run these tests, go "
+              "online once (the venv is cached), or point $PIP_INDEX_URL / $PIP_FIND_LINKS at a mirror or a "
+              f"directory holding the wheel, or set $SLUICE_INTEROP_VENV to a venv with {ROCKETMQ_REQUIREMENT} "
+              "installed")
+    if cpp_required():
+        pytest.fail(f"{reason}; $SLUICE_REQUIRE_CPP is set, so the C++ tests may not skip\n{problem}",
+                    pytrace=False)
+    pytest.skip(reason)
 
 
 # == C++ client processes ===========================================================================
+# librocketmq's log lines about rebalancing (rocketmq-client-cpp 1.2.x, Rebalance.cpp): one "client id" line per
+# member the rebalance saw, then the queues it starts ("add mq", or "after resume ..." for one it had dropped
+# before) and stops ("drop mq") pulling.
+_LOG_MEMBER = re.compile(r"\):client id:(\S+) of topic:(\S+)\[doRebalance:")
+_LOG_QUEUE = re.compile(r"\):(add mq|drop mq|after resume the pull handle of this pullRequest, its mq is):"
+                        r"MessageQueue \[topic=([^,]+), brokerName=[^,]+, queueId=(\d+)\]")
 class CppClient:
     """One client script running in the rocketmq venv; ``records()`` are the JSON lines it wrote so far."""
 
@@ -139,6 +198,32 @@ class CppClient:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def rebalance(self, topic: str) -> tuple[list[str], set[int]] | None:
+        """From the library's own log: the group members its latest rebalance of ``topic`` saw, and the queue ids
+        of ``topic`` it pulls now (queues added minus queues dropped); None before its first rebalance. The
+        wheel reports no allocations itself; the log is written line by line as it goes."""
+        members: list[str] | None = None
+        in_list = False
+        held: set[int] = set()
+        for line in self.log_lines():
+            m = _LOG_MEMBER.search(line)
+            if m and m.group(2) == topic:
+                members = members if in_list else []
+                members.append(m.group(1))
+                in_list = True
+                continue
+            in_list = False
+            m = _LOG_QUEUE.search(line)
+            if m and m.group(2) == topic:
+                (held.discard if m.group(1) == "drop mq" else held.add)(int(m.group(3)))
+        return None if members is None else (members, held)
+
+    def log_lines(self) -> list[str]:
+        lines: list[str] = []
+        for path in sorted((self.home / "logs" / "rocketmq-cpp").glob("*")):
+            lines += path.read_text(errors="replace").split("\n")[:-1]  # whole lines only
+        return lines
 
     def diagnostics(self) -> str:
         err = self.err.read_text(errors="replace")[-3000:] if self.err.exists() else ""

@@ -5,12 +5,11 @@ consumer, and the offsets they commit as ``sluice group progress`` shows them.""
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter, defaultdict
 
 import pytest
 
-from sluice import ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from sluice import ConsumeStatus, Message, MessageExt, MessageQueue, Producer, PushConsumer
 from sluice.cli.main import main as sluice_cli
 from tests.integration.helpers import FAST, wait_until
 
@@ -47,31 +46,55 @@ def pulling_every_queue(sluice, topic: str, queues: int, per_queue: int = 1) -> 
     return all(held.get(q, 0) >= per_queue for q in range(queues))
 
 
+def split_between(clients, topic: str, queues: int, members: int) -> bool:
+    """Each C++ consumer's latest rebalance saw ``members`` members, and the queues they pull are their own and
+    cover ``topic`` together (read from their logs: the wheel reports no allocations)."""
+    seen = [c.rebalance(topic) for c in clients]
+    if any(s is None or len(s[0]) != members for s in seen):
+        return False
+    held = [q for s in seen for q in sorted(s[1])]
+    return len(held) == len(set(held)) and set(held) <= set(range(queues)) and \
+        (members > len(clients) or len(held) == queues)
+
+
+def send_markers(namesrv: str, topic: str, queues: int, tags: str = "TagA") -> set[str]:
+    """One message at the end of each queue of ``topic``; their bodies. A consumer that got every marker pulled
+    each queue past everything sent before: whatever else it was to get (a duplicate, a message of another tag)
+    would have reached it by then."""
+    markers = {f"marker-{q}" for q in range(queues)}
+    with Producer("sluice-markers", namesrv=namesrv) as producer:
+        for q in range(queues):
+            producer.send(Message(topic, f"marker-{q}".encode(), tags=tags), queue=MessageQueue(topic, "broker-a", q))
+    return markers
+
+
 def test_cpp_clustering_consumers_share_the_queues_and_get_exactly_the_matching_tags(sluice, cpp, tmp_path):
     topic, group = "cpp-clustering", "cpp-clustering-group"
     sluice.create_topic(topic, 4)
     stop = tmp_path / "stop"
     consumers = [cpp.start("push_consumer", namesrv=sluice.namesrv, topic=topic, group=group,
                            expression="TagA || TagB", stop_file=stop, timeout=90) for _ in range(2)]
-    wait_until(lambda: len(sluice.group_members(group)) == 2, 30, "both C++ consumers in the group")
-    wait_until(lambda: pulling_every_queue(sluice, topic, 4), 30, "pulls on every queue")
-    time.sleep(2)  # the rebalance that follows the second member's arrival
+    wait_until(lambda: len(sluice.group_members(group)) == 2, 60, "both C++ consumers in the group")
+    # The rebalance that follows the second member's arrival: each pulls its own two queues.
+    wait_until(lambda: split_between(consumers, topic, 4, members=2), 60, "the C++ consumers to split the queues")
+    wait_until(lambda: pulling_every_queue(sluice, topic, 4), 60, "pulls on every queue")
 
     sent = produce(sluice.namesrv, topic, 150)
     matching = {b for b, m in sent.items() if m["tags"] in ("TagA", "TagB")}
-    wait_until(lambda: bodies(*consumers) >= matching, 30, "every TagA / TagB message at the C++ consumers")
-    time.sleep(0.5)  # anything else would arrive meanwhile
+    markers = send_markers(sluice.namesrv, topic, 4)
+    wait_until(lambda: bodies(*consumers) >= matching | markers, 60,
+               "every TagA / TagB message and every queue's end marker at the C++ consumers")
     stop.touch()
     for c in consumers:
-        c.wait(30)
+        c.wait(60)
 
-    got = [r for c in consumers for r in c.received()]
-    assert bodies(*consumers) == matching  # every matching message, no other
+    got = [r for c in consumers for r in c.received() if r["body"] not in markers]
+    assert bodies(*consumers) == matching | markers  # every matching message, no other
     assert all(as_sent(r) == sent[r["body"]] for r in got)  # tags, keys and user properties intact
     assert all(c.received() for c in consumers)  # both had queues
     queues_of = [{r["queue_id"] for r in c.received()} for c in consumers]
     assert not queues_of[0] & queues_of[1]  # ... and no queue was read by both
-    assert max(Counter(r["body"] for r in got).values()) == 1
+    assert max(Counter(r["body"] for c in consumers for r in c.received()).values()) == 1
 
 
 def test_a_cpp_and_a_sluice_consumer_in_one_group_split_the_queues_between_them(sluice, cpp, tmp_path):
@@ -90,22 +113,25 @@ def test_a_cpp_and_a_sluice_consumer_in_one_group_split_the_queues_between_them(
     ours.start()
     stop = tmp_path / "stop"
     try:
-        wait_until(lambda: len([mq for mq in ours.aio.process_queues if mq.topic == topic]) == 4, 30,
+        wait_until(lambda: len([mq for mq in ours.aio.process_queues if mq.topic == topic]) == 4, 60,
                    "the Sluice consumer on all four queues")
         theirs = cpp.start("push_consumer", namesrv=sluice.namesrv, topic=topic, group=group, stop_file=stop,
                            timeout=90)
-        wait_until(lambda: len([mq for mq in ours.aio.process_queues if mq.topic == topic]) == 2, 30,
-                   "the Sluice consumer handing two queues over")
-        time.sleep(1)
+        ours_now = lambda: {mq.queue_id for mq in ours.aio.process_queues if mq.topic == topic}  # noqa: E731
+        wait_until(lambda: len(ours_now()) == 2, 60, "the Sluice consumer handing two queues over")
+        wait_until(lambda: split_between([theirs], topic, 4, members=2) and
+                   theirs.rebalance(topic)[1] == {0, 1, 2, 3} - ours_now(), 60,
+                   "the C++ consumer pulling the other two queues")
         sent = produce(sluice.namesrv, topic, 100)
-        wait_until(lambda: {m.body.decode() for m in got} | bodies(theirs) >= set(sent), 30, "every message")
-        time.sleep(0.5)
+        markers = send_markers(sluice.namesrv, topic, 4)
+        wait_until(lambda: {m.body.decode() for m in got} | bodies(theirs) >= set(sent) | markers, 60,
+                   "every message and every queue's end marker")
     finally:
         stop.touch()
         ours.shutdown()
-    theirs.wait(30)
+    theirs.wait(60)
     both = [m.body.decode() for m in got] + [r["body"] for r in theirs.received()]
-    assert sorted(both) == sorted(sent)  # every message once, across both
+    assert sorted(both) == sorted([*sent, *markers])  # every message once, across both
     assert {m.queue_id for m in got} and {r["queue_id"] for r in theirs.received()}
     assert not {m.queue_id for m in got} & {r["queue_id"] for r in theirs.received()}
 
@@ -117,17 +143,19 @@ def test_every_cpp_broadcasting_consumer_gets_every_matching_message(sluice, cpp
     consumers = [cpp.start("push_consumer", namesrv=sluice.namesrv, topic=topic, group=group, model="broadcasting",
                            expression="TagB", stop_file=stop, timeout=90) for _ in range(2)]
     # A broadcasting consumer without a local offset starts at the end of each queue: wait until both are there.
-    wait_until(lambda: pulling_every_queue(sluice, topic, 4, per_queue=2), 30, "both consumers on every queue")
+    wait_until(lambda: pulling_every_queue(sluice, topic, 4, per_queue=2), 60, "both consumers on every queue")
 
     sent = produce(sluice.namesrv, topic, 120)
     matching = {b for b, m in sent.items() if m["tags"] == "TagB"}
-    wait_until(lambda: all(bodies(c) >= matching for c in consumers), 30, "every TagB message at both consumers")
-    time.sleep(0.5)
+    markers = send_markers(sluice.namesrv, topic, 4, tags="TagB")
+    wait_until(lambda: all(bodies(c) >= matching | markers for c in consumers), 60,
+               "every TagB message and every queue's end marker at both consumers")
     stop.touch()
     for c in consumers:
-        c.wait(30)
-        assert sorted(r["body"] for r in c.received()) == sorted(matching)  # each exactly once, nothing else
-        assert all(as_sent(r) == sent[r["body"]] for r in c.received())
+        c.wait(60)
+        # each exactly once, nothing else
+        assert sorted(r["body"] for r in c.received()) == sorted(matching | markers)
+        assert all(as_sent(r) == sent[r["body"]] for r in c.received() if r["body"] not in markers)
 
 
 def test_messages_a_cpp_callback_raised_on_come_back_and_none_is_lost(sluice, cpp):
@@ -181,12 +209,15 @@ def test_a_restarted_cpp_orderly_consumer_resumes_every_queue_at_once(sluice, cp
     assert records[-1] == {"event": "end", "reason": "complete"}
 
     second = produce(sluice.namesrv, topic, 40, prefix="second")
+    # Orderly: each queue is read in order, so once its end marker came, anything read again would have too.
+    markers = send_markers(sluice.namesrv, topic, 4)
     consumer = cpp.start("push_consumer", namesrv=sluice.namesrv, topic=topic, group=group, orderly=True,
-                         expect=len(second), linger=0.5, timeout=30)
+                         expect=len(second) + len(markers), timeout=30)
     records = consumer.wait(40)
     assert records[-1] == {"event": "end", "reason": "complete"}, \
         f"queues still locked: {sorted({r['queue_id'] for r in consumer.received()} ^ {0, 1, 2, 3})}"
-    assert sorted(r["body"] for r in consumer.received()) == sorted(second)  # from where the first one stopped
+    # from where the first one stopped
+    assert sorted(r["body"] for r in consumer.received()) == sorted([*second, *markers])
 
 
 @pytest.mark.parametrize("expression", ["*", "TagA || TagC"])

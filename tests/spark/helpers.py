@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from sluice import Message, MessageExt, Producer, PullConsumer
+from sluice.client import _loop
 from sluice.common.structs import MessageQueue
 
 
@@ -23,7 +24,8 @@ def produce(namesrv: str, topic: str, count: int, queues: int, body: Callable[[i
 
 
 def read_all(namesrv: str, topic: str, expected: int, timeout: float = 60) -> list[MessageExt]:
-    """Every message of ``topic`` through the Sluice pull consumer (stops once ``expected`` arrived)."""
+    """Every message of ``topic`` through the Sluice pull consumer: at least ``expected``, and every queue read to
+    the end the broker reports (so whatever else the topic holds comes too, without waiting on a clock)."""
     consumer = PullConsumer(f"read-{topic}"[:60], namesrv=namesrv, auto_commit=False)
     consumer.start()
     try:
@@ -32,10 +34,21 @@ def read_all(namesrv: str, topic: str, expected: int, timeout: float = 60) -> li
             consumer.seek(mq, 0)
         got: list[MessageExt] = []
         deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
+        while not (len(got) >= expected and _read_to_the_ends(consumer)) and time.monotonic() < deadline:
             got.extend(consumer.poll(0.5, max_messages=10_000))
-        time.sleep(0.2)
-        got.extend(consumer.poll(0))
         return got
     finally:
         consumer.shutdown()
+
+
+def _read_to_the_ends(consumer: PullConsumer) -> bool:
+    """Every assigned queue polled up to the broker's end of it."""
+
+    async def check() -> bool:
+        aio = consumer.aio
+        for mq, state in list(aio._queues.items()):
+            if state.consumed < await aio.client.api.get_max_offset(await aio.broker_addr(mq), mq):
+                return False
+        return True
+
+    return _loop.run(check())

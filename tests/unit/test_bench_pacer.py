@@ -43,12 +43,12 @@ def test_pacer_stops_and_raises_when_a_send_fails():
             raise RuntimeError("no route")
 
     async def main() -> int:
-        return await pace(send, 1000, 1.0)
+        return await pace(send, 1000, 60.0)
 
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="no route"):
         asyncio.run(main())
-    assert calls == 3 and time.monotonic() - t0 < 0.5
+    assert calls == 3 and time.monotonic() - t0 < 30  # at the failing send, not at the end of the 60 s
 
 
 def test_pacer_falls_back_to_loop_timers_without_a_timerfd(monkeypatch: pytest.MonkeyPatch):

@@ -1,6 +1,7 @@
 """Broker bookkeeping without sockets: queue locks, group membership, held pulls, topic auto-creation."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -90,14 +91,19 @@ def test_held_pull_wakes_on_arrival_past_its_offset_only():
     async def scenario() -> tuple[list, list, int]:
         hold = PullRequestHoldService(max_held=10)
         woken: list[tuple[str, bool]] = []
-        hold.hold("T", 0, 5, 5.0, lambda arrived: woken.append(("q0", arrived)))
-        hold.hold("T", 1, 0, 0.05, lambda arrived: woken.append(("q1", arrived)))
+        hold.hold("T", 0, 5, 60.0, lambda arrived: woken.append(("q0", arrived)))
         hold.notify_message_arriving("T", 0, 5)  # max offset 5: nothing past offset 5 yet
-        await asyncio.sleep(0.01)
+        for _ in range(3):  # a wake-up comes a loop turn later: three turns leave room for one
+            await asyncio.sleep(0)
         before = list(woken)
         hold.notify_message_arriving("T", 0, 6)
         hold.notify_message_arriving("T", 0, 7)  # woken once, however many messages land before it answers
-        await asyncio.sleep(0.1)
+        # A timer set after those arrivals: once it has fired, a second wake-up of q0 would have come too.
+        hold.hold("T", 1, 0, 0.05, lambda arrived: woken.append(("q1", arrived)))
+        deadline = time.monotonic() + 60
+        while ("q1", False) not in woken:
+            assert time.monotonic() < deadline, "the timer never fired"
+            await asyncio.sleep(0.01)
         return before, woken, hold.count
 
     before, woken, count = asyncio.run(scenario())
@@ -246,13 +252,12 @@ def test_an_arrival_from_another_thread_wakes_the_held_pull_on_its_loop():
     async def scenario() -> tuple[list, int]:
         hold = PullRequestHoldService(max_held=10)
         woken: list[tuple[bool, int]] = []
-        hold.hold("T", 0, 0, 5.0, lambda arrived: woken.append((arrived, threading.get_ident())))
+        hold.hold("T", 0, 0, 60.0, lambda arrived: woken.append((arrived, threading.get_ident())))
         t = threading.Thread(target=hold.notify_message_arriving, args=("T", 0, 1))
         t.start()
         t.join()
-        for _ in range(100):
-            if woken:
-                break
+        deadline = time.monotonic() + 60
+        while not woken and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         return woken, hold.count
 

@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -18,17 +19,21 @@ from .helpers import msg
 
 
 class CountingSync:
-    """Wraps os.fdatasync to count calls and optionally slow them down."""
+    """Wraps os.fdatasync to count calls and optionally slow them down: by ``delay`` seconds, or (``gate``) until
+    the event is set — a disk that hangs as long as the test wants, however slow the machine."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, gate: threading.Event | None = None) -> None:
         self.calls = 0
         self.delay = delay
+        self.gate = gate
         self.real = os.fdatasync
 
     def __call__(self, fd: int) -> None:
         self.calls += 1
         if self.delay:
             time.sleep(self.delay)
+        if self.gate is not None:
+            assert self.gate.wait(60), "the test never let the disk go on"
         self.real(fd)
 
 
@@ -74,8 +79,12 @@ def test_async_api_waits_for_group_commit(store_config: MessageStoreConfig):
 
 def test_slow_disk_yields_flush_disk_timeout(store_config: MessageStoreConfig, monkeypatch: pytest.MonkeyPatch):
     with MessageStore(store_config.replace(flush_disk_type="SYNC", sync_flush_timeout=100)) as store:
-        monkeypatch.setattr(mapped_file_module.os, "fdatasync", CountingSync(delay=0.5))
-        r = store.put_message(msg())
+        disk = threading.Event()  # the fsync hangs until the put has its answer
+        monkeypatch.setattr(mapped_file_module.os, "fdatasync", CountingSync(gate=disk))
+        try:
+            r = store.put_message(msg())
+        finally:
+            disk.set()
         assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "100 ms" in r.remark
         monkeypatch.undo()
 
@@ -84,7 +93,7 @@ def test_async_flush_acks_at_once_and_flushes_within_the_interval(store_config: 
     with MessageStore(store_config.replace(flush_interval_commit_log=50, flush_commit_log_least_pages=0)) as store:
         r = store.put_message(msg(body=b"x" * 1000))
         assert r.ok
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + 60
         while store.commit_log.flushed_where < r.wrote_offset + r.wrote_bytes and time.monotonic() < deadline:
             time.sleep(0.01)
         assert store.commit_log.flushed_where >= r.wrote_offset + r.wrote_bytes
@@ -99,13 +108,18 @@ def test_wait_false_does_not_wait_for_the_flush(store_config: MessageStoreConfig
         monkeypatch.undo()
 
 
-def _put_then_all(store: MessageStore, n: int, size: int = 0, linger: float = 0.05) -> tuple[list, list]:
+def _put_then_all(store: MessageStore, n: int, size: int = 0,
+                  answered: Callable[[], None] | None = None) -> tuple[list, list]:
     """``put_messages_then`` of ``n`` messages from one loop; (immediate results, results via callback), the
-    callbacks checked to run on the loop's thread and each at most once."""
+    callbacks checked to run on the loop's thread and each at most once. ``answered`` runs once all are answered.
+
+    Then one more put, waited for: flushes run one after the other, so a flush still running (one that would
+    answer a put twice) ends, and its answers reach the loop, before this put's."""
     async def main() -> tuple[list, list]:
         loop_thread = threading.get_ident()
         later: list = []
         all_done = asyncio.get_running_loop().create_future()
+        last_done = asyncio.get_running_loop().create_future()
 
         def done(r) -> None:
             assert threading.get_ident() == loop_thread
@@ -118,8 +132,11 @@ def _put_then_all(store: MessageStore, n: int, size: int = 0, linger: float = 0.
         bodies = [str(i).encode().ljust(size) for i in range(n)]
         now = [r for b in bodies if (r := store.put_messages_then([msg(body=b)], done)) is not None]
         if len(now) < n:
-            await asyncio.wait_for(all_done, 10)
-        await asyncio.sleep(linger)  # nothing is answered twice, even by a flush that ends later
+            await asyncio.wait_for(all_done, 60)
+        if answered is not None:
+            answered()
+        if store.put_messages_then([msg(body=b"last")], last_done.set_result) is None:
+            await asyncio.wait_for(last_done, 60)
         return now, later
 
     return asyncio.run(main())
@@ -142,12 +159,15 @@ def test_put_then_answers_at_once_under_async_flush(store_config: MessageStoreCo
 def test_put_then_times_out_each_waiter_once_when_the_disk_hangs(store_config: MessageStoreConfig,
                                                                   monkeypatch: pytest.MonkeyPatch):
     with MessageStore(store_config.replace(flush_disk_type="SYNC", sync_flush_timeout=100)) as store:
-        monkeypatch.setattr(mapped_file_module.os, "fdatasync", CountingSync(delay=0.6))
-        t0 = time.monotonic()
-        now, later = _put_then_all(store, 5, linger=0.8)  # the 0.6 s flush ends while the loop still runs
+        disk = threading.Event()  # hangs until every put has its answer: they all timed out while it hung
+        monkeypatch.setattr(mapped_file_module.os, "fdatasync", CountingSync(gate=disk))
+        try:
+            # The hung flush ends while the loop still runs, and answers nobody a second time.
+            now, later = _put_then_all(store, 5, answered=disk.set)
+        finally:
+            disk.set()
         assert now == [] and len(later) == 5
         assert all(r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "100 ms" in r.remark for r in later)
-        assert time.monotonic() - t0 < 1.2
         monkeypatch.undo()
 
 
@@ -210,7 +230,7 @@ def test_a_full_index_file_is_flushed_by_the_flush_round_not_by_the_put(store_co
 
 def test_index_files_and_every_consume_queue_are_flushed_every_flush_interval_index(
         store_config: MessageStoreConfig):
-    cfg = store_config.replace(flush_interval_consume_queue=50, flush_interval_index=1_000,
+    cfg = store_config.replace(flush_interval_consume_queue=50, flush_interval_index=3_000,
                                flush_consume_queue_least_pages=2)
     with MessageStore(cfg) as store:
         cp = store.checkpoint
@@ -219,12 +239,25 @@ def test_index_files_and_every_consume_queue_are_flushed_every_flush_interval_in
         index = store.index_service.files[-1]
         cq = store.find_consume_queue("T", 0, create=False)
         assert cq is not None
-        time.sleep(0.15)  # a few consume-queue rounds, none of them due for the index yet
-        assert index.dirty and cq.queue.flushed_where < cq.queue.max_offset
-        assert (cp.index_safe_offset, cp.logics_safe_offset) == safe_at_start
-        deadline = time.monotonic() + 3
-        while index.dirty and time.monotonic() < deadline:
+        # What each round of the flush service left behind (recorded by the round itself, whatever the timing).
+        rounds: list[tuple[int, bool, bool, tuple[int, int]]] = []
+        flush_round = store.flush_logics_and_checkpoint
+
+        def recorded(least_pages: int) -> None:
+            flush_round(least_pages)
+            rounds.append((least_pages, index.dirty, cq.queue.flushed_where < cq.queue.max_offset,
+                           (cp.index_safe_offset, cp.logics_safe_offset)))
+
+        store.flush_logics_and_checkpoint = recorded  # type: ignore[method-assign]
+        deadline = time.monotonic() + 60
+        while not any(least == 0 for least, *_ in rounds):
+            assert time.monotonic() < deadline, "no thorough round"
             time.sleep(0.02)
-        time.sleep(0.1)  # the round that flushed the index is done with the checkpoint too
-        assert not index.dirty and cq.queue.flushed_where == cq.queue.max_offset
-        assert cp.index_safe_offset == cp.logics_safe_offset == store.dispatched_offset
+        thorough = next(i for i, (least, *_) in enumerate(rounds) if least == 0)
+        # The consume-queue rounds before it: none due for the index, none flushing the lone entry.
+        assert thorough >= 1, "no ordinary round came before the index's"
+        assert all(r[1:] == (True, True, safe_at_start) for r in rounds[:thorough]), rounds[:thorough]
+        # The index's round flushed it, every consume queue, and moved the checkpoint past both.
+        least, dirty, cq_behind, (index_safe, logics_safe) = rounds[thorough]
+        assert not dirty and not cq_behind
+        assert index_safe == logics_safe == store.dispatched_offset

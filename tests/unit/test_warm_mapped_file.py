@@ -43,15 +43,31 @@ def _allocated(path: str) -> int:
     return os.stat(path).st_blocks * 512
 
 
-def _wait_for(cond, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(cond, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
 
 
+def _count_full_windows(svc: WarmMappedFileService) -> list[int]:
+    """Counts (in the returned one-item list) the service's looks that found its window full."""
+    full = [0]
+    warm = svc.warm_next_chunk
+
+    def counted() -> bool:
+        filled = warm()
+        if not filled:
+            full[0] += 1
+        return filled
+
+    svc.warm_next_chunk = counted  # type: ignore[method-assign]
+    return full
+
+
 def test_the_window_past_the_write_position_is_zero_filled_and_follows_the_writer(store_config):
     with MessageStore(_config(store_config)) as store:
+        full = _count_full_windows(next(s for s in store._services if isinstance(s, WarmMappedFileService)))
         store.put_message(msg(body=b"first"))
         mf = store.commit_log.queue.last()
         assert mf is not None
@@ -63,7 +79,9 @@ def test_the_window_past_the_write_position_is_zero_filled_and_follows_the_write
             store.put_message(msg(body=b"y" * 1000))
         wrote = mf.wrote_position
         _wait_for(lambda: mf.warmed_position >= wrote + 7 * CHUNK)
-        time.sleep(0.2)  # nothing more once the window is full
+        # Nothing more once the window is full: the service has since looked twice and found nothing to do.
+        seen = full[0]
+        _wait_for(lambda: full[0] >= seen + 2)
         assert mf.warmed_position <= wrote + 9 * CHUNK
         assert mf.zero_fence == NO_FENCE
 
@@ -122,9 +140,11 @@ def test_a_slow_fill_racing_a_busy_writer_never_zeroes_a_record(store_config, mo
     results, bodies = [], []
     with MessageStore(cfg) as store:
         svc = next(s for s in store._services if isinstance(s, WarmMappedFileService))
-        deadline = time.monotonic() + 1.5
+        # 1.5 s of appends, and on a slow machine on until they rolled segments and met fills.
+        deadline, cap = time.monotonic() + 1.5, time.monotonic() + 60
         i = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or not (svc.filled_bytes > 0 and len(store.commit_log.queue.files) > 2):
+            assert time.monotonic() < cap, "no segment roll met a fill"
             body = f"m{i}-".encode() + os.urandom(100 + i % 700)
             r = store.put_message(msg(body=body))
             assert r.ok
@@ -180,22 +200,25 @@ def test_a_writer_that_had_to_wait_gets_half_the_window_of_room(store_config):
 def test_close_during_a_fill_waits_for_it(tmp_path, monkeypatch):
     mf = MappedFile(str(tmp_path / f"{0:020d}"), 1 << 20)
     real_pwrite = os.pwrite
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
-    def slow_pwrite(fd: int, data: object, pos: int) -> int:
+    def held_pwrite(fd: int, data: object, pos: int) -> int:
         started.set()
-        time.sleep(0.2)
+        release.wait(60)
         return real_pwrite(fd, data, pos)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(mapped_file_module.os, "pwrite", slow_pwrite)
+    monkeypatch.setattr(mapped_file_module.os, "pwrite", held_pwrite)
     filled: list[bool] = []
     t = threading.Thread(target=lambda: filled.append(mf.zero_fill(8192, 16384)))
     t.start()
-    assert started.wait(5)
-    t0 = time.monotonic()
-    mf.close()
-    assert time.monotonic() - t0 > 0.1
-    t.join()
+    assert started.wait(60)
+    closer = threading.Thread(target=mf.close)
+    closer.start()
+    closer.join(0.2)  # a close that does not wait returns meanwhile
+    assert closer.is_alive(), "close returned during a fill"
+    release.set()
+    closer.join(60)
+    t.join(60)
     assert filled == [True] and mf.zero_fill(0, 4096) is False
 
 
