@@ -1,4 +1,4 @@
-"""The batch body of SEND_MESSAGE / SEND_BATCH_MESSAGE (spec §5.2). Sans-IO.
+"""The batch body of SEND_MESSAGE / SEND_BATCH_MESSAGE. Sans-IO.
 
 Records are concatenated, each ``TOTALSIZE MAGICCODE(0) BODYCRC(0) FLAG BODYLENGTH BODY PROPERTIESLENGTH
 PROPERTIES``, big-endian, TOTALSIZE = 20 + body + 2 + properties. The broker decodes with ``decode_batch``;
@@ -10,9 +10,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from sluice.common.compression import inflate
 from sluice.common.errors import MessageFormatError
@@ -76,21 +77,18 @@ class BatchColumns(NamedTuple):
                                              self.end.tolist(), self.flag.tolist(), strict=True)]
 
 
-_HEAD_WORDS: Final = np.arange(_HEAD.size)
-_TOTAL_BYTES: Final = np.arange(4)
-_PROPS_LEN_BYTES: Final = np.arange(_PROPS_LEN.size)
-
-
 def _uniform_starts(buf: bytes | memoryview, arr: np.ndarray, end: int) -> np.ndarray | None:
     """Where the records start when every record has the first one's TOTALSIZE (the usual batch: one
     producer, one body size) — checked for all at once; None otherwise (then the records are walked)."""
+    import numpy as np
+
     if end < BATCH_RECORD_OVERHEAD:
         return None
     (total,) = _TOTAL.unpack_from(buf, 0)
     if total < BATCH_RECORD_OVERHEAD or total > end or end % total:
         return None
     start = np.arange(0, end, total, dtype=np.int64)
-    if len(start) > 1 and not (arr[start[:, None] + _TOTAL_BYTES].view(">i4").ravel() == total).all():
+    if len(start) > 1 and not (arr[start[:, None] + np.arange(4)].view(">i4").ravel() == total).all():
         return None
     return start
 
@@ -102,6 +100,9 @@ def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
     Only the walk from one TOTALSIZE to the next is a Python loop; the other fields are read and checked
     for all records at once.
     """
+    # numpy on first use: clients import this module to encode batches and must not load numpy.
+    import numpy as np
+
     buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     end = len(buf)
     arr = np.frombuffer(buf, dtype=np.uint8)
@@ -122,7 +123,8 @@ def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
             add(pos)
             pos += total
         start = np.array(starts, dtype=np.int64)
-    head = arr[start[:, None] + _HEAD_WORDS].view(">i4").astype(np.int64)  # TOTALSIZE MAGIC CRC FLAG BODYLENGTH
+    # TOTALSIZE MAGIC CRC FLAG BODYLENGTH
+    head = arr[start[:, None] + np.arange(_HEAD.size)].view(">i4").astype(np.int64)
     total, flag, body_len = head[:, 0], head[:, 3], head[:, 4]
     props_len_pos = start + _HEAD.size + body_len
     bad = (body_len < 0) | (props_len_pos + _PROPS_LEN.size > start + total)
@@ -130,7 +132,7 @@ def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
         i = int(np.flatnonzero(bad)[0])
         raise MessageFormatError(f"batch record at byte {int(start[i])}: body length {int(body_len[i])} overruns "
                                  f"total size {int(total[i])}")
-    props_len = arr[props_len_pos[:, None] + _PROPS_LEN_BYTES].view(">i2").astype(np.int64)[:, 0]
+    props_len = arr[props_len_pos[:, None] + np.arange(_PROPS_LEN.size)].view(">i2").astype(np.int64)[:, 0]
     bad = (props_len < 0) | (BATCH_RECORD_OVERHEAD + body_len + props_len != total)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])

@@ -1,0 +1,29 @@
+"""Importing the client API loads none of the broker's or Spark's heavy dependencies.
+
+numpy serves only the broker's store and pyarrow / pyspark only ``sluice.spark``; an application that just
+produces and consumes must not pay their import time (or memory). Each check runs in a fresh interpreter,
+since this test process has long imported them.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("numpy", "pyarrow", "pyspark")
+
+CLIENT_IMPORTS = [
+    "import sluice",
+    "import sluice.aio",
+    "from sluice import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer",
+    "from sluice.aio import Producer, PullConsumer, PushConsumer",
+    "import sluice.client.admin",
+    "import sluice.cli.main, sluice.cli.admin_commands",
+]
+
+
+@pytest.mark.parametrize("statement", CLIENT_IMPORTS)
+def test_client_import_loads_no_heavy_dependency(statement):
+    code = f"import sys\n{statement}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == [], f"{statement!r} imported {out.stdout.strip()}"
