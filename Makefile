@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
 
-.PHONY: setup dev test lint bench-store bench-reference clean
+.PHONY: setup dev test lint fuzz fuzz-ci bench-store bench-reference clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,11 +28,19 @@ dev: $(BASE)
 	$(BIN)/sluice dev
 
 test: $(FULL)
-	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff check src tests examples bench fuzz
 	$(BIN)/python -m pytest -q
 
 lint: $(FULL)
-	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff check src tests examples bench fuzz
+
+# Coverage-guided fuzzing of every decoder of network or disk bytes (fuzz/run.py): 1,000,000 inputs per target.
+fuzz: $(FULL)
+	$(BIN)/python fuzz/run.py --runs 1000000
+
+# The bounded run CI makes after the suite: 12 s per target; a finding fails it.
+fuzz-ci: $(FULL)
+	$(BIN)/python fuzz/run.py --seconds 12
 
 bench-store: $(BASE)
 	$(BIN)/sluice bench store

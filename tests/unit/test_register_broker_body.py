@@ -70,6 +70,10 @@ def test_compressed_body_accepts_json_topic_entries():
     (zlib.compress(b"\x00\x00\x00\x10{}"), True, "ends inside"),
     (_java_compressed([b"T1 4 4"]), True, "fewer than 5"),
     (_java_compressed([b"T1 4 x 6 SINGLE_TAG"]), True, "T1 4 x"),
+    (b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"T":{"topicFilterType":-1}}}}', False, "neither 0"),
+    (b'{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1e999}}}', False, "not an integer"),
+    (b'{"filterServerList":[["a"]]}', False, "where addresses belong"),
+    (_java_compressed([b'{"readQueueNums":1}']), True, "no 'topicName' field"),
 ])
 def test_bad_bodies_raise_a_clear_error(data: bytes, compressed: bool, problem: str):
     with pytest.raises(BodyFormatError, match=problem):

@@ -17,11 +17,21 @@ MASTER_ID = 0
 
 
 def _int(v: Any, default: int = 0) -> int:
+    """A JSON number (or numeric string) as an int; ``ValueError`` or ``TypeError`` for anything else."""
     if v is None or v == "":
         return default
-    if isinstance(v, bool):
+    try:
         return int(v)
-    return int(v)
+    except OverflowError:  # an infinite float: Infinity, or a number such as 1e999
+        raise ValueError(f"{v!r} is not an integer") from None
+
+
+def _text(v: Any) -> str:
+    """A JSON string field (a number taken as its text); ``ValueError`` for an array or an object, whose text
+    could nest without bound."""
+    if isinstance(v, list | dict):
+        raise ValueError(f"expected text, not a JSON {'array' if isinstance(v, list) else 'object'}")
+    return str(v)
 
 
 def _bool(v: Any, default: bool = False) -> bool:
@@ -31,7 +41,7 @@ def _bool(v: Any, default: bool = False) -> bool:
         return v
     if isinstance(v, int):
         return v != 0
-    return str(v).lower() in ("true", "1")
+    return _text(v).lower() in ("true", "1")
 
 
 # == queues and topics =============================================================================
@@ -95,10 +105,12 @@ class TopicConfig:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicConfig:
         tft = d.get("topicFilterType", "SINGLE_TAG")
-        if isinstance(tft, int):
+        if isinstance(tft, int):  # the enum's ordinal
+            if tft not in (0, 1):
+                raise ValueError(f"topicFilterType {tft} is neither 0 (SINGLE_TAG) nor 1 (MULTI_TAG)")
             tft = ("SINGLE_TAG", "MULTI_TAG")[tft]
-        return cls(str(d["topicName"]), _int(d.get("readQueueNums"), 16), _int(d.get("writeQueueNums"), 16),
-                   _int(d.get("perm"), 6), TopicFilterType(str(tft)),
+        return cls(_text(d["topicName"]), _int(d.get("readQueueNums"), 16), _int(d.get("writeQueueNums"), 16),
+                   _int(d.get("perm"), 6), TopicFilterType(_text(tft)),
                    _int(d.get("topicSysFlag", d.get("topicSynFlag")), 0), _bool(d.get("order")))
 
 

@@ -61,7 +61,8 @@ class TopicConfigSerializeWrapper:
                 raise BodyFormatError(f"topic config of {name!r} must be a JSON object")
             tc = dict(tc)
             tc.setdefault("topicName", name)
-            configs[str(tc["topicName"])] = TopicConfig.from_json(tc)
+            config = TopicConfig.from_json(tc)
+            configs[config.topic_name] = config
         dv = d.get("dataVersion")
         if dv is not None and not isinstance(dv, dict):
             raise BodyFormatError("dataVersion must be a JSON object")
@@ -80,12 +81,21 @@ def encode_topic_config_line(tc: TopicConfig) -> str:
 
 
 def decode_topic_config_line(text: str) -> TopicConfig:
+    """One topic entry of the compressed body; raises ``BodyFormatError``."""
     text = text.strip()
     if text.startswith("{"):
-        d = json.loads(text)
+        try:
+            d = fastjson.loads(text)
+        except ValueError as exc:
+            raise BodyFormatError(f"topic config entry is not JSON: {exc}") from None
         if not isinstance(d, dict):
             raise BodyFormatError("topic config entry must be a JSON object")
-        return TopicConfig.from_json(d)
+        try:
+            return TopicConfig.from_json(d)
+        except KeyError as exc:
+            raise BodyFormatError(f"topic config entry {text[:80]!r} has no {exc} field") from None
+        except (TypeError, ValueError) as exc:
+            raise BodyFormatError(f"topic config entry {text[:80]!r}: {exc}") from None
     fields = text.split(" ")
     if len(fields) < 5:
         raise BodyFormatError(f"topic config entry {text[:80]!r} has fewer than 5 space-separated fields")
@@ -115,6 +125,15 @@ def encode_register_broker_body(wrapper: TopicConfigSerializeWrapper, filter_ser
         put(encode_topic_config_line(tc).encode("utf-8"))
     put(json.dumps(filters, separators=(",", ":")).encode("utf-8"))
     return zlib.compress(b"".join(parts), 9)
+
+
+def _filter_servers(value: Any) -> list[str]:
+    """filterServerList: addresses (a number taken as its text); anything but a list counts as none."""
+    if not isinstance(value, list):
+        return []
+    if any(isinstance(f, list | dict) for f in value):
+        raise BodyFormatError("filterServerList holds a list or an object where addresses belong")
+    return [str(f) for f in value]
 
 
 class _Reader:
@@ -149,15 +168,14 @@ def decode_register_broker_body(body: bytes | memoryview, compressed: bool) -> R
             wrapper = TopicConfigSerializeWrapper.from_json(d.get("topicConfigSerializeWrapper") or {})
         except (KeyError, TypeError, ValueError) as exc:
             raise BodyFormatError(f"register broker body has a malformed topic table: {exc}") from None
-        filters = d.get("filterServerList") or []
-        return RegisterBrokerBody(wrapper, [str(f) for f in filters] if isinstance(filters, list) else [])
+        return RegisterBrokerBody(wrapper, _filter_servers(d.get("filterServerList")))
     try:
         raw = inflate(body, MAX_INFLATED_REGISTER_BODY, "compressed register broker body")
     except MessageFormatError as exc:
         raise BodyFormatError(str(exc)) from None
     r = _Reader(raw)
-    try:
-        dv_json = json.loads(r.blob("the data version"))
+    try:  # fastjson, as the plain form: its depth is bounded (json.loads' recursion is not)
+        dv_json = fastjson.loads(r.blob("the data version"))
         count = r.int32("the topic count")
         if count < 0:
             raise BodyFormatError(f"compressed register broker body has a negative topic count {count}")
@@ -167,9 +185,10 @@ def decode_register_broker_body(body: bytes | memoryview, compressed: bool) -> R
             table[tc.topic_name] = tc
         filters: list[str] = []
         if r.pos < len(raw):
-            parsed = json.loads(r.blob("the filter server list"))
-            filters = [str(f) for f in parsed] if isinstance(parsed, list) else []
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            filters = _filter_servers(fastjson.loads(r.blob("the filter server list")))
+    except BodyFormatError:
+        raise
+    except ValueError as exc:  # not UTF-8, not JSON
         raise BodyFormatError(f"compressed register broker body holds bad JSON: {exc}") from None
     if not isinstance(dv_json, dict):
         raise BodyFormatError("compressed register broker body: dataVersion must be a JSON object")

@@ -9,6 +9,7 @@ and are read whatever their JSON type (the C++ client sends some as numbers).
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any, Final
 
@@ -25,6 +26,9 @@ _BIN_FIXED: Final = struct.Struct(">hbhii")  # code, language, version, opaque, 
 _I32: Final = struct.Struct(">i")
 _I16: Final = struct.Struct(">h")
 _LANG_BY_CODE: Final = {lc.value: lc.name for lc in LanguageCode}
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+_DECIMAL: Final = re.compile(r"-?[0-9]{1,10}")
 _json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _json_encode_ascii = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
@@ -103,22 +107,27 @@ def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
         raise ProtocolError(f"header length {h} exceeds the frame ({len(frame) - 4} bytes)")
     header = bytes(frame[4 : 4 + h])
     body = bytes(frame[4 + h :])
-    if stype == SerializeType.JSON:
-        cmd = _decode_json_header(header)
-    elif stype == SerializeType.ROCKETMQ:
-        cmd = _decode_binary_header(header)
-    else:
-        raise ProtocolError(f"unknown serialize type {stype}")
+    try:
+        if stype == SerializeType.JSON:
+            cmd = _decode_json_header(header)
+        elif stype == SerializeType.ROCKETMQ:
+            cmd = _decode_binary_header(header)
+        else:
+            raise ProtocolError(f"unknown serialize type {stype}")
+    except RecursionError:  # JSON nested past what json.loads, repr or json.dumps can walk
+        raise ProtocolError("header nested too deeply") from None
     cmd.body = body
     return cmd
 
 
 def _int_field(obj: dict[str, Any], name: str, default: int | None = None) -> int:
+    """A header field that Java declares ``int``: a JSON integer, or a decimal string of one (ASCII digits
+    only: ``str.isdigit`` passes "²", which ``int`` refuses)."""
     v = obj.get(name, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, str) and v.lstrip("-").isdigit():
-            return int(v)
-        raise ProtocolError(f"header field {name!r} must be an integer, not {v!r}")
+    if isinstance(v, str) and _DECIMAL.fullmatch(v):
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not _INT32_MIN <= v <= _INT32_MAX:
+        raise ProtocolError(f"header field {name!r} must be a 32-bit integer, not {v!r:.60}")
     return v
 
 
@@ -138,7 +147,9 @@ def _decode_json_header(header: bytes) -> RemotingCommand:
     get = obj.get
     remark = get("remark")
     code, opaque, flag, version = get("code"), get("opaque", 0), get("flag", 0), get("version", 0)
-    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+            and _INT32_MIN <= code <= _INT32_MAX and _INT32_MIN <= opaque <= _INT32_MAX
+            and _INT32_MIN <= flag <= _INT32_MAX and _INT32_MIN <= version <= _INT32_MAX):
         code, opaque = _int_field(obj, "code"), _int_field(obj, "opaque", 0)
         flag, version = _int_field(obj, "flag", 0), _int_field(obj, "version", 0)
     language = get("language", "OTHER")

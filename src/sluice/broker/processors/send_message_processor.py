@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -64,6 +65,15 @@ STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                           ResponseCode.SLAVE_NOT_AVAILABLE})
 
 
+def _optional_int(v: str | None) -> int | None:
+    """An optional integer field: None unless ASCII decimal digits (``str.isdigit`` passes "²", which ``int``
+    refuses) few enough for a Java long."""
+    return int(v) if v and _DECIMAL.fullmatch(v) else None
+
+
+_DECIMAL = re.compile(r"-?[0-9]{1,18}")
+
+
 def _truthy(v: str | None) -> bool:
     """Booleans as Java ("true") and the C++ client ("1") write them."""
     return v is not None and v.lower() in ("true", "1")
@@ -96,7 +106,7 @@ class SendMessageRequestHeader:
             return cls(e.get("a") or "DEFAULT_PRODUCER", e["b"], e.get("c", ""), int(e.get("d") or 4), int(e["e"]),
                        int(e.get("f") or 0), int(e.get("g") or 0), int(e.get("h") or 0), e.get("i") or "",
                        int(e.get("j") or 0), batch or _truthy(e.get("m")),
-                       int(mrt) if mrt and mrt.lstrip("-").isdigit() else None)
+                       _optional_int(mrt))
         except (KeyError, ValueError):
             return cls._parse_mapped(req, batch)  # missing or malformed: the general parse names the field
 
@@ -119,7 +129,7 @@ class SendMessageRequestHeader:
                    req.ext_int("sysFlag", 0), req.ext_int("bornTimestamp", 0), req.ext_int("flag", 0),
                    req.ext_fields.get("properties") or "", req.ext_int("reconsumeTimes", 0),
                    batch or _truthy(req.ext_fields.get("batch")),
-                   int(mrt) if mrt and mrt.lstrip("-").isdigit() else None)
+                   _optional_int(mrt))
 
 
 @lru_cache(maxsize=4096)
@@ -172,7 +182,9 @@ class SendMessageProcessor:
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         mrt_raw = req.ext_fields.get("maxReconsumeTimes")
-        max_times = int(mrt_raw) if mrt_raw and mrt_raw.lstrip("-").isdigit() else sub.retry_max_times
+        max_times = _optional_int(mrt_raw)
+        if max_times is None:
+            max_times = sub.retry_max_times
         levels = len(b.config.delay_levels)
         if msg.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(group)
@@ -252,7 +264,7 @@ class SendMessageProcessor:
                 max_times = h.max_reconsume_times if h.max_reconsume_times is not None else (
                     sub.retry_max_times if sub else b.config.max_reconsume_times)
                 mrt = header_props.get(PROPERTY_MAX_RECONSUME_TIMES)
-                if mrt and mrt.isdigit():
+                if mrt and mrt.isascii() and mrt.isdigit():  # isdigit alone passes "²", which int() refuses
                     max_times = int(mrt)
                 if h.reconsume_times >= max_times:
                     topic = dlq_topic(group)
