@@ -1,17 +1,16 @@
 """The broker's event loop never stalls: while topics are created, CommitLog segments roll and a backlog of due
-delayed messages is delivered, no callback holds the loop for more than 20 ms.
+delayed messages is delivered, the loop never works more than 20 ms at a stretch.
 
 The broker runs in its own process (clients in this one would share its GIL) and measures itself: a timer that
-notes how late it fires (``eventLoopLagMaxMs`` of GET_BROKER_RUNTIME_INFO).
+notes how late it fires, and how much of that the loop's thread spent working (``eventLoopLagMaxMs`` and
+``eventLoopBusyMaxMs`` of GET_BROKER_RUNTIME_INFO). The work is what the broker controls; the rest of the lateness
+is the machine (on a busy 2-core machine the thread waits its turn for a CPU), bounded loosely so that a blocking
+system call on the loop — an fsync, milliseconds to seconds — still fails the test.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from pathlib import Path
 from sluice.client.admin import Admin
 from sluice.client.aio import Producer
 from sluice.client.message import Message
+from tests.broker_process import BrokerProcess
 from tests.conftest import Cluster
 
 CONFIG = """
@@ -31,36 +31,20 @@ mapped_file_size_commit_log = 1048576
 mapped_file_size_consume_queue = 120000
 """
 DELAYED = 4000
-MAX_LAG_MS = 20.0
+MAX_BUSY_MS = 20.0
+MAX_LAG_MS = 100.0
 
 
 @contextmanager
-def broker_process(namesrv: str, tmp_path: Path, run: int) -> Iterator[str]:
+def broker_process(namesrv: str, tmp_path: Path) -> Iterator[str]:
     """``sluice broker`` on the store in ``tmp_path``; yields its address, stops it with SIGTERM."""
-    config = tmp_path / "broker.toml"
-    config.write_text(CONFIG)
-    log = tmp_path / f"broker-{run}.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "broker", "--config", str(config),
-                                 "--namesrv", namesrv, "--port", "0", "--store", str(tmp_path / "store")],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
+    broker = BrokerProcess(namesrv, tmp_path, CONFIG, fixed_port=False)
     try:
-        assert proc.stdout is not None
-        ready = re.search(r"ready on (\S+)", proc.stdout.readline())
-        assert ready, f"broker did not start:\n{log.read_text()[-3000:]}"
-        yield ready.group(1)
-        assert proc.poll() is None, f"the broker died ({proc.returncode}):\n{log.read_text()[-3000:]}"
+        yield broker.start()
+        assert broker.alive(), f"the broker died:\n{broker.log.read_text()[-3000:]}"
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    assert proc.returncode == 0, f"the broker did not stop cleanly ({proc.returncode}):\n{log.read_text()[-3000:]}"
+        rc = broker.stop()
+    assert rc == 0, f"the broker did not stop cleanly ({rc}):\n{broker.log.read_text()[-3000:]}"
 
 
 async def send_delayed(namesrv: str) -> float:
@@ -73,7 +57,7 @@ async def send_delayed(namesrv: str) -> float:
     return time.time()
 
 
-async def load_and_measure(namesrv: str, broker: str) -> tuple[float, int]:
+async def load_and_measure(namesrv: str, broker: str) -> tuple[float, float, int]:
     """Topics created and segments rolled while the delayed backlog is delivered; the broker's worst loop lag
     (ms) and how many delayed messages reached their topic."""
     async with Admin(namesrv) as admin, Producer("lag-pg", namesrv) as producer:
@@ -96,18 +80,19 @@ async def load_and_measure(namesrv: str, broker: str) -> tuple[float, int]:
         while (n := await delivered()) < DELAYED and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         info = await admin.broker_runtime_info(broker)
-    return float(info["eventLoopLagMaxMs"]), n
+    return float(info["eventLoopBusyMaxMs"]), float(info["eventLoopLagMaxMs"]), n
 
 
 def test_the_broker_loop_never_stalls_while_topics_are_created_segments_roll_and_a_backlog_is_delivered(
         empty_cluster: Cluster, tmp_path: Path):
     namesrv = empty_cluster.namesrv_addr
-    with broker_process(namesrv, tmp_path, 1):
+    with broker_process(namesrv, tmp_path):
         last_sent = asyncio.run(send_delayed(namesrv))
     # Down while the messages come due: the restarted broker finds all of them due at once.
     while time.time() < last_sent + 2.5:
         time.sleep(0.1)
-    with broker_process(namesrv, tmp_path, 2) as broker:
-        lag_ms, delivered = asyncio.run(load_and_measure(namesrv, broker))
+    with broker_process(namesrv, tmp_path) as broker:
+        busy_ms, lag_ms, delivered = asyncio.run(load_and_measure(namesrv, broker))
     assert delivered == DELAYED
+    assert busy_ms < MAX_BUSY_MS, f"the broker's event loop worked {busy_ms} ms at a stretch"
     assert lag_ms < MAX_LAG_MS, f"the broker's event loop stalled for {lag_ms} ms"

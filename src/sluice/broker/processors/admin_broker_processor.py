@@ -259,5 +259,6 @@ class AdminBrokerProcessor:
                  "dispatchBehindBytes": str(store.get_max_phy_offset() - store.dispatched_offset),
                  "bootTimestamp": str(b.boot_timestamp), "runtime": f"{int(time.time() * 1000) - b.boot_timestamp} ms",
                  "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(b.hold_service.count),
-                 "eventLoopLagMaxMs": f"{b.loop_lag.max_lag * 1000:.1f}"}
+                 "eventLoopLagMaxMs": f"{b.loop_lag.max_lag * 1000:.1f}",
+                 "eventLoopBusyMaxMs": f"{b.loop_lag.max_busy * 1000:.1f}"}
         return req.response(ResponseCode.SUCCESS, body=json_body({"table": table}))

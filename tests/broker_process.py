@@ -1,0 +1,77 @@
+"""``sluice broker`` in a child process, for tests that kill it or measure it from outside."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    """A broker on one store in ``root``, with the config file text ``config``: started, killed (SIGKILL) and
+    started again at will. ``fixed_port``: the same port every time (producers find it again at its old
+    address); else a new one each start."""
+
+    def __init__(self, namesrv: str, root: Path, config: str = "", fixed_port: bool = True) -> None:
+        self.namesrv = namesrv
+        self.root = root
+        self.port = free_port() if fixed_port else 0
+        self.config = root / "broker.toml"
+        self.config.write_text(config)
+        self.proc: subprocess.Popen[str] | None = None
+        self.addr = ""
+        self.runs = 0
+
+    @property
+    def log(self) -> Path:
+        return self.root / f"broker-{self.runs}.log"
+
+    def start(self) -> str:
+        """Start it; its address once it is ready."""
+        self.runs += 1
+        with open(self.log, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sluice.cli.main", "broker", "--config", str(self.config), "--namesrv",
+                 self.namesrv, "--port", str(self.port), "--store", str(self.root / "store")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert self.proc.stdout is not None
+        ready = re.search(r"ready on (\S+)", self.proc.stdout.readline())
+        assert ready, f"broker did not start:\n{self.log.read_text()[-3000:]}"
+        self.addr = ready.group(1)
+        return self.addr
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self._close()
+
+    def stop(self) -> int | None:
+        """SIGTERM, then (after 30 s) SIGKILL; the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._close()
+        return self.proc.returncode
+
+    def _close(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
