@@ -29,6 +29,24 @@ class InvalidSubscriptionError(SluiceError, ValueError):
     """A subscription (tag) expression cannot be parsed, e.g. ``"a ||"`` or a tag containing ``|``."""
 
 
+class FilterExpressionError(InvalidSubscriptionError):
+    """A filter expression (SQL92, or a ``key=value`` filter) cannot be compiled.
+
+    ``reason`` says why, ``position`` where (0-based index into ``expression``; ``line`` and ``column`` count from 1).
+    """
+
+    def __init__(self, reason: str, expression: str, position: int) -> None:
+        self.reason = reason
+        self.expression = expression
+        self.position = max(0, min(position, len(expression)))
+        before = expression[:self.position]
+        self.line = before.count("\n") + 1
+        self.column = self.position - (before.rfind("\n") + 1) + 1
+        text = expression.split("\n")[self.line - 1] if expression else ""
+        where = f"line {self.line}, column {self.column}" if "\n" in expression else f"column {self.column}"
+        super().__init__(f"{reason} (at {where})\n  {text}\n  {' ' * (self.column - 1)}^")
+
+
 class OffsetStoreError(SluiceError):
     """A consumer's local offset file is unreadable or corrupt; the consumer refuses to start from a guess."""
 
