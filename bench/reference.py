@@ -71,12 +71,16 @@ class SluiceServers:
         ns_port = free_port()
         ns = self._spawn("namesrv", ["namesrv", "--port", str(ns_port), "--log-level", "warning"])
         self.namesrv = _ready(ns, r"ready on (\S+)")
+        self.restart_broker()
+        return self
+
+    def restart_broker(self) -> None:
+        """Start the broker (again, once the last one has exited) on the same store."""
         broker = self._spawn("broker", ["broker", "--namesrv", self.namesrv, "--port", str(free_port()),
                                         "--store", str(self.root / "store"), "--flush", self.flush,
                                         "--log-level", "warning"])
         _ready(broker, r"ready on (\S+)")
         self.broker_pid = broker.pid
-        return self
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[str]:
         err = open(self.root / f"{name}.err", "w")

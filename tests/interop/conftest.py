@@ -277,7 +277,9 @@ class Sluice:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.broker: BrokerController = cluster.start_broker(message_delay_level=DELAY_LEVELS)
+        # Transactions are checked back within a second or two, not RocketMQ's 6 s + 30 s.
+        self.broker: BrokerController = cluster.start_broker(message_delay_level=DELAY_LEVELS, transaction_timeout=1000,
+                                                             transaction_check_interval=500)
 
     @property
     def namesrv(self) -> str:

@@ -7,7 +7,8 @@ one scenario function runs unchanged against either and returns what a client ob
 observations; a difference is a Sluice bug unless docs/interop.md explains it.
 
 Both brokers are set up alike: cluster ``DefaultCluster``, broker ``broker-a``, topics and groups created on
-demand, every retry delay level 1 s (RocketMQ's delay levels have a one-second resolution).
+demand, every retry delay level 1 s (RocketMQ's delay levels have a one-second resolution), undecided transactions
+checked back after a second, SQL92 property filters on (``enablePropertyFilter``, off by default in both).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from tests.interop.java_clients import JavaAdmin, JavaBuild, JavaClients
 from tests.reference.rocketmq_node import RocketMQNode
 
 DELAY_LEVELS = " ".join(["1s"] * 18)
+# Undecided transactions are checked back after a second, every second (RocketMQ: 6 s, then every 30 s).
+TRANSACTION_CHECKS = {"transactionTimeOut": "1000", "transactionCheckInterval": "1000"}
 UNKNOWN_CODES = frozenset({9999})  # request codes no broker serves, sent on purpose by the bad-request tests
 T = TypeVar("T")
 
@@ -35,7 +38,8 @@ T = TypeVar("T")
 @pytest.fixture(scope="session")
 def rocketmq(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocketMQNode]:
     node = RocketMQNode(java_build, tmp_path_factory.mktemp("rocketmq"), broker_settings={
-        "messageDelayLevel": DELAY_LEVELS, "mappedFileSizeCommitLog": str(128 << 20)})
+        "messageDelayLevel": DELAY_LEVELS, "mappedFileSizeCommitLog": str(128 << 20), **TRANSACTION_CHECKS,
+        "enablePropertyFilter": "true"})
     try:
         node.start()
     except RuntimeError as exc:
@@ -103,7 +107,8 @@ def _prefix(request: pytest.FixtureRequest) -> str:
 def systems(request: pytest.FixtureRequest, rocketmq: RocketMQNode, empty_cluster: Cluster, java_build: JavaBuild,
             tmp_path: Path) -> Iterator[dict[str, System]]:
     """``{"sluice": System, "rocketmq": System}``; Sluice's side must not see a request it does not serve."""
-    broker = empty_cluster.start_broker("broker-a", message_delay_level=DELAY_LEVELS)
+    broker = empty_cluster.start_broker("broker-a", message_delay_level=DELAY_LEVELS, transaction_timeout=1000,
+                                        transaction_check_interval=1000, enable_property_filter=True)
     prefix = _prefix(request)
     both = {
         "sluice": System("sluice", empty_cluster.namesrv_addr, broker.broker_addr,

@@ -23,7 +23,8 @@ from tests.reference.conftest import System
 # Stamped on every message by RocketMQ's broker, not by Sluice's (a deliberate difference: docs/interop.md).
 BROKER_STAMPED = frozenset({"CLUSTER", "MSG_REGION", "TRACE_ON"})
 # Client-side (the Java client adds them to each pulled message) or unique per run.
-PER_RUN = frozenset({"UNIQ_KEY", "CONSUME_START_TIME", "MAX_OFFSET", "MIN_OFFSET", "ORIGIN_MESSAGE_ID"})
+PER_RUN = frozenset({"UNIQ_KEY", "CONSUME_START_TIME", "MAX_OFFSET", "MIN_OFFSET", "ORIGIN_MESSAGE_ID",
+                     "__transactionId__"})
 R = TypeVar("R")
 
 

@@ -13,10 +13,12 @@ from sluice.broker.broker_outer_api import BrokerOuterAPI
 from sluice.broker.broker_stats import BrokerStats, format_stats_line
 from sluice.broker.broker_stats import log as stats_log
 from sluice.broker.client_channel_info import ClientChannelInfo
+from sluice.broker.consumer_filter_manager import ConsumerFilterManager
 from sluice.broker.consumer_manager import ConsumerManager
 from sluice.broker.processors.admin_broker_processor import AdminBrokerProcessor
 from sluice.broker.processors.client_manage_processor import ClientManageProcessor
 from sluice.broker.processors.consumer_manage_processor import ConsumerManageProcessor
+from sluice.broker.processors.end_transaction_processor import EndTransactionProcessor
 from sluice.broker.processors.pull_message_processor import PullMessageProcessor
 from sluice.broker.processors.query_message_processor import QueryMessageProcessor
 from sluice.broker.processors.send_message_processor import SendMessageProcessor
@@ -25,7 +27,9 @@ from sluice.broker.pull_request_hold_service import PullRequestHoldService
 from sluice.broker.rebalance_lock_manager import RebalanceLockManager
 from sluice.broker.schedule_message_service import ScheduleMessageService
 from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+from sluice.broker.timer_message_service import TimerMessageService
 from sluice.broker.topic_config_manager import TopicConfigManager
+from sluice.broker.transactional_message_service import TransactionalMessageService
 from sluice.common.config import BrokerConfig
 from sluice.common.loop_lag import LoopLagProbe
 from sluice.common.message import host_to_bytes
@@ -64,6 +68,7 @@ class BrokerController:
         self.topic_config_manager = TopicConfigManager(config)
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.consumer_manager = ConsumerManager(config.channel_expired_timeout, self._notify_consumer_ids_changed)
+        self.consumer_filter_manager = ConsumerFilterManager(prepare=config.enable_property_filter)
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.hold_service = PullRequestHoldService(config.max_held_pulls)
@@ -75,6 +80,8 @@ class BrokerController:
         self.client = RemotingClient(config.remoting)
         self.outer_api = BrokerOuterAPI(self.client, config.register_broker_timeout_mills)
         self.schedule_service: ScheduleMessageService = None  # type: ignore[assignment]
+        self.transaction_service: TransactionalMessageService = None  # type: ignore[assignment]
+        self.timer_service: TimerMessageService = None  # type: ignore[assignment]
         self.boot_timestamp = int(time.time() * 1000)
         self.running = False
         self._tasks: list[asyncio.Task] = []
@@ -110,8 +117,13 @@ class BrokerController:
             self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
             self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
             self.store.write_failure_listeners.append(lambda: loop.call_soon_threadsafe(self._store_failed))
+            self.transaction_service = TransactionalMessageService(self)
+            self.transaction_service.load()  # before the first END_TRANSACTION can arrive
+            self.timer_service = TimerMessageService(self)
+            self.timer_service.load()
             for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerManageProcessor(self),
-                              ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self)):
+                              ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self),
+                              EndTransactionProcessor(self)):
                 self.dispatcher.register_processor(processor)
             await self.server.start(sock=sock)
         except BaseException:
@@ -119,6 +131,8 @@ class BrokerController:
             await loop.run_in_executor(None, self.store.shutdown)
             raise
         self.schedule_service.start()
+        self.transaction_service.start()
+        self.timer_service.start()
         self.loop_lag.start(loop)
         self.running = True
         self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._scan_clients_loop())]
@@ -146,11 +160,14 @@ class BrokerController:
         await asyncio.sleep(0)
         await self.server.stop()
         await self.schedule_service.stop()
+        await self.transaction_service.stop()
+        await self.timer_service.stop()
         await self.client.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.topic_config_manager.close)
         await loop.run_in_executor(None, self.subscription_group_manager.close)
         await loop.run_in_executor(None, self.store.shutdown)
+        await loop.run_in_executor(None, self.timer_service.close)
         log.info("broker %s stopped", c.broker_name)
 
     async def __aenter__(self) -> BrokerController:
@@ -219,6 +236,7 @@ class BrokerController:
             await asyncio.sleep(self.config.client_scan_interval / 1000)
             self.consumer_manager.scan_not_active()
             self.producer_manager.scan_not_active()
+            self.consumer_filter_manager.retain(self.consumer_manager.groups)
 
     def _on_connection_closed(self, conn: Connection) -> None:
         self.consumer_manager.on_connection_closed(conn)

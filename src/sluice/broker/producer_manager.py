@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 
 from sluice.broker.client_channel_info import ClientChannelInfo, monotonic_ms
 from sluice.remoting.connection import Connection
@@ -22,6 +23,11 @@ class ProducerManager:
             old.last_update = info.last_update
         else:
             members[info.client_id] = info
+
+    def any_channel(self, group: str) -> ClientChannelInfo | None:
+        """A live producer of ``group``, chosen at random (RocketMQ's ``getAvailableChannel``); None when none is."""
+        live = [ch for ch in self.groups.get(group, {}).values() if not ch.conn.closed]
+        return random.choice(live) if live else None
 
     def unregister_producer(self, group: str, client_id: str) -> None:
         members = self.groups.get(group)

@@ -25,6 +25,17 @@ def _cmd_bench_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_filter(args: argparse.Namespace) -> int:
+    from sluice.bench.filter_bench import CASES, FilterBenchOptions, run
+
+    cases = tuple(args.case) if args.case else tuple(CASES)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise SystemExit(f"sluice: unknown bench case {unknown[0]!r} (choose from {', '.join(CASES)})")
+    run(FilterBenchOptions(count=args.count, size=args.size, directory=args.dir, cases=cases))
+    return 0
+
+
 def _cmd_bench_client(args: argparse.Namespace) -> int:
     from sluice.bench.client_bench import BenchOptions, run_bench
 
@@ -129,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dir", help="where to put the temporary stores (default: the system temp dir)")
     st.add_argument("--no-index", action="store_true", help="messages without UNIQ_KEY (no index work)")
     st.set_defaults(func=_cmd_bench_store)
+    fb = bench.add_parser("filter", help="filtered pulls in the store: messages scanned per second with 10 %% "
+                                         "selective TAG and SQL92 filters (one JSON line per case)")
+    fb.add_argument("--case", action="append", help="run only this case (repeatable)")
+    fb.add_argument("--count", type=int, default=200_000, help="messages in the queue read")
+    fb.add_argument("--size", type=int, default=128, help="body size in bytes")
+    fb.add_argument("--dir", help="where to put the temporary store (default: the system temp dir)")
+    fb.set_defaults(func=_cmd_bench_filter)
     _add_client_bench(bench)
     _add_spark_bench(bench)
     return p

@@ -7,6 +7,9 @@ from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, Message, 
 from sluice.client.producer import Producer
 from sluice.client.pull_consumer import PullConsumer
 from sluice.client.push_consumer import PushConsumer
+from sluice.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
+from sluice.client.transaction_producer import TransactionProducer
 
-__all__ = ["ConsumeOrderlyStatus", "ConsumeStatus", "Message", "Producer", "PullConsumer", "PushConsumer",
-           "SendResult", "SendStatus"]
+__all__ = ["ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message", "Producer", "PullConsumer",
+           "PushConsumer", "SendResult", "SendStatus", "TransactionListener", "TransactionProducer",
+           "TransactionSendResult"]

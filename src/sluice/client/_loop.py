@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from sluice.client.message_selector import MessageSelector
 
 T = TypeVar("T")
 
@@ -146,12 +150,14 @@ class SyncFacade:
 
 
 class SyncConsumerFacade(SyncFacade):
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Consume ``topic``'s messages whose tag matches ``expression`` ("*" or "TagA || TagB")."""
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = "*", *,
+                  filter: str | None = None) -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` ("*" or "TagA || TagB"), or that a
+        ``MessageSelector.by_sql(...)`` selects, or whose properties match ``filter="key=value"``."""
         if self.aio.started:
-            run(self._on_loop(self.aio.subscribe, topic, expression))
+            run(self._on_loop(functools.partial(self.aio.subscribe, topic, expression, filter=filter)))
         else:
-            self.aio.subscribe(topic, expression)
+            self.aio.subscribe(topic, expression, filter=filter)
 
     @staticmethod
     async def _on_loop(fn: Any, *args: Any) -> Any:

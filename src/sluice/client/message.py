@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExt
@@ -20,6 +21,8 @@ from sluice.common.properties import (
     PROPERTY_SEPARATOR,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
 )
@@ -74,7 +77,9 @@ class Message:
     """A message to send.
 
     ``keys`` may be a list or one space-separated string; it is stored as a list. ``delay_level`` (1..18 on
-    a default broker, 0 = none) delays delivery; ``wait_store_msg_ok`` asks the broker to answer only once
+    a default broker, 0 = none) delays delivery; so do ``deliver_at`` (a ``datetime``, or milliseconds since
+    the epoch) and ``delay`` (a ``timedelta``): the broker's timer wheel delivers the message then, within its
+    precision (1 s by default), at most 3 days ahead. ``wait_store_msg_ok`` asks the broker to answer only once
     the message is flushed / replicated as configured. ``properties`` holds user properties only: names the
     system uses (``TAGS``, ``KEYS``, ``UNIQ_KEY`` ... see ``RESERVED_PROPERTY_KEYS``) are refused.
 
@@ -90,6 +95,8 @@ class Message:
     flag: int = 0
     delay_level: int = 0
     wait_store_msg_ok: bool = True
+    deliver_at: datetime | int | None = None
+    delay: timedelta | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.body, bytearray | memoryview):
@@ -116,6 +123,17 @@ class Message:
             raise MessageFormatError(f"message flag {self.flag!r} must be a 32-bit integer")
         if not isinstance(self.delay_level, int) or self.delay_level < 0:
             raise MessageFormatError(f"delay level {self.delay_level!r} must be an integer >= 0 (0 = no delay)")
+        timers = [name for name, v in (("deliver_at", self.deliver_at), ("delay", self.delay),
+                                       ("delay_level", self.delay_level or None)) if v is not None]
+        if len(timers) > 1:
+            raise MessageFormatError(f"a message has one of deliver_at, delay and delay_level, not "
+                                     f"{' and '.join(timers)}")
+        if self.deliver_at is not None and not (
+                isinstance(self.deliver_at, datetime) or isinstance(self.deliver_at, int) and self.deliver_at >= 0):
+            raise MessageFormatError(f"deliver_at {self.deliver_at!r} must be a datetime or milliseconds since the "
+                                     f"epoch")
+        if self.delay is not None and not (isinstance(self.delay, timedelta) and self.delay > timedelta(0)):
+            raise MessageFormatError(f"delay {self.delay!r} must be a positive timedelta")
         _check_user_properties(self.properties)
 
     def key_list(self) -> list[str]:
@@ -165,6 +183,9 @@ class Message:
         parts.append(_WAIT_TRUE if self.wait_store_msg_ok else _WAIT_FALSE)
         if self.delay_level > 0:
             parts.append(f"{PROPERTY_DELAY_TIME_LEVEL}{NAME_VALUE_SEPARATOR}{self.delay_level}")
+        timer = self._timer_property()
+        if timer is not None:
+            parts.append(NAME_VALUE_SEPARATOR.join(timer))
         if uniq_key:
             parts.append(_UNIQ_PREFIX + uniq_key)
         if self.properties:
@@ -183,10 +204,24 @@ class Message:
         props[PROPERTY_WAIT_STORE_MSG_OK] = "true" if self.wait_store_msg_ok else "false"
         if self.delay_level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        timer = self._timer_property()
+        if timer is not None:
+            props[timer[0]] = timer[1]
         if uniq_key:
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
         props.update(self.properties)
         return props
+
+    def _timer_property(self) -> tuple[str, str] | None:
+        """``deliver_at`` as TIMER_DELIVER_MS (ms since the epoch; a naive datetime is local time), ``delay`` as
+        TIMER_DELAY_MS (counted from the broker's clock when it stores the message)."""
+        if self.deliver_at is not None:
+            at = self.deliver_at
+            ms = round(at.timestamp() * 1000) if isinstance(at, datetime) else at
+            return PROPERTY_TIMER_DELIVER_MS, str(ms)
+        if self.delay is not None:
+            return PROPERTY_TIMER_DELAY_MS, str(max(1, round(self.delay.total_seconds() * 1000)))
+        return None
 
 
 _TAGS_PREFIX = PROPERTY_TAGS + NAME_VALUE_SEPARATOR

@@ -21,7 +21,10 @@ from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.backoff import Backoff
 from sluice.common.config import ClientConfig
 from sluice.common.config_loader import SettingError, load
-from sluice.common.errors import ClientError, NameServerUnavailableError
+from sluice.common.errors import ClientError, MessageFormatError, NameServerUnavailableError
+from sluice.common.message import MessageExt
+from sluice.common.message_codec import decode_record
+from sluice.common.properties import PROPERTY_PRODUCER_GROUP
 from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, MessageQueue, TopicRouteData
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -80,6 +83,8 @@ class MQClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
+        # Producer group → what answers a broker's CHECK_TRANSACTION_STATE (broker address, header, message).
+        self.transaction_checkers: dict[str, Callable[[str, dict[str, str], MessageExt], None]] = {}
         self.publish_topics: set[str] = set()
         self.consumers: dict[str, ConsumerInner] = {}
         self._tasks: list[asyncio.Task] = []
@@ -311,6 +316,20 @@ class MQClientInstance:
         for c in list(self.consumers.values()):
             await c.persist_offsets()
 
+    def _check_transaction_state(self, conn: Connection, req: RemotingCommand) -> None:
+        try:
+            msg = decode_record(bytes(req.body))
+        except MessageFormatError as exc:
+            log.warning("broker %s asked about a transaction with a malformed message: %s", conn.remote_addr, exc)
+            return
+        group = msg.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        checker = self.transaction_checkers.get(group)
+        if checker is None:
+            log.warning("broker %s asked about transaction %s of producer group %s, which has no transaction "
+                        "producer here", conn.remote_addr, msg.uniq_key, group)
+            return
+        checker(conn.remote_addr, dict(req.ext_fields), msg)
+
     def _handle_server_request(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         """Requests brokers send to clients."""
         if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
@@ -318,6 +337,9 @@ class MQClientInstance:
                       req.ext_fields.get("consumerGroup"))
             self.rebalance_now()
             return None
+        if req.code == RequestCode.CHECK_TRANSACTION_STATE:
+            self._check_transaction_state(conn, req)
+            return None  # one-way: the answer is an END_TRANSACTION of its own
         if req.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             group = req.ext_fields.get("consumerGroup", "")
             c = self.consumers.get(group)

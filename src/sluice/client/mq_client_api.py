@@ -11,7 +11,7 @@ from sluice.client.message import PullStatus
 from sluice.common import fastjson
 from sluice.common.errors import BrokerResponseError, ClientError, NameServerUnavailableError
 from sluice.common.message_codec import decode_records
-from sluice.common.structs import HeartbeatData, MessageQueue, TopicRouteData
+from sluice.common.structs import HeartbeatData, MessageQueue, SubscriptionData, TopicRouteData
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -118,6 +118,12 @@ class MQClientAPI:
                              {"clientID": client_id, "producerGroup": producer_group, "consumerGroup": consumer_group})
 
     # == consumers ====================================================================================
+    async def check_client_config(self, addr: str, group: str, client_id: str, sub: SubscriptionData,
+                                  timeout_ms: int = 3_000) -> None:
+        """CHECK_CLIENT_CONFIG: whether the broker can apply ``sub``'s filter; ``BrokerResponseError`` if not."""
+        body = _body({"clientId": client_id, "group": group, "subscriptionData": sub.to_json()})
+        await self.invoke_ok(addr, RequestCode.CHECK_CLIENT_CONFIG, body=body, timeout_ms=timeout_ms)
+
     async def get_consumer_id_list(self, addr: str, group: str, timeout_ms: int = 3_000) -> list[str]:
         resp = await self.invoke(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
                                  timeout_ms=timeout_ms)

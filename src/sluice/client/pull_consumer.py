@@ -6,6 +6,7 @@ from typing import Any
 
 from sluice.client import _loop
 from sluice.client.aio.pull_consumer import PullConsumer as AsyncPullConsumer
+from sluice.client.message_selector import MessageSelector
 from sluice.common.message import MessageExt
 from sluice.common.structs import MessageQueue
 
@@ -19,8 +20,9 @@ class PullConsumer(_loop.SyncConsumerFacade):
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
         return _loop.run(self.aio.fetch_queues(topic))
 
-    def assign(self, queues: list[MessageQueue], expression: str | None = "*") -> None:
-        _loop.run(self.aio.assign(queues, expression))
+    def assign(self, queues: list[MessageQueue], expression: str | MessageSelector | None = "*", *,
+               filter: str | None = None) -> None:
+        _loop.run(self.aio.assign(queues, expression, filter=filter))
 
     def assignment(self) -> set[MessageQueue]:
         return self.aio.assignment()

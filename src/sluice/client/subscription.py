@@ -1,9 +1,10 @@
-"""Tag subscription expressions: ``"*"`` (everything) or ``"TagA || TagB"``.
+"""Subscription expressions: tags (``"*"`` for everything, or ``"TagA || TagB"``) or an SQL92 ``MessageSelector``.
 
 ``build_subscription`` turns an expression into the ``SubscriptionData`` sent in heartbeats and pulls:
 the tags, their Java hash codes (what the broker compares with consume-queue tag codes) and a version
 (creation time in ms). The broker filters by hash code only, so the client filters again by the exact
-tag string with ``matches`` / ``filter_messages``.
+tag string with ``matches`` / ``filter_messages``. An SQL92 subscription carries the expression (checked here);
+the broker evaluates it and the client passes on what it is sent, as RocketMQ's does.
 
 Stricter than RocketMQ, which silently drops empty pieces: ``"a ||"``, ``"|| b"`` and ``"a || || b"`` are
 errors here, as are tags containing ``|`` or control characters, and ``*`` next to other tags.
@@ -14,10 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from sluice.client.message_selector import MessageSelector
 from sluice.common.errors import InvalidSubscriptionError
 from sluice.common.hashing import tag_hash_code
 from sluice.common.message import MessageExt
 from sluice.common.structs import SubscriptionData
+from sluice.filter import SQL92
 
 SUB_ALL = "*"
 TAG_SEPARATOR = "||"
@@ -59,15 +62,21 @@ def parse_tag_expression(expression: str | None) -> list[str]:
 
 def build_subscription(
     topic: str,
-    expression: str | None = SUB_ALL,
+    expression: str | MessageSelector | None = SUB_ALL,
     sub_version: int | None = None,
 ) -> SubscriptionData:
-    """``SubscriptionData`` for ``topic`` and a tag expression. ``sub_version`` defaults to now (ms).
+    """``SubscriptionData`` for ``topic`` and a tag expression or a ``MessageSelector``. ``sub_version`` defaults
+    to now (ms).
 
-    The stored ``sub_string`` is normalised (``"*"`` or ``"TagA || TagB"``).
+    The stored ``sub_string`` of a tag expression is normalised (``"*"`` or ``"TagA || TagB"``); an SQL92 one is
+    kept as written.
     """
-    tags = parse_tag_expression(expression)
     version = time.time_ns() // 1_000_000 if sub_version is None else sub_version
+    if isinstance(expression, MessageSelector):
+        if expression.expression_type == SQL92:
+            return SubscriptionData(topic, expression.expression, [], [], version, SQL92)
+        expression = expression.expression
+    tags = parse_tag_expression(expression)
     if not tags:
         return SubscriptionData(topic, SUB_ALL, [], [], version, EXPRESSION_TYPE_TAG)
     return SubscriptionData(topic, f" {TAG_SEPARATOR} ".join(tags), tags, [tag_hash_code(t) for t in tags],

@@ -99,6 +99,13 @@ class MessageStoreConfig(_Config):
     # puts fault in again) up to the whole slot table. After a crash, recovery starts at most this far back.
     flush_interval_index: Millis = 10_000
     flush_consumer_offset_interval: Millis = 5_000
+    # Timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS): delivered at the first multiple of
+    # ``timer_precision_ms`` at or after their time, at most ``timer_max_delay_sec`` ahead (RocketMQ's defaults:
+    # 1 s and 3 days). The timer log keeps 40 bytes per waiting message on disk, in files of this size.
+    timer_wheel_enable: bool = True
+    timer_precision_ms: Annotated[int, Meta(ge=10, le=60_000)] = 1_000
+    timer_max_delay_sec: Annotated[int, Meta(ge=1, le=90 * 86_400)] = 3 * 86_400
+    mapped_file_size_timer_log: Annotated[int, Meta(ge=4000, le=2**31 - 40, multiple_of=40)] = 40 * 1024 * 1024
     # Commit-log appends of at least this many bytes are written with pwrite() instead of a copy into the
     # mapping (0: every append; -1: none). Faulting fresh pages of the sparse segment in through the
     # mapping makes the kernel read the holes ahead in bursts (here ~18 ms every 8 MiB); pwrite() does
@@ -157,6 +164,10 @@ class MessageStoreConfig(_Config):
     @property
     def store_path_config(self) -> str:
         return os.path.join(self.store_path_root_dir, "config")
+
+    @property
+    def store_path_timer_log(self) -> str:
+        return os.path.join(self.store_path_root_dir, "timerlog")
 
 
 
@@ -259,6 +270,16 @@ class BrokerConfig(_Config):
     max_reconsume_times: NonNegative = 16
     retry_queue_nums: NonNegative = 1
     schedule_poll_interval: Millis = 100
+    # SQL92 property filters (MessageSelector.bySql, the key=value filter): off as in RocketMQ; when off, a
+    # consumer that subscribes with one is refused (SYSTEM_ERROR at its start and at each pull).
+    enable_property_filter: bool = False
+    # Transactions: a half message undecided this long after it was sent is checked back with a producer of its
+    # group, every ``transaction_check_interval``, at most ``transaction_check_max`` times; then it is discarded
+    # (kept in TRANS_CHECK_MAX_TIME_TOPIC). ``reject_transaction_message`` refuses half messages.
+    transaction_timeout: Millis = 6_000
+    transaction_check_max: Positive = 15
+    transaction_check_interval: Annotated[int, Meta(ge=100, le=86_400_000)] = 30_000
+    reject_transaction_message: bool = False
     # The "[stats]" log line (puts/s, gets/s, put and flush latency, bytes behind flush); 0 turns it off.
     stats_log_interval: NonNegative = 60_000
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)

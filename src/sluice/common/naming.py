@@ -18,9 +18,10 @@ OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # timer messages wait here for the timer wheel (RocketMQ 5)
 # System topics producers may not send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
-                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, TIMER_TOPIC})
 
 
 def validate_topic(topic: str) -> None:

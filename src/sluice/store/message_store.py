@@ -60,6 +60,8 @@ from sluice.store.warm_mapped_file import WarmMappedFileService
 log = logging.getLogger(__name__)
 
 MessageArrivalListener = Callable[[str, int, int], None]
+# Whether the stored record at a position of a commit-log segment's buffer is to be served (a property filter).
+RecordFilter = Callable[[memoryview, int], bool]
 # From this many entries a pull is cheaper read in bulk with numpy (~20 µs whatever the count) than record
 # by record (~0.3 µs a record plus ~4 µs).
 BULK_READ_MIN_ENTRIES = 64
@@ -564,11 +566,14 @@ class MessageStore:
 
     # == reading =====================================================================================
     def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
-                     tag_codes: Collection[int] | None = None) -> GetMessageResult:
+                     tag_codes: Collection[int] | None = None,
+                     record_filter: RecordFilter | None = None) -> GetMessageResult:
         """Up to ``max_count`` stored records of a queue from ``offset``, filtered by tags codes.
 
         ``tag_codes`` None means every message; otherwise only messages whose ConsumeQueue tags code is in it
-        (an empty set: none). Records come as views of the mapped commit log, never copies.
+        (an empty set: none). ``record_filter(buf, pos)``, when given, is asked about each record (at ``pos`` of
+        the segment's ``buf``) that passed the tags codes (RocketMQ's isMatchedByCommitLog). Records come as
+        views of the mapped commit log, never copies.
         """
         c = self.config
         cq = self.find_consume_queue(topic, queue_id, create=False)
@@ -585,7 +590,7 @@ class MessageStore:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off,
                                     min_off, max_off)
         max_count = max(1, min(max_count, c.max_transfer_count_on_message_in_memory))
-        filtered = tag_codes is not None
+        filtered = tag_codes is not None or record_filter is not None
         entries = cq.get_entries(offset, max(c.max_filter_message_count // 20, max_count) if filtered else max_count)
         if len(entries) == 0:
             next_file = (offset // cq.entries_per_file + 1) * cq.entries_per_file
@@ -594,7 +599,7 @@ class MessageStore:
             fast = self._read_contiguous(entries, offset, max_count, min_off, max_off)
             if fast is not None:
                 return fast
-        if filtered:
+        if tag_codes is not None:
             picked = np.flatnonzero(np.isin(entries["tag"], np.fromiter(tag_codes or (), np.int64)))
             rel = picked.tolist()
             phys = entries["offset"][picked].tolist()
@@ -636,6 +641,8 @@ class MessageStore:
             pos = off - seg_start
             if pos + size > wrote:
                 removed += 1
+                continue
+            if record_filter is not None and not record_filter(seg.buf, pos):  # type: ignore[union-attr]
                 continue
             if pos != run_end:
                 if run_end >= 0:

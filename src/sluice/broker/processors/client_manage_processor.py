@@ -7,9 +7,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from sluice.broker.client_channel_info import ClientChannelInfo
+from sluice.common.errors import InvalidSubscriptionError
 from sluice.common.naming import retry_topic
-from sluice.common.structs import HeartbeatData
+from sluice.common.structs import ConsumeType, HeartbeatData
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.filter import compile_expression, is_tag_type
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -51,6 +53,8 @@ class ClientManageProcessor:
             b.consumer_manager.register_consumer(
                 cd.group_name, ClientChannelInfo(hb.client_id, conn, req.language, req.version),
                 cd.consume_type, cd.message_model, cd.consume_from_where, cd.subscriptions)
+            if cd.subscriptions or cd.consume_type is not ConsumeType.CONSUME_ACTIVELY:
+                b.consumer_filter_manager.register(cd.group_name, cd.subscriptions)
         for group_name in hb.producer_groups:
             b.producer_manager.register_producer(group_name,
                                                  ClientChannelInfo(hb.client_id, conn, req.language, req.version))
@@ -75,10 +79,20 @@ class ClientManageProcessor:
         return req.response(ResponseCode.SUCCESS)
 
     def check_client_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """A consumer starting with a filter that is not a tag expression asks whether this broker can apply it."""
         data = parse_json_body(req, "client config")
-        sub = data.get("subscriptionData") or {}
-        etype = str(sub.get("expressionType") or "TAG").upper()
-        if etype != "TAG":
-            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                f"expression type {etype} is not supported; use TAG")
+        sub = data.get("subscriptionData")
+        if not isinstance(sub, dict):
+            return req.response(ResponseCode.SUCCESS)
+        etype = sub.get("expressionType")
+        if is_tag_type(etype):
+            return req.response(ResponseCode.SUCCESS)
+        etype = str(etype)
+        if not self.broker.config.enable_property_filter:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"The broker does not support consumer to filter message by {etype}")
+        try:
+            compile_expression(etype, str(sub.get("subString") or ""))
+        except InvalidSubscriptionError as exc:
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         return req.response(ResponseCode.SUCCESS)

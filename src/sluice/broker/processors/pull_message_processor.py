@@ -6,13 +6,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from sluice.broker.expression_message_filter import ExpressionForRetryMessageFilter, ExpressionMessageFilter
 from sluice.broker.pull_request_hold_service import TooManyHeldPulls
+from sluice.common.errors import InvalidSubscriptionError
 from sluice.common.hashing import tag_hash_code
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from sluice.common.structs import perm_readable
+from sluice.filter import CompiledExpression, compile_expression, is_tag_type
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.deferred_response import DeferredResponse
+from sluice.store.message_store import RecordFilter
 from sluice.store.results import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -112,17 +117,26 @@ class PullMessageProcessor:
             return req.response(ResponseCode.INVALID_PARAMETER,
                                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                                 f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
+        codes: frozenset[int] | None = None
+        expr: CompiledExpression | None = None
         if h.sys_flag & FLAG_SUBSCRIPTION:
-            if h.expression_type not in ("", "TAG"):
+            if is_tag_type(h.expression_type):
+                try:
+                    codes = tag_codes_of(h.subscription or "")
+                except SubscriptionParseError:
+                    return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                        "parse the consumer's subscription failed")
+            else:
                 if not h.subscription:
                     return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                         "parse the consumer's subscription failed")
-                return req.response(ResponseCode.SYSTEM_ERROR,
-                                    f"The broker does not support consumer to filter message by {h.expression_type}")
-            try:
-                codes = tag_codes_of(h.subscription or "")
-            except SubscriptionParseError:
-                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
+                if not b.config.enable_property_filter:
+                    return self._property_filter_disabled(req, h.expression_type)
+                try:  # RocketMQ would serve every message here (its build swallows the error)
+                    expr = compile_expression(h.expression_type, h.subscription)
+                except InvalidSubscriptionError as exc:
+                    return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                        f"parse the consumer's subscription failed: {str(exc).splitlines()[0]}")
         else:
             sub = b.consumer_manager.find_subscription(h.consumer_group, h.topic)
             if sub is None:
@@ -130,7 +144,27 @@ class PullMessageProcessor:
                                     f"the consumer's subscription not exist, group: {h.consumer_group}")
             if sub.sub_version < h.sub_version:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-            codes = tag_codes_of(sub.sub_string)
+            if is_tag_type(sub.expression_type):
+                codes = tag_codes_of(sub.sub_string)
+            else:
+                data = b.consumer_filter_manager.get(h.topic, h.consumer_group)
+                if data is None:
+                    return req.response(ResponseCode.FILTER_DATA_NOT_EXIST,
+                                        "The broker's consumer filter data is not exist!Your expression may be wrong!")
+                if data.client_version < h.sub_version:
+                    return req.response(ResponseCode.FILTER_DATA_NOT_LATEST,
+                                        "the consumer's consumer filter data not latest")
+                if not b.config.enable_property_filter:
+                    return self._property_filter_disabled(req, sub.expression_type)
+                expr = data.compiled
+        record_filter: RecordFilter | None = None
+        if expr is not None:
+            record_filter = ExpressionMessageFilter(expr)
+        elif b.config.enable_property_filter and h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            # A retried message meets again the filter of the topic it came from.
+            filters = b.consumer_filter_manager.of_group(h.consumer_group)
+            if filters:
+                record_filter = ExpressionForRetryMessageFilter({t: d.compiled for t, d in filters.items()})
 
         reset = b.store.consumer_offsets.take_reset_offset(h.consumer_group, h.topic, h.queue_id)
         if reset is not None:  # an admin moved the group: the consumer continues from there
@@ -138,7 +172,8 @@ class PullMessageProcessor:
                 "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
                 "minOffset": str(b.store.get_min_offset_in_queue(h.topic, h.queue_id)),
                 "maxOffset": str(b.store.get_max_offset_in_queue(h.topic, h.queue_id))})
-        r = b.store.get_messages(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes)
+        r = b.store.get_messages(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes,
+                                 record_filter)
         status = r.status
         if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
             code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
@@ -156,6 +191,11 @@ class PullMessageProcessor:
             resp.body_parts = r.buffers
             b.stats.record_get(r.message_count)
         return resp
+
+    @staticmethod
+    def _property_filter_disabled(req: RemotingCommand, expression_type: str) -> RemotingCommand:
+        return req.response(ResponseCode.SYSTEM_ERROR,
+                            f"The broker does not support consumer to filter message by {expression_type}")
 
     def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
               timeout_ms: int) -> RemotingCommand | DeferredResponse:

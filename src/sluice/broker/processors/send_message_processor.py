@@ -25,6 +25,7 @@ from sluice.common.properties import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
 )
@@ -246,6 +247,8 @@ class SendMessageProcessor:
         if h.batch:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be sent to a retry topic")
+            if header_props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
             sys_flag = h.sys_flag
             body = req.body if isinstance(req.body, bytes) else bytes(req.body)
             try:
@@ -274,7 +277,16 @@ class SendMessageProcessor:
             inner = MessageExtBrokerInner(topic, req.body if isinstance(req.body, bytes) else bytes(req.body),
                                           queue_id, h.flag, header_props, h.sys_flag, h.born_timestamp, born_host,
                                           b.broker_addr, h.reconsume_times)
-            msgs = [b.schedule_service.redirect(inner)]
+            if _is_half(inner):
+                if b.config.reject_transaction_message:
+                    return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] sending "
+                                                                    f"transaction message is forbidden")
+                msgs = [b.transaction_service.prepare(inner)]
+            else:
+                refusal = b.timer_service.prepare(inner)
+                if refusal is not None:
+                    return req.response(ResponseCode.MESSAGE_ILLEGAL, refusal)
+                msgs = [b.schedule_service.redirect(inner)]
 
         def respond(r: PutMessageResult, code: int) -> RemotingCommand:
             if code not in STORED_CODES:
@@ -327,3 +339,12 @@ class SendMessageProcessor:
 
 
 __all__ = ["SendMessageProcessor", "SendMessageRequestHeader"]
+
+
+def _is_half(msg: MessageExtBrokerInner) -> bool:
+    """A transactional producer's half message (TRAN_MSG), unless it is a retry on its way back with a delay
+    (RocketMQ's rule)."""
+    if msg.properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() != "true":
+        return False
+    delay = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0")
+    return not (msg.reconsume_times > 0 and delay.isdigit() and int(delay) > 0)

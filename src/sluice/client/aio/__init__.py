@@ -3,5 +3,6 @@
 from sluice.client.aio.producer import Producer
 from sluice.client.aio.pull_consumer import PullConsumer
 from sluice.client.aio.push_consumer import PushConsumer
+from sluice.client.aio.transaction_producer import TransactionProducer
 
-__all__ = ["Producer", "PullConsumer", "PushConsumer"]
+__all__ = ["Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]

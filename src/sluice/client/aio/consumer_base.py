@@ -7,15 +7,16 @@ import logging
 import random
 
 from sluice.client.message import PullResult, PullStatus
+from sluice.client.message_selector import MessageSelector
 from sluice.client.mq_client import MQClientInstance
 from sluice.client.offset_store import LocalFileOffsetStore
 from sluice.client.rebalance import AllocateStrategy, get_strategy
 from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
-from sluice.client.subscription import build_subscription, filter_messages
+from sluice.client.subscription import SUB_ALL, build_subscription, filter_messages
 from sluice.common.backoff import Backoff
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import ClientConfig
-from sluice.common.errors import BrokerResponseError, MessageFormatError
+from sluice.common.errors import BrokerResponseError, InvalidSubscriptionError, MessageFormatError
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group, validate_topic
@@ -29,6 +30,7 @@ from sluice.common.structs import (
     SubscriptionData,
 )
 from sluice.common.sysflag import COMPRESSED_FLAG
+from sluice.filter import is_tag_type
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -81,7 +83,7 @@ class ConsumerBase:
         self.strategy = get_strategy(allocate) if isinstance(allocate, str) else allocate
         self.client = MQClientInstance(config)
         self.subscriptions: dict[str, SubscriptionData] = {}
-        self._pull_headers: dict[tuple[str, int, int, str, int], dict[str, str]] = {}
+        self._pull_headers: dict[tuple[str, int, int, str, int, str], dict[str, str]] = {}
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
         if self.message_model is MessageModel.CLUSTERING:
             self.offset_store = RemoteBrokerOffsetStore(self.client, group)
@@ -96,8 +98,14 @@ class ConsumerBase:
     def clustering(self) -> bool:
         return self.message_model is MessageModel.CLUSTERING
 
-    def _add_subscription(self, topic: str, expression: str | None) -> SubscriptionData:
+    def _add_subscription(self, topic: str, expression: str | MessageSelector | None,
+                          filter: str | None = None) -> SubscriptionData:
         validate_topic(topic)
+        if filter:  # the contest spec's "key=value": an SQL92 subscription
+            if isinstance(expression, MessageSelector) or expression not in (None, "", SUB_ALL):
+                raise InvalidSubscriptionError(f"subscribe to {topic} with a tag expression or a selector, or with "
+                                               "filter=, not both (write the condition in SQL92 to combine them)")
+            expression = MessageSelector.by_key_value(filter)
         sub = build_subscription(topic, expression)
         self.subscriptions[topic] = sub
         return sub
@@ -127,7 +135,25 @@ class ConsumerBase:
                 await self.client.update_route(topic)
             except Exception as exc:  # the topic may not exist yet: rebalancing retries
                 log.warning("no route for %s yet: %s", topic, exc)
+        try:
+            await self.check_client_in_broker()
+        except BaseException:
+            self.started = False
+            self.client.consumers.pop(self.group, None)
+            await self.client.shutdown()
+            raise
         await self.client.send_heartbeat_to_all()
+
+    async def check_client_in_broker(self) -> None:
+        """Ask a broker of each topic subscribed with an SQL92 filter whether it can apply it (as the Java client
+        does at start): ``BrokerResponseError`` when it cannot (property filters off, an expression it refuses)."""
+        for sub in self.subscriptions.values():
+            if is_tag_type(sub.expression_type):
+                continue
+            route = self.client.routes.get(sub.topic)
+            addr = next((a for b in route.broker_datas if (a := b.select_addr())), None) if route else None
+            if addr is not None:
+                await self.client.api.check_client_config(addr, self.group, self.client.client_id, sub)
 
     # == queue allocation =============================================================================
     async def allocate(self, topic: str) -> list[MessageQueue] | None:
@@ -228,7 +254,7 @@ class ConsumerBase:
         if commit_offset > 0:
             sys_flag |= PULL_FLAG_COMMIT_OFFSET
         cfg = self.config
-        key = (mq.topic, mq.queue_id, max_nums, sub.sub_string, sub.sub_version)
+        key = (mq.topic, mq.queue_id, max_nums, sub.sub_string, sub.sub_version, sub.expression_type)
         base = self._pull_headers.get(key)
         if base is None:  # what stays the same from one pull of a queue to the next, made once
             if len(self._pull_headers) >= 4096:
@@ -237,7 +263,7 @@ class ConsumerBase:
                 "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": "",
                 "maxMsgNums": str(max_nums), "sysFlag": "", "commitOffset": "",
                 "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis), "subscription": sub.sub_string,
-                "subVersion": str(sub.sub_version), "expressionType": "TAG"}
+                "subVersion": str(sub.sub_version), "expressionType": sub.expression_type}
         ext = base.copy()
         ext["queueOffset"] = str(offset)
         ext["sysFlag"] = str(sys_flag)

@@ -302,14 +302,15 @@ class Producer:
                                                  timeout, oneway, async_send=async_send, on_wire=on_wire)
         return None if resp is None else self._result(resp, mq, [uniq])
 
-    def _single_request(self, msg: Message, sharding_key: str | None
-                        ) -> tuple[str, Callable[[MessageQueue, bool], RemotingCommand]]:
-        """A message's id and its SEND_MESSAGE_V2 request for a queue (the same id on every attempt)."""
+    def _single_request(self, msg: Message, sharding_key: str | None, system_properties: bytes = b"",
+                        system_flag: int = 0) -> tuple[str, Callable[[MessageQueue, bool], RemotingCommand]]:
+        """A message's id and its SEND_MESSAGE_V2 request for a queue (the same id on every attempt);
+        ``system_properties`` (encoded, each pair led by the separator) and ``system_flag`` are added as given."""
         uniq = create_uniq_id()
-        props_str = msg.wire_for_send(uniq, self.config.max_message_size, sharding_key).decode()
-        body, sys_flag = msg.body, 0
+        props_str = (msg.wire_for_send(uniq, self.config.max_message_size, sharding_key) + system_properties).decode()
+        body, sys_flag = msg.body, system_flag
         if len(body) > self.config.compress_msg_body_over_howmuch:
-            body, sys_flag = zlib.compress(body, self.config.compress_level), COMPRESSED_FLAG
+            body, sys_flag = zlib.compress(body, self.config.compress_level), sys_flag | COMPRESSED_FLAG
         born = int(time.time() * 1000)
 
         def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:

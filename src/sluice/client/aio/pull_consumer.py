@@ -17,6 +17,7 @@ from typing import Any
 
 from sluice.client.aio.consumer_base import ConsumerBase
 from sluice.client.message import PullStatus
+from sluice.client.message_selector import MessageSelector
 from sluice.client.mq_client import client_config
 from sluice.client.rebalance import AllocateStrategy
 from sluice.common.config import ClientConfig
@@ -60,11 +61,13 @@ class PullConsumer(ConsumerBase):
         self._rebalance_lock = asyncio.Lock()
 
     # == configuration ===============================================================================
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Consume ``topic`` with queues shared across the group (can't be mixed with ``assign``)."""
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = "*", *,
+                  filter: str | None = None) -> None:
+        """Consume ``topic`` with queues shared across the group (can't be mixed with ``assign``); ``expression``
+        and ``filter`` select messages as in ``PushConsumer.subscribe``."""
         if self._assigned_manually:
             raise ClientError("this consumer uses assign(); subscribe() and assign() cannot be mixed")
-        self._add_subscription(topic, expression)
+        self._add_subscription(topic, expression, filter)
         if self.started:
             self.client.rebalance_now()
 
@@ -75,13 +78,14 @@ class PullConsumer(ConsumerBase):
             raise ClientError(f"topic {topic} has no route")
         return route.subscribe_queues(topic)
 
-    async def assign(self, queues: list[MessageQueue], expression: str | None = "*") -> None:
+    async def assign(self, queues: list[MessageQueue], expression: str | MessageSelector | None = "*", *,
+                     filter: str | None = None) -> None:
         """Consume exactly these queues (no rebalancing)."""
         if self.subscriptions and not self._assigned_manually:
             raise ClientError("this consumer uses subscribe(); subscribe() and assign() cannot be mixed")
         self._assigned_manually = True
         for topic in {q.topic for q in queues}:
-            self._add_subscription(topic, expression)
+            self._add_subscription(topic, expression, filter)
         if self.started:
             await self._set_queues(set(queues))
         else:

@@ -18,6 +18,7 @@ from typing import Any
 
 from sluice.client.aio.consumer_base import ConsumerBase, StartedPull
 from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, PullStatus
+from sluice.client.message_selector import MessageSelector
 from sluice.client.mq_client import client_config
 from sluice.client.process_queue import ProcessQueue
 from sluice.client.rebalance import AllocateStrategy
@@ -62,9 +63,11 @@ class PushConsumer(ConsumerBase):
         self._rebalance_lock = asyncio.Lock()
 
     # == configuration ===============================================================================
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Consume ``topic``'s messages whose tag matches ``expression`` ("*" or "TagA || TagB")."""
-        self._add_subscription(topic, expression)
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = "*", *,
+                  filter: str | None = None) -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` ("*" or "TagA || TagB"), or that a
+        ``MessageSelector.by_sql(...)`` selects, or whose properties match ``filter="key=value"``."""
+        self._add_subscription(topic, expression, filter)
         if self.started:
             self._register_retry_subscription()
             self.client.rebalance_now()

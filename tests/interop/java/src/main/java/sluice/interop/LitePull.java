@@ -9,6 +9,8 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
@@ -17,7 +19,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * A {@code DefaultLitePullConsumer}, auto-commit off: {@code subscribe} (rebalanced) or {@code --assign} (every
  * queue of the topic, then {@code --seek qid:offset,...}), polls until {@code --expect} distinct bodies arrived
  * (or {@code --timeout} / {@code --stop-file}), commits with {@code commitSync()} unless {@code --no-commit},
- * and writes the offsets {@code committed(mq)} then reports for every queue.
+ * and writes the offsets {@code committed(mq)} then reports for every queue. {@code --sql EXPR} subscribes with
+ * {@code MessageSelector.bySql(EXPR)}; a start the broker refuses is a "start-failed" line.
  */
 final class LitePull {
     private LitePull() {
@@ -38,10 +41,18 @@ final class LitePull {
             consumer.setConsumeFromWhere(ConsumeFromWhere.valueOf(a.get("consume-from",
                 "CONSUME_FROM_FIRST_OFFSET")));
             boolean assign = a.flag("assign");
-            if (!assign) {
+            String sql = a.get("sql", "");
+            if (!assign && sql.isEmpty()) {
                 consumer.subscribe(topic, a.get("expression", "*"));
+            } else if (!assign) {
+                consumer.subscribe(topic, MessageSelector.bySql(sql));
             }
-            consumer.start();
+            try {
+                consumer.start();
+            } catch (MQClientException e) {  // a broker refusing the filter (CHECK_CLIENT_CONFIG) stops the start
+                out.event("start-failed", "code", e.getResponseCode(), "message", String.valueOf(e.getErrorMessage()));
+                return 0;
+            }
             List<MessageQueue> queues = new ArrayList<>(consumer.fetchMessageQueues(topic));
             queues.sort(null);
             if (assign) {

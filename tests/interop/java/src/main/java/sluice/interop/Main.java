@@ -12,6 +12,7 @@ import java.util.Arrays;
  * java -cp ... sluice.interop.Main lite-pull     --namesrv H:P --topic T --group G [--assign] [--seek Q:OFFSET,...] --out F
  * java -cp ... sluice.interop.Main admin         --namesrv H:P          (JSON requests on stdin, JSON answers on stdout)
  * java -cp ... sluice.interop.Main bench         --namesrv H:P --topic T --mode sync|async|batch|consume ...
+ * java -cp ... sluice.interop.Main transact      --namesrv H:P --topic T --group G [--count N] --stop-file F --out F
  * </pre>
  *
  * Every program writes one JSON object per line (flushed at once) and ends by itself: when its work is done,
@@ -24,7 +25,7 @@ public final class Main {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length == 0) {
-            System.err.println("usage: Main produce|push-consume|lite-pull|admin|bench [--option value ...]");
+            System.err.println("usage: Main produce|push-consume|lite-pull|admin|bench|transact [--option value ...]");
             System.exit(2);
         }
         Args args = Args.parse(Arrays.copyOfRange(argv, 1, argv.length));
@@ -45,6 +46,9 @@ public final class Main {
                     break;
                 case "bench":
                     code = Bench.run(args);
+                    break;
+                case "transact":
+                    code = Transact.run(args);
                     break;
                 default:
                     System.err.println("unknown program: " + argv[0]);

@@ -9,11 +9,13 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.rocketmq.client.consumer.AllocateMessageQueueStrategy;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
@@ -26,6 +28,9 @@ import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
  * <p>{@code --reconsume-later N} answers RECONSUME_LATER (orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT) while a
  * message's reconsume times are below N; {@code --reconsume-later always} never consumes, so messages go to the
  * dead-letter queue after {@code --max-reconsume-times}. Deliveries answered that way are "failed" lines.
+ *
+ * <p>{@code --sql EXPR} subscribes with {@code MessageSelector.bySql(EXPR)} instead of {@code --expression}; a
+ * start the broker refuses (its CHECK_CLIENT_CONFIG answer) is a "start-failed" line with the code and message.
  *
  * <p>Routes are refreshed every {@code --poll-namesrv-ms} (default 1 s, not 30 s) so that a retry topic the
  * broker creates at the first heartbeat is read soon; each new allocation of queues is an "allocated" line.
@@ -48,7 +53,12 @@ final class PushConsume {
             // The heartbeat a rebalance sends is skipped while another holds the client's heartbeat lock (the
             // first one, at start, usually); until the next one the broker answers pulls SUBSCRIPTION_NOT_LATEST.
             consumer.setHeartbeatBrokerInterval(a.getInt("heartbeat-ms", 1000));
-            consumer.subscribe(a.get("topic"), a.get("expression", "*"));
+            String sql = a.get("sql", "");
+            if (sql.isEmpty()) {
+                consumer.subscribe(a.get("topic"), a.get("expression", "*"));
+            } else {
+                consumer.subscribe(a.get("topic"), MessageSelector.bySql(sql));
+            }
             if (a.get("model", "clustering").equals("broadcasting")) {
                 consumer.setMessageModel(MessageModel.BROADCASTING);
             }
@@ -78,7 +88,12 @@ final class PushConsume {
                     deliver(out, msgs, failBelow, bodies) ? ConsumeConcurrentlyStatus.CONSUME_SUCCESS
                         : ConsumeConcurrentlyStatus.RECONSUME_LATER);
             }
-            consumer.start();
+            try {
+                consumer.start();
+            } catch (MQClientException e) {  // a broker refusing the filter (CHECK_CLIENT_CONFIG) stops the start
+                out.event("start-failed", "code", e.getResponseCode(), "message", String.valueOf(e.getErrorMessage()));
+                return 0;
+            }
             out.event("started", "client_id", consumer.buildMQClientId());
             String reason = Waits.until(deadline, a.get("stop-file", ""), () -> expect > 0 && bodies.size() >= expect);
             if (reason.equals("complete") && a.getDouble("linger", 0) > 0) {

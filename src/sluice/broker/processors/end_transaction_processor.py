@@ -1,0 +1,56 @@
+"""END_TRANSACTION: a producer commits or rolls back a half message (RocketMQ's EndTransactionProcessor)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sluice.broker.processors.send_message_processor import PUT_STATUS_CODES
+from sluice.common.structs import perm_writeable
+from sluice.common.sysflag import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+
+class EndTransactionProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def end_transaction(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        """Java producers send it one-way; whoever asks for an answer gets SUCCESS or a code with a remark. An
+        unknown or already decided half message changes nothing."""
+        b = self.broker
+        group = req.ext_str("producerGroup")
+        queue_offset = req.ext_int("tranStateTableOffset")
+        commit_log_offset = req.ext_int("commitLogOffset")
+        outcome = req.ext_int("commitOrRollback")
+        from_check = req.ext_fields.get("fromTransactionCheck", "false").lower() == "true"
+        who = f"producer {conn.remote_addr} of group {group}"
+        if outcome == TRANSACTION_NOT_TYPE:
+            # "unknown": nothing to do; the check-back asks again later
+            log.info("%s left transaction %s undecided%s", who, req.ext_fields.get("transactionId", ""),
+                     " when checked" if from_check else "")
+            return req.response(ResponseCode.SUCCESS, "the transaction stays undecided")
+        if outcome not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return req.response(ResponseCode.INVALID_PARAMETER,
+                                f"commitOrRollback must be {TRANSACTION_COMMIT_TYPE} (commit), "
+                                f"{TRANSACTION_ROLLBACK_TYPE} (rollback) or {TRANSACTION_NOT_TYPE} (unknown), "
+                                f"not {outcome}")
+        if not perm_writeable(b.config.broker_permission) or b.store.write_failure:
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] is read-only: the "
+                                                            f"transaction stays undecided")
+        half, refusal = b.transaction_service.check_end(group, queue_offset, commit_log_offset)
+        if half is None:
+            log.warning("END_TRANSACTION of %s for half message %d refused: %s", who, queue_offset, refusal.remark)
+            return req.response(refusal.code, refusal.remark)
+        commit = outcome == TRANSACTION_COMMIT_TYPE
+        r = await b.transaction_service.end(half, commit)
+        if not r.ok:
+            return req.response(PUT_STATUS_CODES.get(r.status, ResponseCode.SYSTEM_ERROR), r.remark or r.status.name)
+        return req.response(ResponseCode.SUCCESS)

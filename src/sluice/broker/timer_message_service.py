@@ -1,0 +1,354 @@
+"""Timer messages (RocketMQ 5's TimerMessageStore): a message with TIMER_DELIVER_MS, TIMER_DELAY_SEC or
+TIMER_DELAY_MS is delivered at that time.
+
+On the send path ``prepare`` stores such a message in queue 0 of ``rmq_sys_wheel_timer`` with its due time in
+TIMER_OUT_MS (the first multiple of ``timer_precision_ms`` at or after the time asked for) and its real topic and
+queue in REAL_TOPIC / REAL_QID. The enqueue task reads that queue and puts each message into the timer wheel: a
+unit in the timer log (on disk) chained to the others due at the same time, the chain's head in the wheel (in
+memory). The dequeue task wakes at each due time that holds messages, walks its chain, and stores the messages
+under their real topics, with TIMER_ENQUEUE_MS and TIMER_DEQUEUE_MS added, in the order they were sent.
+
+The checkpoint (``config/timercheck.json``) records how far the timer queue was read into the log, how long the
+log is then (flushed first), and until when every due message was delivered (once those are flushed). A restart
+cuts the log back to the checkpoint, rebuilds the wheel from it, and goes on from there: a message is delivered at
+least once; a crash can deliver the last second's messages twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from sluice.common.errors import StoreConfigError
+from sluice.common.files import ConfigWriter, load_json
+from sluice.common.message import MessageExt, MessageExtBrokerInner
+from sluice.common.naming import TIMER_TOPIC
+from sluice.common.properties import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+)
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.store.consume_queue import BLANK_ENTRY_SIZE
+from sluice.store.timer_log import TimerLog, TimerUnit
+from sluice.store.timer_wheel import TimerWheel, WheelOverflowError
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+_TURN = 0.005  # the longest one task holds the event loop at once (s)
+_CHUNK = 64  # messages stored per append when a due time is delivered
+_TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TimerMessageService:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        c = self.store.config
+        self.enabled = c.timer_wheel_enable
+        self.precision = c.timer_precision_ms
+        self.max_delay_ms = c.timer_max_delay_sec * 1000
+        self.timer_log = TimerLog(c.store_path_timer_log, c.mapped_file_size_timer_log)
+        self.wheel = TimerWheel(self.precision, self.max_delay_ms)
+        self.enqueue_offset = 0  # the next message of the timer queue to put into the wheel
+        self.dequeue_ms = 0  # every message due before this was delivered
+        self.delivered = 0
+        # (dequeue_ms reached, the commit-log end then): what the checkpoint may claim once that much is flushed
+        self._delivered_marks: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
+        self._checkpoint = (0, 0, 0)  # enqueue offset, timer-log end, dequeue ms: consistent with one another
+        self._saved_dequeue_ms = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake_enqueue = asyncio.Event()
+        self._wake_dequeue = asyncio.Event()
+        self._next_wake = 0  # when the dequeue task wakes next (ms)
+        self._log_end_max_due: dict[int, int] = {}  # timer-log file start -> latest due time in it
+        self.path = os.path.join(c.store_path_config, "timercheck.json")
+        self.writer = ConfigWriter(self.path, self._snapshot, retry_after=1.0)
+
+    # == lifecycle ===================================================================================
+    def load(self) -> None:
+        data = load_json(self.path) or {}
+        try:
+            enqueue_offset = int(data.get("enqueueOffset", 0))
+            log_end = int(data.get("timerLogEnd", 0))
+            dequeue_ms = int(data.get("dequeueMs", 0))
+        except (TypeError, ValueError) as exc:
+            raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
+        self.timer_log.load(log_end)
+        self.enqueue_offset = max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0))
+        self.dequeue_ms = dequeue_ms or self.wheel.due_time(now_ms())
+        waiting = self.wheel.rebuild(self.timer_log.segments(), self.dequeue_ms)
+        for start, units in self.timer_log.segments():
+            self._log_end_max_due[start] = int(units["deliver"].max()) if len(units) else 0
+        self._checkpoint = (self.enqueue_offset, self.timer_log.end, self.dequeue_ms)
+        self._saved_dequeue_ms = self.dequeue_ms
+        if waiting:
+            log.info("%d timer messages waiting; delivery goes on from %d", waiting, self.dequeue_ms)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._enqueue_loop()), loop.create_task(self._dequeue_loop()),
+                       loop.create_task(self._checkpoint_loop())]
+        self.store.arrival_listeners.append(self._on_arrival)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def close(self) -> None:
+        """After the store is shut down (everything flushed): the last checkpoint, exact."""
+        self.timer_log.flush()
+        self._saved_dequeue_ms = self.dequeue_ms
+        self._checkpoint = (self.enqueue_offset, self.timer_log.end, self.dequeue_ms)
+        self.writer.close()
+        self.timer_log.close()
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if topic == TIMER_TOPIC:
+            self._wake_enqueue.set()
+
+    # == the send path ===============================================================================
+    def prepare(self, msg: MessageExtBrokerInner) -> str | None:
+        """A message with a timer goes (in place) to the timer queue, due at the next multiple of the precision
+        at or after its time; others pass unchanged. The reason to refuse it, or None."""
+        props = msg.properties
+        if not any(k in props for k in _TIMER_PROPERTIES) or msg.topic == TIMER_TOPIC or \
+                PROPERTY_TIMER_OUT_MS in props:
+            return None
+        delay = props.get(PROPERTY_DELAY_TIME_LEVEL, "0")
+        if delay.isdigit() and int(delay) > 0:  # a delay level wins, as in RocketMQ
+            for k in _TIMER_PROPERTIES:
+                props.pop(k, None)
+            return None
+        if not self.enabled:
+            return f"accurate timer message is not enabled, timerWheelEnable is {self.enabled}"
+        now = now_ms()
+        try:
+            if PROPERTY_TIMER_DELAY_SEC in props:
+                deliver = now + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
+            elif PROPERTY_TIMER_DELAY_MS in props:
+                deliver = now + int(props[PROPERTY_TIMER_DELAY_MS])
+            else:
+                deliver = int(props[PROPERTY_TIMER_DELIVER_MS])
+        except ValueError:
+            return "timer message illegal: TIMER_DELIVER_MS, TIMER_DELAY_SEC and TIMER_DELAY_MS must be integers"
+        if deliver <= now:
+            if PROPERTY_TIMER_DEL_UNIQKEY in props:
+                return "timer message illegal: a timer deletion must be due later than now"
+            return None  # due already: delivered at once, as a plain message
+        if deliver - now > self.max_delay_ms:
+            return (f"timer message illegal, the delay time should not be bigger than the max delay "
+                    f"{self.max_delay_ms}ms")
+        props[PROPERTY_TIMER_OUT_MS] = str(self.wheel.due_time(deliver))
+        props[PROPERTY_REAL_TOPIC] = msg.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.topic = TIMER_TOPIC
+        msg.queue_id = 0
+        self.broker.ensure_system_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
+        return None
+
+    # == into the wheel ==============================================================================
+    async def _enqueue_loop(self) -> None:
+        while True:
+            try:
+                await self.enqueue_available()
+            except Exception:
+                log.exception("putting timer messages into the wheel failed; trying again")
+                await asyncio.sleep(1)
+            self._wake_enqueue.clear()
+            try:
+                async with asyncio.timeout(1.0):
+                    await self._wake_enqueue.wait()
+            except TimeoutError:
+                pass
+
+    async def enqueue_available(self) -> int:
+        """Put every message stored in the timer queue since the last call into the wheel (or deliver it, when
+        its time has passed); how many."""
+        store = self.store
+        cq = store.find_consume_queue(TIMER_TOPIC, 0, create=False)
+        if cq is None:
+            return 0
+        loop = asyncio.get_running_loop()
+        turn_ends = loop.time() + _TURN
+        end = cq.max_offset
+        now_due: list[tuple[MessageExt, int]] = []
+        n = 0
+        while self.enqueue_offset < end:
+            if loop.time() >= turn_ends:
+                await self._deliver(now_due)
+                now_due = []
+                await asyncio.sleep(0)
+                turn_ends = loop.time() + _TURN
+            entry = cq.get_entry(self.enqueue_offset)
+            msg = None
+            if entry is not None and entry[1] != BLANK_ENTRY_SIZE:
+                msg = store.look_message_by_offset(entry[0], entry[1])
+            if msg is not None:
+                due = _due_of(msg)
+                enqueued = now_ms()
+                if due < self.dequeue_ms:  # its time has passed (or is passing): no wheel
+                    now_due.append((msg, enqueued))
+                else:
+                    try:
+                        prev = self.wheel.newest(due)
+                    except WheelOverflowError as exc:
+                        log.error("%s: delivering the message at %d now", exc, msg.commit_log_offset)
+                        now_due.append((msg, enqueued))
+                    else:
+                        pos = self.timer_log.append(TimerUnit(prev, due, msg.commit_log_offset, enqueued,
+                                                              msg.store_size))
+                        self.wheel.add(due, pos)
+                        start = pos - pos % self.timer_log.file_size
+                        self._log_end_max_due[start] = max(self._log_end_max_due.get(start, 0), due)
+                        if due < self._next_wake:  # earlier than the dequeue task means to wake
+                            self._next_wake = due
+                            self._wake_dequeue.set()
+            self.enqueue_offset += 1
+            n += 1
+        await self._deliver(now_due)
+        return n
+
+    # == out of the wheel ============================================================================
+    async def _dequeue_loop(self) -> None:
+        while True:
+            try:
+                await self.deliver_due()
+            except Exception:
+                log.exception("delivering timer messages failed; trying again")
+                await asyncio.sleep(1)
+                continue
+            self._wake_dequeue.clear()
+            nxt = self.wheel.next_due(self.dequeue_ms, self.dequeue_ms + 2 * self.max_delay_ms)
+            wait = 1.0 if nxt is None else min(1.0, max(0.0, (nxt - now_ms()) / 1000))
+            self._next_wake = now_ms() + int(wait * 1000)
+            if wait <= 0:
+                continue
+            try:  # until the next due time, or an earlier one comes in
+                async with asyncio.timeout(wait):
+                    await self._wake_dequeue.wait()
+            except TimeoutError:
+                pass
+
+    async def deliver_due(self) -> int:
+        """Deliver every message due by now, due time by due time; how many."""
+        n = 0
+        now = now_ms()
+        while True:
+            due = self.wheel.next_due(self.dequeue_ms, now)
+            if due is None:
+                break
+            last, count = self.wheel.take(due)
+            units: list[TimerUnit] = []
+            pos = last
+            while pos >= 0 and len(units) < count:
+                unit = self.timer_log.read(pos)
+                if unit is None:
+                    log.error("timer log unit at %d is unreadable: %d message(s) due at %d are lost to the wheel",
+                              pos, count - len(units), due)
+                    break
+                units.append(unit)
+                pos = unit.prev
+            units.reverse()  # in the order they were sent
+            msgs = []
+            for u in units:
+                m = self.store.look_message_by_offset(u.offset, u.size)
+                if m is None:
+                    log.warning("timer message at commit-log offset %d, due at %d, is gone (aged out)", u.offset, due)
+                    continue
+                msgs.append((m, u.enqueue_ms))
+            await self._deliver(msgs)
+            n += len(msgs)
+            self.dequeue_ms = due + self.precision
+            self._delivered_marks.append((self.dequeue_ms, self.store.get_max_phy_offset()))
+        passed = (now // self.precision + 1) * self.precision  # every slot up to now is delivered
+        if passed > self.dequeue_ms:
+            self.dequeue_ms = passed
+            self._delivered_marks.append((self.dequeue_ms, self.store.get_max_phy_offset()))
+        return n
+
+    async def _deliver(self, msgs: list[tuple[MessageExt, int]]) -> None:
+        """Store ``msgs`` under their real topics (a few per append); retried until the store takes them."""
+        for i in range(0, len(msgs), _CHUNK):
+            chunk = [delivered_message(m, enq) for m, enq in msgs[i:i + _CHUNK]]
+            while True:
+                r = await self.store.put_messages_async(chunk)
+                if r.ok:
+                    self.delivered += len(chunk)
+                    break
+                log.warning("cannot deliver %d timer message(s): %s %s; trying again in 1 s", len(chunk),
+                            r.status.name, r.remark)
+                await asyncio.sleep(1)
+
+    # == checkpoint ==================================================================================
+    async def _checkpoint_loop(self) -> None:
+        interval = max(0.2, self.store.config.flush_interval_consume_queue / 1000)
+        while True:
+            await asyncio.sleep(interval)
+            self._checkpoint = (self.enqueue_offset, self.timer_log.end, self.dequeue_ms)
+            self.writer.request()
+            delete_before = self._deletable()
+            if delete_before:
+                await asyncio.to_thread(self.timer_log.delete_files_before, delete_before)
+
+    def _snapshot(self) -> dict[str, Any]:
+        """In the writer's thread: the timer log flushed to what the checkpoint claims, and delivery claimed only
+        as far as the commit log is flushed."""
+        enqueue_offset, log_end, dequeue_ms = self._checkpoint
+        self.timer_log.flush()
+        flushed = self.store.commit_log.flushed_where
+        saved = self._saved_dequeue_ms
+        for reached, log_pos in list(self._delivered_marks):
+            if log_pos <= flushed and reached <= dequeue_ms:
+                saved = max(saved, reached)
+        self._saved_dequeue_ms = saved
+        return {"enqueueOffset": enqueue_offset, "timerLogEnd": log_end, "dequeueMs": saved}
+
+    def _deletable(self) -> int:
+        """The timer-log position before which every file holds only delivered messages."""
+        keep = self._saved_dequeue_ms
+        before = 0
+        for start in sorted(self._log_end_max_due):
+            if self._log_end_max_due[start] >= keep or start + self.timer_log.file_size > self.timer_log.end:
+                break
+            before = start + self.timer_log.file_size
+        for start in [s for s in self._log_end_max_due if s < before]:
+            del self._log_end_max_due[start]
+        return before
+
+
+def _due_of(msg: MessageExt) -> int:
+    raw = msg.properties.get(PROPERTY_TIMER_OUT_MS, "0")
+    return int(raw) if raw.lstrip("-").isdigit() else 0
+
+
+def delivered_message(msg: MessageExt, enqueued_ms: int) -> MessageExtBrokerInner:
+    """The message the wheel delivers: the timer message under its real topic and queue, with when it entered
+    the wheel and left it (RocketMQ keeps every property, REAL_TOPIC and REAL_QID too)."""
+    props = dict(msg.properties)
+    props[PROPERTY_TIMER_ENQUEUE_MS] = str(enqueued_ms)
+    props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms())
+    real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "0")
+    return MessageExtBrokerInner(props.get(PROPERTY_REAL_TOPIC, TIMER_TOPIC), msg.body,
+                                 int(real_qid) if real_qid.isdigit() else 0, msg.flag, props, msg.sys_flag,
+                                 msg.born_timestamp, msg.born_host, msg.store_host, msg.reconsume_times)
