@@ -106,7 +106,6 @@ class Connection(asyncio.Protocol):
         self._serving_later = False
         backlog = self._backlog
         ends = time.monotonic() + SERVE_SLICE
-        served = 0
         while backlog:
             if self.closed:
                 backlog.clear()
@@ -118,8 +117,8 @@ class Connection(asyncio.Protocol):
                     fut.set_result(cmd)
             else:
                 self._handle_request(cmd)
-            served += 1
-            if served & 7 == 0 and backlog and time.monotonic() >= ends:
+            # (checked after every request: one batch of a few hundred messages takes a millisecond or more)
+            if backlog and time.monotonic() >= ends:
                 self._pause_reading("backlog")
                 self._serving_later = True
                 assert self._loop is not None

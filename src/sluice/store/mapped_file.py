@@ -61,12 +61,13 @@ class MappedFile:
 
     __slots__ = ("path", "file_size", "file_from_offset", "wrote_position", "flushed_position", "_fd", "_mm",
                  "buf", "_closed", "pwrite_min", "warmed_position", "zero_fence", "zero_overrun", "_fd_lock",
-                 "final_path")
+                 "final_path", "_dir_unsynced")
 
     def __init__(self, path: str, file_size: int, pwrite_min: int = -1, ahead: bool = False) -> None:
         """Open the segment at ``path``, creating it (its space reserved) when it does not exist. ``ahead``:
         created under a temporary name (``path`` + ``.ahead``), to be put in place by ``publish`` when needed."""
         self.pwrite_min = pwrite_min  # appends of at least this many bytes use pwrite(); -1: none
+        self._dir_unsynced = False  # renamed into place, the directory not yet synced (see publish)
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(os.path.basename(path))
@@ -167,6 +168,9 @@ class MappedFile:
         if least_pages > 0 and target < self.file_size and self.dirty_pages() < least_pages:
             return self.flushed_position
         if not self._closed:
+            if self._dir_unsynced:
+                fsync_dir(os.path.dirname(self.path) or ".")
+                self._dir_unsynced = False
             os.fdatasync(self._fd)
         self.flushed_position = target
         return target
@@ -218,7 +222,9 @@ class MappedFile:
         if self.path != self.final_path:
             os.rename(self.path, self.final_path)
             self.path = self.final_path
-            fsync_dir(os.path.dirname(self.path) or ".")
+            # The rename is made durable by the first flush (in the flush thread), before any byte of this
+            # segment is reported flushed: an fsync of the directory here would block the writer.
+            self._dir_unsynced = True
 
     def destroy(self) -> None:
         self.close()
