@@ -27,7 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fuzz.targets import CORPUS_DIR, CRASHES_DIR, TARGETS, Target, load  # imports no Sluice module
+from fuzz.targets import CORPUS_DIR, CRASHES_DIR, DICTS, DICTS_DIR, TARGETS, Target, load  # imports no Sluice module
 
 DEFAULT_RUNS = 1_000_000
 RSS_LIMIT_MB = 2048
@@ -52,6 +52,8 @@ def run_target(target: Target, budget: list[str]) -> bool:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", target.name, *map(str, corpora),
                *budget, f"-max_len={target.max_len}", f"-timeout={target.timeout}", f"-rss_limit_mb={RSS_LIMIT_MB}",
                f"-artifact_prefix={artifacts}/", "-print_final_stats=1", "-print_pcs=0"]
+        if target.name in DICTS:
+            cmd.append(f"-dict={DICTS_DIR / DICTS[target.name]}")
         log_path = Path(artifacts) / "fuzz.log"
         start = time.monotonic()
         with open(log_path, "wb") as log_file:

@@ -136,6 +136,17 @@ def bodies() -> dict[str, bytes]:
     }
 
 
+def filter_expressions() -> dict[str, bytes]:
+    props = b"a\x0142\x02region\x01hz\x02TAGS\x01paid\x02price\x013.5"
+    return {
+        "comparisons": b"a > 10 AND region = 'hz' OR price BETWEEN 1 AND 5\x00" + props,
+        "in-null-not": b"NOT (region IN ('hz', 'sh')) AND b IS NULL AND a IS NOT NULL\x00" + props,
+        "strings": b"region STARTSWITH 'h' AND TAGS CONTAINS 'ai' OR region ENDSWITH 'z'\x00" + props,
+        "key-value": b"kv:region=hz,TAGS=paid\x00" + props,
+        "chain": b" OR ".join(b"a = %d" % i for i in range(50)) + b"\x00" + props,
+    }
+
+
 def properties() -> dict[str, bytes]:
     return {
         "java": encode_properties(_PROPS),
@@ -170,6 +181,7 @@ def recovery() -> dict[str, bytes]:
 SEEDS: dict[str, Callable[[], dict[str, bytes]]] = {
     "frames": frames, "records": records, "batch": batch, "register_body": register_body,
     "fastjson": fastjson_bodies, "bodies": bodies, "properties": properties, "recovery": recovery,
+    "filter": filter_expressions,
 }
 
 

@@ -17,6 +17,7 @@ from ._common import PropertyViolation
 
 FUZZ_DIR = Path(__file__).resolve().parent.parent
 CORPUS_DIR = FUZZ_DIR / "corpus"
+DICTS_DIR = FUZZ_DIR / "dicts"
 CRASHES_DIR = FUZZ_DIR / "crashes"
 
 
@@ -35,7 +36,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("fastjson", 8192, 5),
     Target("properties", 2048, 5),
     Target("recovery", 3 * 4096, 20),
+    Target("bodies", 8192, 5),
+    Target("filter", 9000, 5),
 )}
+
+# libFuzzer dictionaries (fuzz/dicts/): tokens each target's format is made of.
+DICTS: dict[str, str] = {"frames": "frames.dict", "records": "records.dict", "register_body": "register_body.dict",
+                         "fastjson": "json.dict", "bodies": "bodies.dict", "filter": "filter.dict"}
 
 
 def load(name: str) -> Callable[[bytes], None]:
@@ -51,4 +58,5 @@ def saved_inputs(name: str) -> list[Path]:
                   for p in d.iterdir() if p.is_file() and not p.name.startswith("."))
 
 
-__all__ = ["CORPUS_DIR", "CRASHES_DIR", "TARGETS", "PropertyViolation", "Target", "load", "saved_inputs"]
+__all__ = ["CORPUS_DIR", "CRASHES_DIR", "DICTS", "DICTS_DIR", "TARGETS", "PropertyViolation", "Target", "load",
+           "saved_inputs"]

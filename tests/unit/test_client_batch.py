@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from datetime import timedelta
 
 import pytest
 from hypothesis import given
@@ -106,6 +107,12 @@ def test_batch_of_mixed_topics_is_refused():
 def test_batch_with_a_delay_level_is_refused():
     with pytest.raises(MessageFormatError, match="delay"):
         check_batch([Message("a", b"1"), Message("a", b"2", delay_level=2)])
+
+
+@pytest.mark.parametrize("timer", [{"delay": timedelta(seconds=5)}, {"deliver_at": 1_900_000_000_000}])
+def test_batch_with_a_timer_is_refused(timer):
+    with pytest.raises(MessageFormatError, match="timer messages cannot be sent in a batch"):
+        check_batch([Message("a", b"1"), Message("a", b"2", **timer)])
 
 
 def test_batch_to_a_retry_topic_is_refused():

@@ -117,10 +117,10 @@ class BrokerController:
             self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
             self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
             self.store.write_failure_listeners.append(lambda: loop.call_soon_threadsafe(self._store_failed))
+            self.timer_service = TimerMessageService(self)
+            self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
             self.transaction_service = TransactionalMessageService(self)
             self.transaction_service.load()  # before the first END_TRANSACTION can arrive
-            self.timer_service = TimerMessageService(self)
-            self.timer_service.load()
             for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerManageProcessor(self),
                               ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self),
                               EndTransactionProcessor(self)):

@@ -15,6 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from sluice.common.decimal_text import parse_long
 from sluice.common.errors import StoreConfigError
 from sluice.common.files import ConfigWriter, load_json
 from sluice.common.message import MessageExtBrokerInner
@@ -161,7 +162,7 @@ class ScheduleMessageService:
                 real_topic = props.get(PROPERTY_REAL_TOPIC)
                 real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "0")
                 if real_topic:
-                    inner = MessageExtBrokerInner(real_topic, msg.body, int(real_qid) if real_qid.isdigit() else 0,
+                    inner = MessageExtBrokerInner(real_topic, msg.body, parse_long(real_qid, 0),
                                                   msg.flag, props, msg.sys_flag, msg.born_timestamp, msg.born_host,
                                                   msg.store_host, msg.reconsume_times,
                                                   msg.prepared_transaction_offset)

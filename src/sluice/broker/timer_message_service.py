@@ -21,8 +21,9 @@ import collections
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sluice.common.decimal_text import parse_long
 from sluice.common.errors import StoreConfigError
 from sluice.common.files import ConfigWriter, load_json
 from sluice.common.message import MessageExt, MessageExtBrokerInner
@@ -38,9 +39,11 @@ from sluice.common.properties import (
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
+    PROPERTY_WAIT_STORE_MSG_OK,
 )
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
-from sluice.store.consume_queue import BLANK_ENTRY_SIZE
+from sluice.remoting.codes import ResponseCode
+from sluice.store.consume_queue import BLANK_ENTRY_SIZE, ConsumeQueue
 from sluice.store.timer_log import TimerLog, TimerUnit
 from sluice.store.timer_wheel import TimerWheel, WheelOverflowError
 
@@ -56,6 +59,18 @@ _TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPER
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class Refusal(NamedTuple):
+    code: int
+    remark: str
+
+
+def _strict_int(raw: str) -> int:
+    value = parse_long(raw)
+    if value is None:
+        raise ValueError(raw)
+    return value
 
 
 class TimerMessageService:
@@ -75,6 +90,7 @@ class TimerMessageService:
         self._delivered_marks: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
         self._checkpoint = (0, 0, 0)  # enqueue offset, timer-log end, dequeue ms: consistent with one another
         self._saved_dequeue_ms = 0
+        self._undelivered_from: tuple[int, int] | None = None  # see _enqueued
         self._tasks: list[asyncio.Task[None]] = []
         self._wake_enqueue = asyncio.Event()
         self._wake_dequeue = asyncio.Event()
@@ -93,7 +109,9 @@ class TimerMessageService:
         except (TypeError, ValueError) as exc:
             raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
         self.timer_log.load(log_end)
-        self.enqueue_offset = max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0))
+        # (never past the queue's end: after a power loss the log may hold less than the checkpoint saw)
+        self.enqueue_offset = min(max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0)),
+                                  self.store.get_max_offset_in_queue(TIMER_TOPIC, 0))
         self.dequeue_ms = dequeue_ms or self.wheel.due_time(now_ms())
         waiting = self.wheel.rebuild(self.timer_log.segments(), self.dequeue_ms)
         for start, units in self.timer_log.segments():
@@ -102,6 +120,12 @@ class TimerMessageService:
         self._saved_dequeue_ms = self.dequeue_ms
         if waiting:
             log.info("%d timer messages waiting; delivery goes on from %d", waiting, self.dequeue_ms)
+        reserved_ms = self.store.config.file_reserved_time * 3_600_000
+        if self.enabled and reserved_ms < self.max_delay_ms:
+            log.warning("commit-log files are kept %d h (file_reserved_time) but timers may wait %d s "
+                        "(timer_max_delay_sec): a timer due later than its file is kept is lost when the file is "
+                        "deleted; keep files longer than the longest delay", self.store.config.file_reserved_time,
+                        self.max_delay_ms // 1000)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -119,7 +143,7 @@ class TimerMessageService:
         """After the store is shut down (everything flushed): the last checkpoint, exact."""
         self.timer_log.flush()
         self._saved_dequeue_ms = self.dequeue_ms
-        self._checkpoint = (self.enqueue_offset, self.timer_log.end, self.dequeue_ms)
+        self._checkpoint = (*self._enqueued(), self.dequeue_ms)
         self.writer.close()
         self.timer_log.close()
 
@@ -128,37 +152,20 @@ class TimerMessageService:
             self._wake_enqueue.set()
 
     # == the send path ===============================================================================
-    def prepare(self, msg: MessageExtBrokerInner) -> str | None:
+    def check(self, msg: MessageExtBrokerInner) -> Refusal | None:
+        """Why a message's timer cannot be taken (the response code and remark), or None; changes nothing."""
+        return self._deliver_time(msg)[1]
+
+    def prepare(self, msg: MessageExtBrokerInner) -> Refusal | None:
         """A message with a timer goes (in place) to the timer queue, due at the next multiple of the precision
-        at or after its time; others pass unchanged. The reason to refuse it, or None."""
+        at or after its time; others pass unchanged. Why it is refused (the response code and remark), or None."""
+        deliver, refusal = self._deliver_time(msg)
         props = msg.properties
-        if not any(k in props for k in _TIMER_PROPERTIES) or msg.topic == TIMER_TOPIC or \
-                PROPERTY_TIMER_OUT_MS in props:
-            return None
-        delay = props.get(PROPERTY_DELAY_TIME_LEVEL, "0")
-        if delay.isdigit() and int(delay) > 0:  # a delay level wins, as in RocketMQ
-            for k in _TIMER_PROPERTIES:
-                props.pop(k, None)
-            return None
-        if not self.enabled:
-            return f"accurate timer message is not enabled, timerWheelEnable is {self.enabled}"
-        now = now_ms()
-        try:
-            if PROPERTY_TIMER_DELAY_SEC in props:
-                deliver = now + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
-            elif PROPERTY_TIMER_DELAY_MS in props:
-                deliver = now + int(props[PROPERTY_TIMER_DELAY_MS])
-            else:
-                deliver = int(props[PROPERTY_TIMER_DELIVER_MS])
-        except ValueError:
-            return "timer message illegal: TIMER_DELIVER_MS, TIMER_DELAY_SEC and TIMER_DELAY_MS must be integers"
-        if deliver <= now:
-            if PROPERTY_TIMER_DEL_UNIQKEY in props:
-                return "timer message illegal: a timer deletion must be due later than now"
-            return None  # due already: delivered at once, as a plain message
-        if deliver - now > self.max_delay_ms:
-            return (f"timer message illegal, the delay time should not be bigger than the max delay "
-                    f"{self.max_delay_ms}ms")
+        if refusal is not None or deliver is None:
+            if refusal is None and _delay_level(props) > 0:  # a delay level wins, as in RocketMQ
+                for k in _TIMER_PROPERTIES:
+                    props.pop(k, None)
+            return refusal
         props[PROPERTY_TIMER_OUT_MS] = str(self.wheel.due_time(deliver))
         props[PROPERTY_REAL_TOPIC] = msg.topic
         props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
@@ -166,6 +173,38 @@ class TimerMessageService:
         msg.queue_id = 0
         self.broker.ensure_system_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
         return None
+
+    def _deliver_time(self, msg: MessageExtBrokerInner) -> tuple[int | None, Refusal | None]:
+        """When a message's timer is due (None: it has none, or its time has passed), or why it is refused."""
+        props = msg.properties
+        if not any(k in props for k in _TIMER_PROPERTIES) or msg.topic == TIMER_TOPIC or \
+                PROPERTY_TIMER_OUT_MS in props:
+            return None, None
+        if _delay_level(props) > 0:
+            return None, None
+        if PROPERTY_TIMER_DEL_UNIQKEY in props:
+            return None, Refusal(ResponseCode.MESSAGE_ILLEGAL,
+                                 "timer message illegal: deleting a timer message (TIMER_DEL_UNIQKEY) is not supported")
+        if not self.enabled:  # (SYSTEM_ERROR, as RocketMQ: a producer tries another broker)
+            return None, Refusal(ResponseCode.SYSTEM_ERROR,
+                                 f"accurate timer message is not enabled, timerWheelEnable is {self.enabled}")
+        now = now_ms()
+        try:
+            if PROPERTY_TIMER_DELAY_SEC in props:
+                deliver = now + _strict_int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
+            elif PROPERTY_TIMER_DELAY_MS in props:
+                deliver = now + _strict_int(props[PROPERTY_TIMER_DELAY_MS])
+            else:
+                deliver = _strict_int(props[PROPERTY_TIMER_DELIVER_MS])
+        except ValueError:
+            return None, Refusal(ResponseCode.MESSAGE_ILLEGAL, "timer message illegal: TIMER_DELIVER_MS, "
+                                                               "TIMER_DELAY_SEC and TIMER_DELAY_MS must be integers")
+        if deliver <= now:
+            return None, None  # due already: delivered at once, as a plain message
+        if deliver - now > self.max_delay_ms:
+            return None, Refusal(ResponseCode.MESSAGE_ILLEGAL, f"timer message illegal, the delay time should not "
+                                                               f"be bigger than the max delay {self.max_delay_ms}ms")
+        return deliver, None
 
     # == into the wheel ==============================================================================
     async def _enqueue_loop(self) -> None:
@@ -189,25 +228,43 @@ class TimerMessageService:
         cq = store.find_consume_queue(TIMER_TOPIC, 0, create=False)
         if cq is None:
             return 0
-        loop = asyncio.get_running_loop()
-        turn_ends = loop.time() + _TURN
         end = cq.max_offset
         now_due: list[tuple[MessageExt, int]] = []
+        try:
+            n = await self._enqueue_until(cq, end, now_due)
+        except Exception:
+            await self._deliver(now_due)  # taken from the queue already: delivered before the error goes up
+            self._undelivered_from = None
+            raise
+        await self._deliver(now_due)
+        self._undelivered_from = None
+        return n
+
+    async def _enqueue_until(self, cq: ConsumeQueue, end: int, now_due: list[tuple[MessageExt, int]]) -> int:
+        store = self.store
+        loop = asyncio.get_running_loop()
+        turn_ends = loop.time() + _TURN
         n = 0
         while self.enqueue_offset < end:
             if loop.time() >= turn_ends:
                 await self._deliver(now_due)
-                now_due = []
+                now_due.clear()
+                self._undelivered_from = None
                 await asyncio.sleep(0)
                 turn_ends = loop.time() + _TURN
             entry = cq.get_entry(self.enqueue_offset)
             msg = None
             if entry is not None and entry[1] != BLANK_ENTRY_SIZE:
                 msg = store.look_message_by_offset(entry[0], entry[1])
+            if msg is not None and PROPERTY_REAL_TOPIC not in msg.properties:
+                log.warning("timer message at commit-log offset %d has no REAL_TOPIC: dropped", msg.commit_log_offset)
+                msg = None
             if msg is not None:
                 due = _due_of(msg)
                 enqueued = now_ms()
                 if due < self.dequeue_ms:  # its time has passed (or is passing): no wheel
+                    if not now_due:  # until it is delivered, a checkpoint goes back to it
+                        self._undelivered_from = (self.enqueue_offset, self.timer_log.end)
                     now_due.append((msg, enqueued))
                 else:
                     try:
@@ -226,8 +283,12 @@ class TimerMessageService:
                             self._wake_dequeue.set()
             self.enqueue_offset += 1
             n += 1
-        await self._deliver(now_due)
         return n
+
+    def _enqueued(self) -> tuple[int, int]:
+        """How far the timer queue is taken, and the timer log's end then: up to the first message taken but not
+        delivered yet (its time had passed), if any."""
+        return self._undelivered_from or (self.enqueue_offset, self.timer_log.end)
 
     # == out of the wheel ============================================================================
     async def _dequeue_loop(self) -> None:
@@ -239,7 +300,7 @@ class TimerMessageService:
                 await asyncio.sleep(1)
                 continue
             self._wake_dequeue.clear()
-            nxt = self.wheel.next_due(self.dequeue_ms, self.dequeue_ms + 2 * self.max_delay_ms)
+            nxt = self.wheel.next_due(self.dequeue_ms, now_ms() + 1000)  # (it waits a second at most anyway)
             wait = 1.0 if nxt is None else min(1.0, max(0.0, (nxt - now_ms()) / 1000))
             self._next_wake = now_ms() + int(wait * 1000)
             if wait <= 0:
@@ -254,14 +315,22 @@ class TimerMessageService:
         """Deliver every message due by now, due time by due time; how many."""
         n = 0
         now = now_ms()
+        loop = asyncio.get_running_loop()
+        turn_ends = loop.time() + _TURN
         while True:
             due = self.wheel.next_due(self.dequeue_ms, now)
             if due is None:
                 break
             last, count = self.wheel.take(due)
+            # Past this due time before any wait: a message due by then that the enqueue task takes meanwhile is
+            # delivered by it at once, not chained into the slot just emptied.
+            self.dequeue_ms = due + self.precision
             units: list[TimerUnit] = []
             pos = last
             while pos >= 0 and len(units) < count:
+                if loop.time() >= turn_ends:
+                    await asyncio.sleep(0)
+                    turn_ends = loop.time() + _TURN
                 unit = self.timer_log.read(pos)
                 if unit is None:
                     log.error("timer log unit at %d is unreadable: %d message(s) due at %d are lost to the wheel",
@@ -270,16 +339,20 @@ class TimerMessageService:
                 units.append(unit)
                 pos = unit.prev
             units.reverse()  # in the order they were sent
-            msgs = []
-            for u in units:
-                m = self.store.look_message_by_offset(u.offset, u.size)
-                if m is None:
-                    log.warning("timer message at commit-log offset %d, due at %d, is gone (aged out)", u.offset, due)
-                    continue
-                msgs.append((m, u.enqueue_ms))
-            await self._deliver(msgs)
-            n += len(msgs)
-            self.dequeue_ms = due + self.precision
+            for i in range(0, len(units), _CHUNK):  # a chunk of messages in memory at a time
+                msgs = []
+                for u in units[i:i + _CHUNK]:
+                    m = self.store.look_message_by_offset(u.offset, u.size)
+                    if m is None or m.topic != TIMER_TOPIC or _due_of(m) != due or \
+                            PROPERTY_REAL_TOPIC not in m.properties:
+                        log.warning("timer message at commit-log offset %d, due at %d, is gone (aged out, or the "
+                                    "log was cut back after a crash)", u.offset, due)
+                        continue
+                    msgs.append((m, u.enqueue_ms))
+                await self._deliver(msgs)
+                n += len(msgs)
+                await asyncio.sleep(0)
+                turn_ends = loop.time() + _TURN
             self._delivered_marks.append((self.dequeue_ms, self.store.get_max_phy_offset()))
         passed = (now // self.precision + 1) * self.precision  # every slot up to now is delivered
         if passed > self.dequeue_ms:
@@ -293,7 +366,7 @@ class TimerMessageService:
             chunk = [delivered_message(m, enq) for m, enq in msgs[i:i + _CHUNK]]
             while True:
                 r = await self.store.put_messages_async(chunk)
-                if r.ok:
+                if r.stored:
                     self.delivered += len(chunk)
                     break
                 log.warning("cannot deliver %d timer message(s): %s %s; trying again in 1 s", len(chunk),
@@ -305,7 +378,7 @@ class TimerMessageService:
         interval = max(0.2, self.store.config.flush_interval_consume_queue / 1000)
         while True:
             await asyncio.sleep(interval)
-            self._checkpoint = (self.enqueue_offset, self.timer_log.end, self.dequeue_ms)
+            self._checkpoint = (*self._enqueued(), self.dequeue_ms)
             self.writer.request()
             delete_before = self._deletable()
             if delete_before:
@@ -338,8 +411,11 @@ class TimerMessageService:
 
 
 def _due_of(msg: MessageExt) -> int:
-    raw = msg.properties.get(PROPERTY_TIMER_OUT_MS, "0")
-    return int(raw) if raw.lstrip("-").isdigit() else 0
+    return parse_long(msg.properties.get(PROPERTY_TIMER_OUT_MS), 0)
+
+
+def _delay_level(props: dict[str, str]) -> int:
+    return parse_long(props.get(PROPERTY_DELAY_TIME_LEVEL), 0)
 
 
 def delivered_message(msg: MessageExt, enqueued_ms: int) -> MessageExtBrokerInner:
@@ -348,7 +424,8 @@ def delivered_message(msg: MessageExt, enqueued_ms: int) -> MessageExtBrokerInne
     props = dict(msg.properties)
     props[PROPERTY_TIMER_ENQUEUE_MS] = str(enqueued_ms)
     props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms())
+    props[PROPERTY_WAIT_STORE_MSG_OK] = "false"  # as RocketMQ's: delivery does not wait for a sync flush
     real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "0")
-    return MessageExtBrokerInner(props.get(PROPERTY_REAL_TOPIC, TIMER_TOPIC), msg.body,
-                                 int(real_qid) if real_qid.isdigit() else 0, msg.flag, props, msg.sys_flag,
+    return MessageExtBrokerInner(props[PROPERTY_REAL_TOPIC], msg.body,
+                                 parse_long(real_qid, 0), msg.flag, props, msg.sys_flag,
                                  msg.born_timestamp, msg.born_host, msg.store_host, msg.reconsume_times)

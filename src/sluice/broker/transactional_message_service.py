@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sluice.common.decimal_text import parse_long
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.message_codec import encode_record
 from sluice.common.naming import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -134,8 +135,11 @@ class TransactionalMessageService:
             log.error("the last committed transaction's half message at %d is gone: its message cannot be restored",
                       op.prepared_transaction_offset)
             return
-        r = self.store.put_messages([committed_message(half)])
-        if r.ok:
+        msg = committed_message(half)
+        if self.broker.timer_service.prepare(msg) is not None:
+            log.warning("restored transaction %s has an unusable timer: delivered now", half.uniq_key)
+        r = self.store.put_messages([self.broker.schedule_service.redirect(msg)])
+        if r.stored:
             log.warning("restored the message of transaction %s (%s), torn off by a crash as it was committed",
                         half.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), half.properties.get(
                             PROPERTY_REAL_TOPIC))
@@ -147,6 +151,8 @@ class TransactionalMessageService:
         """A half message: ``msg`` (in place) bound for queue 0 of the half topic, its own topic and queue kept in
         REAL_TOPIC / REAL_QID."""
         props = msg.properties
+        for name in _BROKER_OWNED:  # the broker's to set: a producer's would confuse the checks
+            props.pop(name, None)
         uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if uniq:
             props[PROPERTY_TRANSACTION_ID] = uniq
@@ -185,11 +191,11 @@ class TransactionalMessageService:
             op = self._op(half, "commit" if commit else "rollback")
             msgs = [op, committed_message(half)] if commit else [op]
             if commit:  # a timer or a delay level of the message applies from now on, as to any send
-                if self.broker.timer_service.prepare(msgs[1]) is not None:
+                if self.broker.timer_service.prepare(msgs[1]) is not None:  # (checked at send: a changed config)
                     log.warning("committed transaction %s has an unusable timer: delivered now", half.uniq_key)
                 msgs[1] = self.broker.schedule_service.redirect(msgs[1])
             r = await self.store.put_messages_async(msgs)
-            if r.ok:
+            if r.stored:  # (a flush that timed out stored it all the same: decided)
                 self.decided[first] = r.queue_offset
             return r
         finally:
@@ -220,6 +226,7 @@ class TransactionalMessageService:
         started_ms = int(time.time() * 1000)
         turn_ends = loop.time() + _TURN
         end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)  # copies made in this round wait for the next
+        walked_from = self.half_walked
         i = max(self.half_walked, store.get_min_offset_in_queue(TRANS_HALF_TOPIC, 0))
         checked = 0
         while i < end:
@@ -236,6 +243,8 @@ class TransactionalMessageService:
             newest = self.live.get(first, first)  # (never checked: its first copy is its only one)
             if first in self.decided:
                 if newest == i:  # nothing of it is left ahead
+                    # Walked past first, so that an END_TRANSACTION arriving meanwhile is still refused.
+                    self.half_walked = max(self.half_walked, i + 1)
                     self.live.pop(first, None)
                     del self.decided[first]
                 i += 1
@@ -246,11 +255,16 @@ class TransactionalMessageService:
             if copy.store_timestamp >= started_ms:
                 break
             age = started_ms - copy.born_timestamp
-            immunity = _immunity_ms(copy, self.timeout_ms)
-            if 0 <= age <= immunity:
+            immunity = _immunity_ms(copy)
+            if immunity is None and 0 <= age <= self.timeout_ms:
                 break  # the rest were sent later
-            times = int(copy.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
-            if times >= self.check_max:
+            times = _decimal(copy.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES), 0, 0)
+            if immunity is not None and 0 <= age <= max(immunity, self.timeout_ms):
+                # Its producer asked for longer: put it back at the end of the queue and go on (RocketMQ's
+                # putImmunityMsgBackToHalfQueue), so that it holds up no transaction sent after it.
+                if not await self._put_back(copy, times):
+                    break
+            elif times >= self.check_max:
                 if not await self._discard(copy, times):
                     break
             elif not await self._check_back(copy, times + 1):
@@ -258,18 +272,27 @@ class TransactionalMessageService:
             else:
                 checked += 1
             i += 1
-        if i != self.half_walked:
-            self.half_walked = i
-            store.consumer_offsets.commit_offset(CHECK_GROUP, TRANS_HALF_TOPIC, 0, i)
+        self.half_walked = max(self.half_walked, i)  # (advanced already, as decided ones were walked past)
+        if self.half_walked != walked_from:
+            store.consumer_offsets.commit_offset(CHECK_GROUP, TRANS_HALF_TOPIC, 0, self.half_walked)
         op_from = min(self.decided.values(), default=store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0))
         store.consumer_offsets.commit_offset(CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, op_from)
         return checked
+
+    async def _put_back(self, copy: MessageExt, times: int) -> bool:
+        """Store ``copy`` again unchecked, to be looked at in a later round."""
+        r = await self.store.put_messages_async([half_copy_again(copy, times)])
+        if not r.stored:
+            log.warning("cannot store half message %d again: %s %s", copy.queue_offset, r.status.name, r.remark)
+            return False
+        self.live[first_offset(copy)] = r.queue_offset
+        return True
 
     async def _check_back(self, copy: MessageExt, times: int) -> bool:
         """Store ``copy`` again, ``times`` checked, and ask a producer of its group about the new copy."""
         again = half_copy_again(copy, times)
         r = await self.store.put_messages_async([again])
-        if not r.ok:
+        if not r.stored:
             log.warning("cannot store half message %d again to check it back: %s %s", copy.queue_offset,
                         r.status.name, r.remark)
             return False
@@ -300,11 +323,16 @@ class TransactionalMessageService:
         self.broker.ensure_system_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)
         kept = half_copy_again(copy, times)
         kept.topic = TRANS_CHECK_MAX_TIME_TOPIC
-        r = await self.store.put_messages_async([self._op(copy, "discard"), kept])
-        if not r.ok:
+        first = first_offset(copy)
+        self._deciding.add(first)  # no END_TRANSACTION while the discard is being stored
+        try:
+            r = await self.store.put_messages_async([self._op(copy, "discard"), kept])
+        finally:
+            self._deciding.discard(first)
+        if not r.stored:
             log.warning("cannot discard half message %d: %s %s", copy.queue_offset, r.status.name, r.remark)
             return False
-        first = first_offset(copy)
+        self.half_walked = max(self.half_walked, copy.queue_offset + 1)  # (refuses a late END_TRANSACTION)
         self.live.pop(first, None)
         self.decided.pop(first, None)
         self.discarded += 1
@@ -341,10 +369,14 @@ class TransactionalMessageService:
 
 
 # == the messages ====================================================================================
+def _decimal(raw: str | None, default: int, least: int) -> int:
+    """A property as an integer (``default`` when it is not one), at least ``least``."""
+    return max(least, parse_long(raw, default))
+
+
 def first_offset(half: MessageExt) -> int:
     """The queue offset of a transaction's first half message (the one every copy names)."""
-    raw = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
-    return int(raw) if raw and raw.isdigit() else half.queue_offset
+    return _decimal(half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET), half.queue_offset, 0)
 
 
 def op_offsets(body: bytes) -> list[int]:
@@ -352,8 +384,9 @@ def op_offsets(body: bytes) -> list[int]:
     out = []
     for part in body.decode("ascii", errors="replace").split(","):
         part = part.strip()
-        if part.isdigit():
-            out.append(int(part))
+        value = parse_long(part)
+        if value is not None and value >= 0:
+            out.append(value)
     return out
 
 
@@ -363,7 +396,7 @@ def committed_message(half: MessageExt) -> MessageExtBrokerInner:
     props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY}
     real_qid = half.properties.get(PROPERTY_REAL_QUEUE_ID, "0")
     return MessageExtBrokerInner(
-        half.properties.get(PROPERTY_REAL_TOPIC, ""), half.body, int(real_qid) if real_qid.isdigit() else 0,
+        half.properties.get(PROPERTY_REAL_TOPIC, ""), half.body, parse_long(real_qid, 0),
         half.flag, props, (half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE, half.born_timestamp,
         half.born_host, half.store_host, half.reconsume_times, half.commit_log_offset)
 
@@ -383,26 +416,28 @@ def check_message_body(half: MessageExt) -> bytes:
     real_qid = half.properties.get(PROPERTY_REAL_QUEUE_ID, "0")
     return encode_record(
         topic=half.properties.get(PROPERTY_REAL_TOPIC, TRANS_HALF_TOPIC).encode(), body=half.body,
-        properties=encode_properties(half.properties), queue_id=int(real_qid) if real_qid.isdigit() else 0,
+        properties=encode_properties(half.properties), queue_id=parse_long(real_qid, 0),
         flag=half.flag, queue_offset=half.queue_offset, physical_offset=half.commit_log_offset,
         sys_flag=half.sys_flag, born_timestamp=half.born_timestamp, born_host=half.born_host,
         store_timestamp=half.store_timestamp, store_host=half.store_host, reconsume_times=half.reconsume_times,
         prepared_transaction_offset=half.prepared_transaction_offset)
 
 
-def _immunity_ms(half: MessageExt, default_ms: int) -> int:
-    """How long after it was sent a half message is left alone: CHECK_IMMUNITY_TIME_IN_SECONDS when the producer
-    set it (and it is longer), else the broker's transaction timeout."""
+def _immunity_ms(half: MessageExt) -> int | None:
+    """How long after it was sent its producer asked that a half message be left alone
+    (CHECK_IMMUNITY_TIME_IN_SECONDS); None when it did not."""
     raw = half.properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
-    if raw and raw.isdigit():
-        return max(default_ms, int(raw) * 1000)
-    return default_ms
+    if raw is None:
+        return None
+    return _decimal(raw, 0, 0) * 1000
 
 
 # What the half message holds that its committed message does not. RocketMQ's committed message keeps the rest:
 # TRAN_MSG, WAIT and TRANSACTION_CHECK_TIMES too (it clears TRAN_MSG from the map after writing the properties
 # string), and consumers see them.
 _HALF_ONLY = frozenset({PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET})
+# What only the broker writes into a half message.
+_BROKER_OWNED = (PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, PROPERTY_TRANSACTION_CHECK_TIMES)
 
 # Sluice's op messages also say what was decided (RocketMQ's do not): the repair of a torn commit needs it.
 PROPERTY_TRANSACTION_OUTCOME = "TRAN_OUTCOME"

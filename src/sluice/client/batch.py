@@ -49,6 +49,9 @@ def _check_member(i: int, msg: Message, first: Message, max_body_size: int) -> N
     if msg.delay_level > 0:
         raise MessageFormatError(f"batch message {i} has delay level {msg.delay_level}: "
                                  "delayed messages cannot be sent in a batch")
+    if msg.deliver_at is not None or msg.delay is not None:
+        raise MessageFormatError(f"batch message {i} has a timer (deliver_at / delay): timer messages cannot be "
+                                 "sent in a batch")
     if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         raise MessageFormatError(f"batch message {i} is for retry topic {msg.topic!r}: "
                                  "retry topics cannot be sent to in a batch")

@@ -89,6 +89,7 @@ class MQClientInstance:
         self.consumers: dict[str, ConsumerInner] = {}
         self._tasks: list[asyncio.Task] = []
         self._rebalance_now = asyncio.Event()
+        self._heartbeat_first = False  # see rebalance_now
         self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}
         self.namesrv_lost = False  # no name server answers: routes come from the cache meanwhile
         self.running = False
@@ -278,13 +279,19 @@ class MQClientInstance:
         await asyncio.gather(*calls)
 
     # == consumers ===================================================================================
-    def rebalance_now(self) -> None:
+    def rebalance_now(self, heartbeat: bool = False) -> None:
+        """Rebalance at once; ``heartbeat``: after telling the brokers this client's subscriptions (they changed:
+        a broker filters retried messages by the subscriptions it was told, as RocketMQ's client does)."""
+        self._heartbeat_first = self._heartbeat_first or heartbeat
         self._rebalance_now.set()
 
     async def _rebalance_loop(self) -> None:
         backoff = Backoff(REBALANCE_RETRY_BASE, max(REBALANCE_RETRY_BASE, self.config.rebalance_interval / 1000))
         while self.running:  # see _every
             self._rebalance_now.clear()
+            if self._heartbeat_first:
+                self._heartbeat_first = False
+                await self.send_heartbeat_to_all()
             if await self.do_rebalance():
                 backoff.succeed()
                 wait = self.config.rebalance_interval / 1000

@@ -95,7 +95,10 @@ class MQClientAPI:
             return None
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerResponseError(resp.code, resp.remark)
-        return TopicRouteData.from_json(_json(resp))
+        try:
+            return TopicRouteData.from_json(_json(resp))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ClientError(f"the name server's route of topic {topic} is malformed: {exc!r}") from exc
 
     async def get_cluster_info(self) -> dict[str, Any]:
         resp = await self.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from sluice.common.decimal_text import is_long
 from sluice.common.message import MessageExt
 
 REBALANCE_LOCK_MAX_LIVE_TIME = 30.0
@@ -149,7 +150,7 @@ class ProcessQueue:
             self._size += size
             if last is not None:
                 max_offset = last.get_property(_PROPERTY_MAX_OFFSET)
-                if max_offset is not None and max_offset.lstrip("-").isdigit():
+                if max_offset is not None and is_long(max_offset):
                     acc = int(max_offset) - last.queue_offset
                     if acc > 0:
                         self.msg_acc_cnt = acc

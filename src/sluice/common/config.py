@@ -66,6 +66,10 @@ class _Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return type(self)(**{**fields, **changes})
 
 
+# About ten times the slots of RocketMQ's defaults (1 s, 3 days): 125 MB of wheel at most.
+MAX_TIMER_WHEEL_SLOTS = 5_200_000
+
+
 def _default_store_root() -> str:
     return os.path.join(os.path.expanduser("~"), ".sluice", "store")
 
@@ -148,6 +152,11 @@ class MessageStoreConfig(_Config):
         if self.disk_space_clean_forcibly_ratio > self.disk_space_warning_level_ratio:
             raise ValueError("disk_space_clean_forcibly_ratio must not be above disk_space_warning_level_ratio "
                              "(writes would stop before space is freed)")
+        slots = 2 * (self.timer_max_delay_sec * 1000 // self.timer_precision_ms + 2)
+        if slots > MAX_TIMER_WHEEL_SLOTS:
+            raise ValueError(f"timer_max_delay_sec / timer_precision_ms make a timer wheel of {slots:,} slots "
+                             f"(24 bytes each); at most {MAX_TIMER_WHEEL_SLOTS:,} are allowed: a coarser precision "
+                             f"or a shorter maximum delay")
 
     @property
     def store_path_commit_log(self) -> str:

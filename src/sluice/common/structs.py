@@ -8,9 +8,11 @@ or ordinals, missing fields).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.common.decimal_text import is_long
 from sluice.common.sysflag import PERM_INHERIT, PERM_READ, PERM_WRITE
 
 MASTER_ID = 0
@@ -32,6 +34,15 @@ def _text(v: Any) -> str:
     if isinstance(v, list | dict):
         raise ValueError(f"expected text, not a JSON {'array' if isinstance(v, list) else 'object'}")
     return str(v)
+
+
+def _obj(v: Any, allow_none: bool = False) -> Any:
+    """A JSON object where one belongs (``TypeError`` for anything else): what ``from_json`` reads fields of."""
+    if v is None and allow_none:
+        return None
+    if not isinstance(v, Mapping):
+        raise TypeError(f"a JSON object was expected, got {type(v).__name__}")
+    return v
 
 
 def _bool(v: Any, default: bool = False) -> bool:
@@ -58,6 +69,7 @@ class MessageQueue:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MessageQueue:
+        d = _obj(d)
         return cls(str(d["topic"]), str(d["brokerName"]), _int(d["queueId"]))
 
     def __str__(self) -> str:
@@ -104,6 +116,7 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicConfig:
+        d = _obj(d)
         tft = d.get("topicFilterType", "SINGLE_TAG")
         if isinstance(tft, int):  # the enum's ordinal
             if tft not in (0, 1):
@@ -130,6 +143,7 @@ class DataVersion:
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> DataVersion:
+        d = _obj(d, allow_none=True)
         d = d or {}
         return cls(_int(d.get("timestamp")), _int(d.get("counter")))
 
@@ -149,6 +163,7 @@ class QueueData:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> QueueData:
+        d = _obj(d)
         return cls(str(d["brokerName"]), _int(d.get("readQueueNums")), _int(d.get("writeQueueNums")),
                    _int(d.get("perm")), _int(d.get("topicSysFlag", d.get("topicSynFlag")), 0))
 
@@ -175,8 +190,9 @@ class BrokerData:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BrokerData:
+        d = _obj(d)
         return cls(str(d.get("cluster", "")), str(d["brokerName"]),
-                   {_int(k): str(v) for k, v in (d.get("brokerAddrs") or {}).items()})
+                   {_int(k): str(v) for k, v in _obj(d.get("brokerAddrs") or {}).items()})
 
 
 @dataclass(slots=True)
@@ -196,6 +212,7 @@ class TopicRouteData:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicRouteData:
+        d = _obj(d)
         return cls([QueueData.from_json(q) for q in d.get("queueDatas") or []],
                    [BrokerData.from_json(b) for b in d.get("brokerDatas") or []],
                    d.get("orderTopicConf") or None)
@@ -209,7 +226,7 @@ class TopicRouteData:
         if self.order_topic_conf:
             for item in self.order_topic_conf.split(";"):
                 name, _, count = item.partition(":")
-                if name and count.isdigit():
+                if name and is_long(count):
                     out.extend(MessageQueue(topic, name, i) for i in range(int(count)))
             return out
         for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
@@ -241,8 +258,9 @@ class ClusterInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ClusterInfo:
-        return cls({str(n): BrokerData.from_json(b) for n, b in (d.get("brokerAddrTable") or {}).items()},
-                   {str(c): {str(n) for n in names} for c, names in (d.get("clusterAddrTable") or {}).items()})
+        d = _obj(d)
+        return cls({str(n): BrokerData.from_json(b) for n, b in _obj(d.get("brokerAddrTable") or {}).items()},
+                   {str(c): {str(n) for n in names} for c, names in _obj(d.get("clusterAddrTable") or {}).items()})
 
 
 # == client registration ===========================================================================
@@ -272,7 +290,7 @@ def _enum(cls: type[enum.IntEnum], v: Any, default: enum.IntEnum) -> Any:
     if isinstance(v, int) and not isinstance(v, bool):
         return cls(v)
     s = str(v)
-    if s.lstrip("-").isdigit():
+    if is_long(s):
         return cls(int(s))
     return cls[s]
 
@@ -295,6 +313,7 @@ class SubscriptionData:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SubscriptionData:
+        d = _obj(d)
         return cls(str(d["topic"]), str(d.get("subString") or "*"), [str(t) for t in d.get("tagsSet") or []],
                    [_int(c) for c in d.get("codeSet") or []], _int(d.get("subVersion")),
                    str(d.get("expressionType") or "TAG"))
@@ -316,6 +335,7 @@ class ConsumerData:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ConsumerData:
+        d = _obj(d)
         return cls(str(d["groupName"]),
                    _enum(ConsumeType, d.get("consumeType"), ConsumeType.CONSUME_PASSIVELY),
                    _enum(MessageModel, d.get("messageModel"), MessageModel.CLUSTERING),
@@ -338,6 +358,7 @@ class HeartbeatData:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> HeartbeatData:
+        d = _obj(d)
         return cls(str(d["clientID"]), [str(p["groupName"]) for p in d.get("producerDataSet") or []],
                    [ConsumerData.from_json(c) for c in d.get("consumerDataSet") or []])
 

@@ -58,7 +58,7 @@ def _parse_integral(s: str, low: int, high: int) -> int:
     digits = s.lstrip("+-").lstrip("0")
     if len(digits) > 20:  # far out of range; also spares int() a huge string
         raise Uncomparable
-    v = int(s)
+    v = (-1 if s.startswith("-") else 1) * int(digits or "0")  # (leading zeros gone: int() limits the length)
     if not low <= v <= high:
         raise Uncomparable
     return v
@@ -79,7 +79,10 @@ def parse_java_double(s: str) -> float:
         return float(t.rstrip("fFdD"))
     m = _JAVA_HEX_DOUBLE.fullmatch(t)
     if m is not None:
-        return float.fromhex(m.group(1) + m.group(2))
+        try:
+            return float.fromhex(m.group(1) + m.group(2))
+        except OverflowError:  # Java's is infinite
+            return float("-inf") if m.group(1) == "-" else float("inf")
     raise Uncomparable
 
 

@@ -46,7 +46,7 @@ class CompiledExpression:
         """True when the expression is TRUE for a message with these properties (not FALSE, NULL or an error)."""
         try:
             return self.evaluate(properties) is True
-        except Uncomparable:
+        except (Uncomparable, ArithmeticError, ValueError):  # (a value Java reads and Python will not: no match)
             return False
 
 
@@ -73,8 +73,12 @@ def compile_sql92(text: str) -> CompiledExpression:
         except FilterExpressionError as exc:
             found = exc
         with _cache_lock:
-            if len(_cache) >= _CACHE_SIZE:
-                _cache.clear()
+            while len(_cache) >= _CACHE_SIZE:  # the least recently used goes (dicts keep insertion order)
+                del _cache[next(iter(_cache))]
+            _cache[text] = found
+    else:
+        with _cache_lock:  # now the most recently used
+            _cache.pop(text, None)
             _cache[text] = found
     if isinstance(found, FilterExpressionError):
         raise found

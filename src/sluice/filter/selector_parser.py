@@ -47,6 +47,7 @@ from sluice.filter.expression import (
 
 # Nesting deeper than this is refused: evaluation recurses once per level (chains of AND / OR do not nest).
 MAX_DEPTH = 100
+MAX_LENGTH = 8192
 DOUBLE_MIN = 5e-324  # Java's Double.MIN_VALUE: RocketMQ refuses float literals below it, 0.0 included
 
 GRAMMAR = r"""
@@ -97,9 +98,10 @@ STRING: /'([^']|'')*'/
 ID: /[a-zA-Z_$][a-zA-Z0-9_$]*/
 
 %ignore /[ \t\n\r\f]+/
-%ignore /--[^\n\r]*(\r\n|\r|\n)/
-%ignore /\/\*[^*]*\*+([^*\/][^*]*\*+)*\//
 """
+# Comments (RocketMQ's ``-- ... end of line`` and ``/* ... */``) are blanked by ``_blank_comments`` before the
+# lexer runs: as lexer patterns they are tried at every '-' or '/' and scan on to the end when unclosed, which is
+# quadratic in a run of dashes.
 
 # How the parser's terminals are named in an error.
 _TERMINAL_NAMES = {
@@ -118,8 +120,11 @@ def parse(text: str) -> Expression:
     """The expression ``text`` means, checked as RocketMQ checks it; ``FilterExpressionError`` saying where not."""
     if not isinstance(text, str):
         raise TypeError(f"an SQL92 expression must be a str, not {type(text).__name__}")
+    if len(text) > MAX_LENGTH:  # (compiled in the broker's request handlers: the work is bounded)
+        raise FilterExpressionError(f"the expression is {len(text):,} characters long; at most {MAX_LENGTH:,} are "
+                                    f"allowed", text, MAX_LENGTH)
     try:
-        tree = _parser().parse(text)
+        tree = _parser().parse(_blank_comments(text))
     except UnexpectedInput as exc:
         raise _syntax_error(exc, text) from None
     builder = _Builder(text)
@@ -129,7 +134,53 @@ def parse(text: str) -> Expression:
         if isinstance(exc.orig_exc, FilterExpressionError):
             raise exc.orig_exc from None
         raise
+    builder.close_chains()
     return expr
+
+
+def _blank_comments(text: str) -> str:
+    """``text`` with its comments turned to blanks (line breaks kept, so positions stay), outside string
+    literals; in one pass. A ``--`` comment needs a line break to end it, a ``/*`` one its ``*/`` (JavaCC's
+    tokens): without one it is no comment, and none can follow."""
+    if "--" not in text and "/*" not in text:
+        return text
+    out: list[str] = []
+    last = i = 0
+    n = len(text)
+    line_comments = block_comments = True  # (False once one had no end: no later one has)
+    while i < n:
+        c = text[i]
+        if c == "'":  # a string literal ('' inside is a quote): skipped whole
+            end = text.find("'", i + 1)
+            while end >= 0 and text.startswith("''", end):
+                end = text.find("'", end + 2)
+            if end < 0:
+                break  # never closed: the lexer says so
+            i = end + 1
+        elif c == "-" and line_comments and text.startswith("--", i):
+            ends = [e for e in (text.find("\n", i), text.find("\r", i)) if e >= 0]
+            if not ends:
+                line_comments = False
+                i += 1
+                continue
+            end = min(ends)
+            out += (text[last:i], " " * (end - i))
+            last = i = end
+        elif c == "/" and block_comments and text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                block_comments = False
+                i += 1
+                continue
+            end += 2
+            out += (text[last:i], "".join(ch if ch in "\r\n" else " " for ch in text[i:end]))
+            last = i = end
+        else:
+            i += 1
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _describe(token: Token) -> str:
@@ -171,6 +222,7 @@ class _Builder(Transformer_NonRecursive):
         self.text = text
         self.depth: dict[int, int] = {}  # id(node) → nesting depth
         self.where: dict[int, int] = {}  # id(node) → where it starts (its operator, for an operation)
+        self.open_chains: dict[int, Expression] = {}  # id → AND / OR chains being built (operands a list)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _error(self, reason: str, where: Token | Expression) -> FilterExpressionError:
@@ -221,10 +273,25 @@ class _Builder(Transformer_NonRecursive):
         left, op, right = children
         cls = Or if op.type == "OR" else And
         lhs, rhs = self._condition(left, op), self._condition(right, op)
-        # Chains become one n-ary node: the same results, evaluated left to right, without nesting.
-        operands = (*(lhs.operands if isinstance(lhs, cls) else (lhs,)),
-                    *(rhs.operands if isinstance(rhs, cls) else (rhs,)))
-        return self._made(cls(operands), op, *operands)
+        # Chains become one n-ary node: the same results, evaluated left to right, without nesting. The node's
+        # operands grow in place (a list until ``parse`` ends), so that a chain of n costs n, not n squared.
+        added = list(rhs.operands) if isinstance(rhs, cls) else [rhs]
+        if isinstance(lhs, cls) and id(lhs) in self.open_chains:
+            lhs.operands.extend(added)  # type: ignore[attr-defined]
+            depth = max(self.depth[id(lhs)], 1 + max(self.depth.get(id(c), 1) for c in added))
+            if depth > MAX_DEPTH:
+                raise self._error(f"the expression nests more than {MAX_DEPTH} levels deep", op)
+            self.depth[id(lhs)] = depth
+            return lhs
+        node = cls([*(lhs.operands if isinstance(lhs, cls) else (lhs,)), *added])  # type: ignore[arg-type]
+        self.open_chains[id(node)] = node
+        return self._made(node, op, *node.operands)
+
+    def close_chains(self) -> None:
+        """The chains' operands as the tuples the nodes hold."""
+        for node in self.open_chains.values():
+            object.__setattr__(node, "operands", tuple(node.operands))
+        self.open_chains.clear()
 
     def equal(self, children: list[Any]) -> Expression:
         left, op, right = children
@@ -311,4 +378,4 @@ class _Builder(Transformer_NonRecursive):
         return Tree(data, children, meta)
 
 
-__all__ = ["GRAMMAR", "MAX_DEPTH", "java_text", "parse"]
+__all__ = ["GRAMMAR", "MAX_DEPTH", "MAX_LENGTH", "java_text", "parse"]

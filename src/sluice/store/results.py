@@ -36,6 +36,11 @@ class PutMessageResult:
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
 
+    @property
+    def stored(self) -> bool:
+        """Written to the log, if not (yet) as durable as asked: PUT_OK, or a flush or a slave late."""
+        return self.status in _STORED
+
 
 class GetMessageStatus(enum.Enum):
     FOUND = "FOUND"
@@ -72,3 +77,7 @@ class GetMessageResult:
         for b in self.buffers:
             b.release()
         self.buffers = []
+
+
+_STORED = frozenset({PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                     PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE})

@@ -87,7 +87,8 @@ class TimerLog:
         data = UNIT.pack(unit.prev, unit.deliver_ms, unit.offset, unit.enqueue_ms, unit.size, UNIT_MAGIC)
         if os.pwrite(fd, data, at) != UNIT_SIZE:
             raise OSError(f"short write to the timer log at {pos}")
-        self._dirty.add(pos - at)
+        with self._lock:  # (the flush thread swaps the set)
+            self._dirty.add(pos - at)
         self.end = pos + UNIT_SIZE
         return pos
 

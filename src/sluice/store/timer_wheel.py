@@ -61,12 +61,21 @@ class TimerWheel:
         return last, n
 
     def next_due(self, after: int, until: int) -> int | None:
-        """The earliest due time holding messages in [``after``, ``until``]; None when there is none."""
+        """The earliest due time holding messages in [``after``, ``until``]; None when there is none. Looks at
+        the slots of that span only, a window at a time."""
         if not self.pending or until < after:
             return None
-        times = self.time[self.count > 0]
-        times = times[(times >= after) & (times <= until)]
-        return int(times.min()) if len(times) else None
+        p = self.precision
+        first = self.due_time(after)
+        n = (until - first) // p + 1
+        window = 4096
+        for k in range(0, max(0, n), window):
+            dues = first + (k + np.arange(min(window, n - k), dtype=np.int64)) * p
+            idx = (dues // p) % self.slots
+            hit = np.flatnonzero((self.count[idx] > 0) & (self.time[idx] == dues))
+            if len(hit):
+                return int(dues[hit[0]])
+        return None
 
     def rebuild(self, units: Iterable[tuple[int, np.ndarray]], from_ms: int) -> int:
         """Fill the wheel from the timer log's files (``TimerLog.segments``): every unit due at or after

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -11,6 +10,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING
 
 from sluice.common.batch_codec import inflate_batch, scan_batch_columns
+from sluice.common.decimal_text import parse_long
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import (
@@ -66,15 +66,6 @@ STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                           ResponseCode.SLAVE_NOT_AVAILABLE})
 
 
-def _optional_int(v: str | None) -> int | None:
-    """An optional integer field: None unless ASCII decimal digits (``str.isdigit`` passes "²", which ``int``
-    refuses) few enough for a Java long."""
-    return int(v) if v and _DECIMAL.fullmatch(v) else None
-
-
-_DECIMAL = re.compile(r"-?[0-9]{1,18}")
-
-
 def _truthy(v: str | None) -> bool:
     """Booleans as Java ("true") and the C++ client ("1") write them."""
     return v is not None and v.lower() in ("true", "1")
@@ -107,7 +98,7 @@ class SendMessageRequestHeader:
             return cls(e.get("a") or "DEFAULT_PRODUCER", e["b"], e.get("c", ""), int(e.get("d") or 4), int(e["e"]),
                        int(e.get("f") or 0), int(e.get("g") or 0), int(e.get("h") or 0), e.get("i") or "",
                        int(e.get("j") or 0), batch or _truthy(e.get("m")),
-                       _optional_int(mrt))
+                       parse_long(mrt))
         except (KeyError, ValueError):
             return cls._parse_mapped(req, batch)  # missing or malformed: the general parse names the field
 
@@ -130,7 +121,7 @@ class SendMessageRequestHeader:
                    req.ext_int("sysFlag", 0), req.ext_int("bornTimestamp", 0), req.ext_int("flag", 0),
                    req.ext_fields.get("properties") or "", req.ext_int("reconsumeTimes", 0),
                    batch or _truthy(req.ext_fields.get("batch")),
-                   _optional_int(mrt))
+                   parse_long(mrt))
 
 
 @lru_cache(maxsize=4096)
@@ -138,7 +129,8 @@ def ipv4_addr(addr: str) -> str:
     """``addr`` if it is an IPv4 ``ip:port`` (records hold IPv4 hosts only), else the loopback with port 0."""
     host, _, port = addr.rpartition(":")
     parts = host.split(".")
-    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts) and port.isdigit():
+    if len(parts) == 4 and all(p.isascii() and p.isdigit() and int(p) < 256 for p in parts) and port.isascii() \
+            and port.isdigit():
         return addr
     return "127.0.0.1:0"
 
@@ -183,7 +175,7 @@ class SendMessageProcessor:
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         mrt_raw = req.ext_fields.get("maxReconsumeTimes")
-        max_times = _optional_int(mrt_raw)
+        max_times = parse_long(mrt_raw)
         if max_times is None:
             max_times = sub.retry_max_times
         levels = len(b.config.delay_levels)
@@ -247,7 +239,7 @@ class SendMessageProcessor:
         if h.batch:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be sent to a retry topic")
-            if header_props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            if header_props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot hold transactional messages")
             sys_flag = h.sys_flag
             body = req.body if isinstance(req.body, bytes) else bytes(req.body)
@@ -267,8 +259,7 @@ class SendMessageProcessor:
                 max_times = h.max_reconsume_times if h.max_reconsume_times is not None else (
                     sub.retry_max_times if sub else b.config.max_reconsume_times)
                 mrt = header_props.get(PROPERTY_MAX_RECONSUME_TIMES)
-                if mrt and mrt.isascii() and mrt.isdigit():  # isdigit alone passes "²", which int() refuses
-                    max_times = int(mrt)
+                max_times = parse_long(mrt, max_times)
                 if h.reconsume_times >= max_times:
                     topic = dlq_topic(group)
                     b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
@@ -281,11 +272,14 @@ class SendMessageProcessor:
                 if b.config.reject_transaction_message:
                     return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] sending "
                                                                     f"transaction message is forbidden")
+                refusal = b.timer_service.check(inner)  # (applied at commit; refused now, not then)
+                if refusal is not None:
+                    return req.response(refusal.code, refusal.remark)
                 msgs = [b.transaction_service.prepare(inner)]
             else:
                 refusal = b.timer_service.prepare(inner)
                 if refusal is not None:
-                    return req.response(ResponseCode.MESSAGE_ILLEGAL, refusal)
+                    return req.response(refusal.code, refusal.remark)
                 msgs = [b.schedule_service.redirect(inner)]
 
         def respond(r: PutMessageResult, code: int) -> RemotingCommand:
@@ -346,5 +340,5 @@ def _is_half(msg: MessageExtBrokerInner) -> bool:
     (RocketMQ's rule)."""
     if msg.properties.get(PROPERTY_TRANSACTION_PREPARED, "").lower() != "true":
         return False
-    delay = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0")
-    return not (msg.reconsume_times > 0 and delay.isdigit() and int(delay) > 0)
+    delay = parse_long(msg.properties.get(PROPERTY_DELAY_TIME_LEVEL))
+    return not (msg.reconsume_times > 0 and delay is not None and delay > 0)

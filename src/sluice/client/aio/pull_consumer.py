@@ -69,7 +69,7 @@ class PullConsumer(ConsumerBase):
             raise ClientError("this consumer uses assign(); subscribe() and assign() cannot be mixed")
         self._add_subscription(topic, expression, filter)
         if self.started:
-            self.client.rebalance_now()
+            self.client.rebalance_now(heartbeat=True)
 
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of ``topic`` (to pick from for ``assign``)."""

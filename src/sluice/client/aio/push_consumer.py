@@ -23,6 +23,7 @@ from sluice.client.mq_client import client_config
 from sluice.client.process_queue import ProcessQueue
 from sluice.client.rebalance import AllocateStrategy
 from sluice.common.config import ClientConfig
+from sluice.common.decimal_text import is_long
 from sluice.common.errors import ClientError, OffsetStoreError
 from sluice.common.message import MessageExt
 from sluice.common.structs import ConsumeFromWhere, MessageModel, MessageQueue
@@ -70,7 +71,7 @@ class PushConsumer(ConsumerBase):
         self._add_subscription(topic, expression, filter)
         if self.started:
             self._register_retry_subscription()
-            self.client.rebalance_now()
+            self.client.rebalance_now(heartbeat=True)
 
     def register_listener(self, fn: Listener) -> Listener:
         if not callable(fn):
@@ -287,7 +288,7 @@ class PushConsumer(ConsumerBase):
         if self.orderly or resp.code != ResponseCode.SUCCESS or not resp.body:
             return None
         next_offset = resp.ext_fields.get("nextBeginOffset")
-        if next_offset is None or not next_offset.isdigit() or int(next_offset) <= offset:
+        if next_offset is None or not is_long(next_offset) or int(next_offset) <= offset:
             return None
         if self._flow_controlled(pq, size_limit, self.config.pull_batch_size, len(resp.body), int(next_offset)):
             return None

@@ -1,0 +1,133 @@
+"""The broker's timer service driven step by step on a real broker (its own tasks stopped): a message taken into
+the wheel while its due time is being delivered, a failure half-way through taking the timer queue, a due time
+holding many messages, and what the delivered message carries."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import time
+
+import pytest
+
+from sluice.broker.broker_controller import BrokerController
+from sluice.common.config import FlushDiskType
+from sluice.common.message import MessageExtBrokerInner
+from sluice.common.message_codec import decode_records
+from sluice.common.naming import TIMER_TOPIC
+from tests.conftest import Cluster
+from tests.integration.helpers import wait_until
+
+PRECISION = 100
+
+
+def timer_message(broker: BrokerController, body: bytes, at: int) -> MessageExtBrokerInner:
+    msg = MessageExtBrokerInner("T", body, 0, 0, {"TIMER_DELIVER_MS": str(at), "UNIQ_KEY": body.hex()}, 0,
+                                int(time.time() * 1000), "127.0.0.1:1234", broker.broker_addr, 0)
+    assert broker.timer_service.prepare(msg) is None and msg.topic == TIMER_TOPIC
+    return msg
+
+
+def hand_driven(cluster: Cluster, **settings: object) -> BrokerController:
+    broker = cluster.start_broker("broker-a", store_timer_precision_ms=PRECISION, **settings)
+    broker.ensure_system_topic("T", 1)
+    cluster.loop.run(broker.timer_service.stop())  # the test drives it
+    return broker
+
+
+def delivered(broker: BrokerController) -> int:
+    return broker.store.get_max_offset_in_queue("T", 0)
+
+
+def test_a_message_taken_while_its_due_time_is_delivered_is_delivered_too(empty_cluster: Cluster):
+    broker = hand_driven(empty_cluster, store_flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    ts = broker.timer_service
+    due = (int(time.time() * 1000) // PRECISION + 5) * PRECISION
+
+    async def go() -> None:
+        broker.store.put_messages([timer_message(broker, b"A", due)])
+        await ts.enqueue_available()
+        broker.store.put_messages([timer_message(broker, b"B", due)])  # not taken into the wheel yet
+        while time.time() * 1000 < due + 10:
+            await asyncio.sleep(0.01)
+        delivering = asyncio.get_running_loop().create_task(ts.deliver_due())
+        await asyncio.sleep(0)  # it has taken the due time's slot
+        await ts.enqueue_available()  # B arrives meanwhile
+        await delivering
+        await ts.deliver_due()
+
+    empty_cluster.loop.run(go())
+    assert delivered(broker) == 2 and ts.wheel.pending == 0
+
+
+def test_messages_already_due_are_delivered_when_taking_the_queue_fails_half_way(empty_cluster: Cluster):
+    broker = hand_driven(empty_cluster)
+    ts = broker.timer_service
+    now = int(time.time() * 1000)
+
+    async def go() -> None:
+        broker.store.put_messages([timer_message(broker, b"past", now + 200)])
+        broker.store.put_messages([timer_message(broker, b"future", now + 60_000)])
+        await asyncio.sleep(0.4)
+        await ts.deliver_due()  # the wheel is past "past"'s time before it is taken
+        append = ts.timer_log.append
+
+        def disk_full(unit: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        ts.timer_log.append = disk_full  # type: ignore[method-assign]
+        with pytest.raises(OSError):
+            await ts.enqueue_available()
+        ts.timer_log.append = append  # type: ignore[method-assign]
+        assert delivered(broker) == 1  # "past", before the error went up
+        await ts.enqueue_available()  # "future" goes into the wheel now
+
+    empty_cluster.loop.run(go())
+    assert delivered(broker) == 1 and ts.wheel.pending == 1
+
+
+def test_a_due_time_with_many_messages_is_delivered_in_order_in_bounded_turns(empty_cluster: Cluster):
+    broker = hand_driven(empty_cluster)
+    ts = broker.timer_service
+    due = (int(time.time() * 1000) // PRECISION + 10) * PRECISION
+    n = 3000
+
+    async def go() -> float:
+        for i in range(0, n, 100):
+            broker.store.put_messages([timer_message(broker, b"%04d" % j, due) for j in range(i, i + 100)])
+        await ts.enqueue_available()
+        while time.time() * 1000 < due + 10:
+            await asyncio.sleep(0.01)
+        longest, last = 0.0, time.monotonic()
+        delivering = asyncio.get_running_loop().create_task(ts.deliver_due())
+        while not delivering.done():
+            await asyncio.sleep(0)
+            now = time.monotonic()
+            longest, last = max(longest, now - last), now
+        assert await delivering == n
+        return longest
+
+    longest = empty_cluster.loop.run(go())
+    assert delivered(broker) == n
+    assert longest < 0.5, f"the loop was held {longest * 1000:.0f} ms"  # (5 ms turns; generous for a busy box)
+    r = broker.store.get_messages("check", "T", 0, 0, 32)
+    try:
+        first = [m for buf in r.buffers for m in decode_records(buf)]
+    finally:
+        r.release()
+    assert [m.body for m in first] == [b"%04d" % j for j in range(32)]  # in the order sent
+    assert all(m.properties["WAIT"] == "false" and m.properties["REAL_TOPIC"] == "T" for m in first)
+
+
+def test_timers_are_delivered_by_the_running_service_on_a_sync_flush_broker(empty_cluster: Cluster):
+    broker = empty_cluster.start_broker("broker-a", store_timer_precision_ms=PRECISION,
+                                        store_flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    broker.ensure_system_topic("T", 1)
+    at = int(time.time() * 1000) + 300
+
+    async def send() -> None:
+        for i in range(50):
+            assert (await broker.store.put_messages_async([timer_message(broker, b"m%d" % i, at + i * 10)])).ok
+
+    empty_cluster.loop.run(send())
+    wait_until(lambda: delivered(broker) == 50, 60, "every timer delivered")
