@@ -40,11 +40,12 @@ def _hold_loop(loop: asyncio.AbstractEventLoop) -> threading.Event:
 
 
 def test_send_async_is_on_the_wire_before_the_loop_runs_again(cluster: Cluster):
+    """Without auto-batching, each send leaves at once (with it, see test_auto_batch.py: at the turn's end)."""
     topic = "async-wire"
     cluster.create_topic(topic, 4)
 
     async def go() -> tuple[int, list[SendStatus]]:
-        async with Producer("async-wire-pg", namesrv=cluster.namesrv_addr) as p:
+        async with Producer("async-wire-pg", namesrv=cluster.namesrv_addr, auto_batch=False) as p:
             await p.send(Message(topic, b"warm-up"))  # the route and the connection are known from here
             before = stored(cluster, topic)
             futures = [p.send_async(Message(topic, b"m%d" % i)) for i in range(5)]
@@ -71,7 +72,7 @@ def test_send_async_refused_first_attempt_is_retried_as_async_sends_are(empty_cl
 
     async def go() -> tuple[BaseException | None, BaseException | None]:
         async with Producer("async-refused-pg", namesrv=cluster.namesrv_addr, retry_times_when_send_failed=3,
-                            retry_times_when_send_async_failed=2) as p:
+                            retry_times_when_send_async_failed=2, auto_batch=False) as p:
             await p.send(Message(topic, b"warm-up"))
             broker.topic_config_manager.delete(topic)  # the name server (and the producer) still route here
             fut = p.send_async(Message(topic, b"refused"))
@@ -148,7 +149,7 @@ def test_cancelled_send_async_holds_its_slot_until_its_request_is_answered(clust
     cluster.create_topic(topic, 4)
 
     async def go() -> tuple[int, int, int]:
-        async with Producer("async-cancelled-pg", namesrv=cluster.namesrv_addr) as p:
+        async with Producer("async-cancelled-pg", namesrv=cluster.namesrv_addr, auto_batch=False) as p:
             await p.send(Message(topic, b"warm-up"))
             before = stored(cluster, topic)
             release = _hold_loop(cluster.loop.loop)  # the broker answers nothing until released

@@ -67,7 +67,8 @@ class ScriptedRemoting:
 
 
 def scripted_producer(max_inflight: int = 1) -> tuple[Producer, ScriptedRemoting]:
-    p = Producer("pg", namesrv="127.0.0.1:1", max_inflight_async_sends=max_inflight, retry_times_when_send_failed=2)
+    p = Producer("pg", namesrv="127.0.0.1:1", max_inflight_async_sends=max_inflight, retry_times_when_send_failed=2,
+                 auto_batch=False)  # (one request per send: the bookkeeping of the unbatched path)
     route = object()
     p.client.routes[TOPIC] = route  # type: ignore[assignment]
     p._publish[TOPIC] = (route, TopicPublishInfo([MessageQueue(TOPIC, "b", 0)], False))  # type: ignore[assignment]

@@ -328,6 +328,12 @@ class ClientConfig(_Config):
     compress_level: Annotated[int, Meta(ge=0, le=9)] = 5
     send_latency_fault_enable: bool = True
     max_inflight_async_sends: Positive = 10_000
+    # Async single sends made in one turn of the event loop for the same topic (and pinned queue) leave as one
+    # batch request, up to ``batch_max_bytes`` of records (RocketMQ 5's autoBatch, 32 KiB); the batch waits
+    # ``batch_max_delay_ms`` more for company (0: it leaves when the turn ends).
+    auto_batch: bool = True
+    batch_max_bytes: Annotated[int, Meta(ge=1, le=4 * 1024 * 1024)] = 32 * 1024
+    batch_max_delay_ms: Annotated[int, Meta(ge=0, le=1_000)] = 0
     # Push / pull consumers
     pull_batch_size: Annotated[int, Meta(ge=1, le=1024)] = 32
     pull_threshold_for_queue: Positive = 1_000

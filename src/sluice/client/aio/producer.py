@@ -16,16 +16,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from sluice.client.aio.record_accumulator import BatchKey, PendingSend, ProducerBatch, RecordAccumulator, batchable
 from sluice.client.batch import encode_message_batch
 from sluice.client.latency_fault_tolerance import LatencyFaultTolerance
 from sluice.client.message import Message, SendResult, SendStatus
 from sluice.client.message_id import create_uniq_id
 from sluice.client.mq_client import MQClientInstance, client_config
+from sluice.common.batch_codec import encode_batch_record
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.hashing import java_string_hash
 from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC, validate_group
-from sluice.common.properties import encode_properties
+from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK, encode_properties
 from sluice.common.structs import MessageQueue, TopicRouteData, perm_writeable
 from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -75,6 +77,8 @@ class Producer:
         self._unsent: dict[str, _OnWire] = {}
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._retries: set[asyncio.Task[Any]] = set()  # async sends' later attempts
+        self._accumulator = RecordAccumulator(cfg.batch_max_bytes)
+        self._flush_handle: asyncio.Handle | None = None
         self.started = False
 
     # == lifecycle ===================================================================================
@@ -90,6 +94,7 @@ class Producer:
 
     async def shutdown(self) -> None:
         if self.started:
+            self._flush_batches()  # what callers already handed over leaves, as sends in flight do
             self.started = False
             for t in list(self._retries):
                 t.cancel()
@@ -122,7 +127,13 @@ class Producer:
                    timeout: float | None = None) -> asyncio.Future[SendResult]:
         """Start a send and return at once; the future's result is the ``SendResult`` (retried as ``send`` is).
 
-        When the topic's route and the broker's connection are known and fewer than
+        With ``auto_batch`` (the default), a message that may share a batch (no delay or timer, a body under
+        the compression threshold) waits for the end of the current turn of the event loop (or
+        ``batch_max_delay_ms``): the async sends made meanwhile for the same topic leave together as one
+        SEND_BATCH_MESSAGE to one queue, up to ``batch_max_bytes``; each future still gets its message's own
+        result (id, broker id, queue offset). A lone message leaves as a plain send.
+
+        Otherwise, when the topic's route and the broker's connection are known and fewer than
         ``max_inflight_async_sends`` sends are in flight (none waiting for room), the request is on the wire
         when this returns and its answer completes the future from the response's callback (no task per send).
         Otherwise a task does what ``send`` does, once there is room; a send takes its place in line here, so
@@ -136,12 +147,26 @@ class Producer:
         if self.started:
             # Not ahead of an earlier send to the topic still on its way to the wire (waiting for a route, a
             # connection or room): a topic's async sends leave in the order they were made.
-            if self._inflight < self.config.max_inflight_async_sends and not self._parked() \
-                    and topic not in self._unsent:
+            if self._inflight + self._accumulator.pending < self.config.max_inflight_async_sends \
+                    and not self._parked() and topic not in self._unsent:
+                if self.config.auto_batch and isinstance(msg, Message) \
+                        and batchable(msg, self.config.compress_msg_body_over_howmuch):
+                    fut = self._append(msg, sharding_key, queue, timeout, loop)
+                    if fut is not None:
+                        return fut
+                self._flush_batches(topic)
                 fut = self._start_async(msg, sharding_key, queue, timeout, loop)
                 if fut is not None:
                     return fut
+            self._flush_batches(topic)
             place = self._take_place(loop)
+        return self._send_async_task(msg, sharding_key, queue, timeout, loop, place)
+
+    def _send_async_task(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
+                         timeout: float | None, loop: asyncio.AbstractEventLoop,
+                         place: _Place | None) -> asyncio.Future[SendResult]:
+        """An async send done by a task, in its topic's line to the wire."""
+        topic = msg.topic if isinstance(msg, Message) else ""
         on_wire = _OnWire(self, topic, loop)
         task = loop.create_task(self._bounded_send(msg, sharding_key, queue, timeout, place, on_wire))
         task.add_done_callback(lambda _: on_wire())  # never written (failed, or cancelled even before it ran)
@@ -245,6 +270,115 @@ class Producer:
         opaque = req.opaque
         answer.add_done_callback(lambda f: send.answered(conn, opaque, f))
         return send.out
+
+    # == auto-batching ==============================================================================
+    def _append(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None, timeout: float | None,
+                loop: asyncio.AbstractEventLoop) -> asyncio.Future[SendResult] | None:
+        """Hold an async send for the batch of its place; None when it cannot be encoded (the task path then
+        raises what is wrong with it)."""
+        uniq = create_uniq_id()
+        try:
+            record = encode_batch_record(msg.body, msg.wire_for_send(uniq, self.config.max_message_size,
+                                                                     sharding_key), msg.flag)
+        except Exception:
+            return None
+        out: asyncio.Future[SendResult] = loop.create_future()
+        key = BatchKey(msg.topic, sharding_key, queue, msg.wait_store_msg_ok, timeout)
+        full = self._accumulator.append(key, PendingSend(msg, uniq, record, out))
+        if full is not None:
+            self._send_batch(full, loop)
+        elif self._flush_handle is None:
+            delay = self.config.batch_max_delay_ms
+            self._flush_handle = loop.call_later(delay / 1000, self._flush_due) if delay else \
+                loop.call_soon(self._flush_due)
+        return out
+
+    def _flush_due(self) -> None:
+        self._flush_handle = None
+        self._flush_batches()
+
+    def _flush_batches(self, topic: str | None = None) -> None:
+        """Send the batches held (``topic``'s only: before a send of the topic that does not wait with them)."""
+        acc = self._accumulator
+        if not acc.batches or (topic is not None and not acc.holds(topic)):
+            return
+        if topic is None and self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        loop = asyncio.get_running_loop()
+        for batch in acc.drain(topic):
+            self._send_batch(batch, loop)
+
+    def _send_batch(self, batch: ProducerBatch, loop: asyncio.AbstractEventLoop) -> None:
+        """Put a batch on the wire: one message as a plain send, more as SEND_BATCH_MESSAGE; when the route or
+        the connection is not ready, each message goes its own way on the task path, in order."""
+        key = batch.key
+        sends = [p for p in batch.sends if not p.out.done()]  # (cancelled by their callers meanwhile)
+        if not sends:
+            return
+        if not self.started:
+            for p in sends:
+                p.out.set_exception(ClientError("the producer was shut down before the message was sent"))
+            return
+        if len(sends) == 1:
+            p = sends[0]
+            inner = self._start_async(p.msg, key.sharding_key, key.queue, key.timeout, loop)
+            if inner is None:
+                inner = self._send_async_task(p.msg, key.sharding_key, key.queue, key.timeout, loop,
+                                              self._take_place(loop))
+            _chain(inner, p.out)
+            return
+        timeout_s = key.timeout if key.timeout is not None else self.config.send_msg_timeout / 1000
+        body = b"".join(p.record for p in sends)
+        props = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true" if key.wait_store_msg_ok else "false"}).decode()
+        born = int(time.time() * 1000)
+
+        def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
+            return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE,
+                                           self._header(mq, via_default, 0, born, 0, props, batch=True), body)
+
+        started = None
+        try:
+            cached = self._publish.get(key.topic)
+            route = self.client.routes.get(key.topic)
+            if cached is not None and route is not None and cached[0] is route and timeout_s > 0:
+                info = cached[1]
+                if key.queue is not None:
+                    mq = key.queue
+                elif key.sharding_key is not None:
+                    mq = select_by_hash(info.queues, key.sharding_key)
+                else:
+                    mq = self._select_queue(info.queues, None)
+                addr = self.client.find_broker_addr(mq.broker_name)
+                if addr is not None:
+                    req = request(mq, info.via_default_topic)
+                    t0 = loop.time()
+                    started = self.client.remoting.start_request(addr, req, max(1, int(timeout_s * 1000)))
+        except Exception:
+            started = None
+        if started is None:
+            for p in sends:
+                _chain(self._send_async_task(p.msg, key.sharding_key, key.queue, key.timeout, loop,
+                                             self._take_place(loop)), p.out)
+            return
+        conn, answer = started
+        self._inflight += len(sends)
+        send = _BatchSend(self, sends, key, request, mq, addr, t0, t0 + timeout_s)
+        opaque = req.opaque
+        answer.add_done_callback(lambda f: send.answered(conn, opaque, f))
+
+    @staticmethod
+    def _batch_results(resp: RemotingCommand, mq: MessageQueue, sends: list[PendingSend]) -> list[SendResult]:
+        """Each message's own result from a batch's answer: its id, the broker's id for it, its queue offset."""
+        status = SendStatus.from_response_code(resp.code) or SendStatus.SEND_OK
+        ext = resp.ext_fields
+        queue = MessageQueue(mq.topic, mq.broker_name, int(ext.get("queueId", mq.queue_id)))
+        base = int(ext.get("queueOffset", "-1"))
+        offset_ids = ext.get("msgId", "").split(",")
+        if len(offset_ids) != len(sends):
+            offset_ids = [""] * len(sends)
+        return [SendResult(status, p.uniq, offset_ids[i], queue, base + i if base >= 0 else -1, [p.uniq])
+                for i, p in enumerate(sends)]
 
     async def send_batch(self, msgs: Sequence[Message], *, sharding_key: str | None = None,
                          queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
@@ -588,6 +722,88 @@ class _AsyncSend:
         """``out`` is done: when the caller cancelled it, no further attempt."""
         if out.cancelled() and self.retry is not None:
             self.retry.cancel()
+
+
+class _BatchSend:
+    """An auto-batch on the wire: its answer completes every member's future, or hands the whole batch over to
+    the retries in a task. Its members' in-flight slots are freed when its last attempt ends."""
+
+    __slots__ = ("producer", "sends", "key", "request", "mq", "addr", "t0", "deadline")
+
+    def __init__(self, producer: Producer, sends: list[PendingSend], key: BatchKey,
+                 request: Callable[[MessageQueue, bool], RemotingCommand], mq: MessageQueue, addr: str, t0: float,
+                 deadline: float) -> None:
+        self.producer = producer
+        self.sends = sends
+        self.key = key
+        self.request = request
+        self.mq = mq
+        self.addr = addr
+        self.t0 = t0
+        self.deadline = deadline
+
+    def _release(self) -> None:
+        for _ in self.sends:
+            self.producer._release()
+
+    def _settle(self, resp: RemotingCommand, mq: MessageQueue) -> None:
+        for p, result in zip(self.sends, self.producer._batch_results(resp, mq, self.sends), strict=True):
+            if not p.out.done():
+                p.out.set_result(result)
+
+    def _fail(self, exc: BaseException) -> None:
+        for p in self.sends:
+            if not p.out.done():
+                p.out.set_exception(exc)
+
+    def answered(self, conn: Connection, opaque: int, f: asyncio.Future[RemotingCommand]) -> None:
+        conn.abandon(opaque, f)
+        p = self.producer
+        loop = asyncio.get_running_loop()
+        try:
+            exc = RemotingError("send cancelled") if f.cancelled() else f.exception()
+            outcome = p._outcome(self.mq, self.addr, (loop.time() - self.t0) * 1000, None if exc else f.result(), exc)
+            if isinstance(outcome, RemotingCommand):
+                self._settle(outcome, self.mq)
+                self._release()
+            elif not p.started:
+                raise ClientError(f"the producer was shut down while sending to {self.mq}: {outcome}")
+            else:
+                log.info("send of a batch of %d to %s (%s) failed on attempt 1: %s", len(self.sends), self.mq,
+                         self.addr, outcome)
+                # (never done: the batch is retried while any member waits, as a lone send is)
+                waiting: asyncio.Future[SendResult] = loop.create_future()
+                retry = loop.create_task(p._send_with_retries(
+                    self.key.topic, self.request, None, self.key.sharding_key, self.key.queue, None, None,
+                    self.key.timeout, oneway=False,
+                    first=_FirstAttempt(outcome, self.mq.broker_name, self.deadline, waiting)))
+                p._retries.add(retry)
+                retry.add_done_callback(self.retried)
+        except Exception as final:  # no other attempt can help, or the answer could not be read
+            self._fail(final)
+            self._release()
+
+    def retried(self, task: asyncio.Task[tuple[RemotingCommand | None, MessageQueue]]) -> None:
+        p = self.producer
+        p._retries.discard(task)
+        self._release()
+        try:
+            if task.cancelled():
+                self._fail(ClientError(f"the producer was shut down while sending to {self.mq}"))
+            elif (exc := task.exception()) is not None:
+                self._fail(exc)
+            else:
+                resp, mq = task.result()
+                assert resp is not None
+                self._settle(resp, mq)
+        except Exception as exc:  # the answer could not be read
+            self._fail(exc)
+
+
+def _chain(inner: asyncio.Future[SendResult], out: asyncio.Future[SendResult]) -> None:
+    """``out`` (what the caller holds) completes as ``inner`` does; cancelling ``out`` cancels ``inner``."""
+    inner.add_done_callback(lambda f: _settle(out, f, lambda r: r))
+    out.add_done_callback(lambda o: inner.cancel() if o.cancelled() else None)
 
 
 T = TypeVar("T")

@@ -1,0 +1,89 @@
+"""The producer's accumulator (RocketMQ 5's ProduceAccumulator, Kafka's RecordAccumulator): async single sends
+made in one turn of the event loop for the same place are held here, each already encoded as a batch record, and
+leave together as one SEND_BATCH_MESSAGE when the turn ends or the batch is full. Sans-IO: the producer decides
+when to drain and sends what it gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from sluice.client.message import Message, SendResult
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
+from sluice.common.structs import MessageQueue
+
+
+class BatchKey(NamedTuple):
+    """Where a batch goes and what its members must share (RocketMQ's batch rules: one topic, one
+    ``wait_store_msg_ok``); a pinned queue or sharding key keeps its own batch so its order holds."""
+
+    topic: str
+    sharding_key: str | None
+    queue: MessageQueue | None
+    wait_store_msg_ok: bool
+    timeout: float | None
+
+
+@dataclass(slots=True)
+class PendingSend:
+    """One caller's message, encoded as a batch record with its ``UNIQ_KEY``, and the future it waits on."""
+
+    msg: Message
+    uniq: str
+    record: bytes
+    out: asyncio.Future[SendResult]
+
+
+@dataclass(slots=True)
+class ProducerBatch:
+    key: BatchKey
+    sends: list[PendingSend] = field(default_factory=list)
+    size: int = 0
+
+
+def batchable(msg: Message, compress_over: int) -> bool:
+    """Whether a message may share a batch: not delayed (levels or timers), not for a retry topic, and small
+    enough to go uncompressed (a batch record has no compressed flag of its own)."""
+    return (msg.delay_level == 0 and msg.deliver_at is None and msg.delay is None
+            and len(msg.body) <= compress_over and not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
+
+
+class RecordAccumulator:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.batches: dict[BatchKey, ProducerBatch] = {}
+        self.pending = 0  # sends held
+
+    def append(self, key: BatchKey, send: PendingSend) -> ProducerBatch | None:
+        """Hold ``send``; its batch, taken out, when that is now full (to be sent at once)."""
+        batch = self.batches.get(key)
+        if batch is None:
+            batch = self.batches[key] = ProducerBatch(key)
+        batch.sends.append(send)
+        batch.size += len(send.record)
+        self.pending += 1
+        if batch.size < self.max_bytes:
+            return None
+        del self.batches[key]
+        self.pending -= len(batch.sends)
+        return batch
+
+    def holds(self, topic: str) -> bool:
+        return any(k.topic == topic for k in self.batches)
+
+    def drain(self, topic: str | None = None) -> list[ProducerBatch]:
+        """Every batch held (or ``topic``'s), oldest first, taken out."""
+        if topic is None:
+            out = list(self.batches.values())
+            self.batches.clear()
+        else:
+            out = [b for k, b in self.batches.items() if k.topic == topic]
+            for b in out:
+                del self.batches[b.key]
+        self.pending -= sum(len(b.sends) for b in out)
+        return out
+
+
+__all__ = ["BatchKey", "PendingSend", "ProducerBatch", "RecordAccumulator", "batchable"]
