@@ -79,7 +79,27 @@ def test_batches_are_cut_at_batch_max_bytes(cluster: Cluster):
 
     results, requests = uvloop.run(go())
     assert all(r.status == SendStatus.SEND_OK for r in results)
-    assert requests == 5  # ~1,050 bytes a record: four make a batch of 4 KiB
+    assert requests == 7  # ~1,050 bytes a record: three fit under 4 KiB, a fourth would not
+
+
+def test_sends_of_one_key_keep_their_order_whatever_their_timeout_wait_or_way_of_sending(cluster: Cluster):
+    topic = "auto-batch-order"
+    cluster.create_topic(topic, 4)
+
+    async def go() -> list[SendResult]:
+        async with Producer("auto-batch-order-pg", namesrv=cluster.namesrv_addr) as p:
+            await p.send(Message(topic, b"warm-up"))
+            futures = [p.send_async(Message(topic, b"1"), sharding_key="k"),
+                       p.send_async(Message(topic, b"2"), sharding_key="k", timeout=5),
+                       p.send_async(Message(topic, b"3", wait_store_msg_ok=False), sharding_key="k"),
+                       p.send_async(Message(topic, b"4"), sharding_key="k")]
+            last = await p.send(Message(topic, b"5"), sharding_key="k")  # written at once: after the four
+            return [*(await asyncio.gather(*futures)), last]
+
+    results = uvloop.run(go())
+    assert len({r.queue for r in results}) == 1
+    stored = stored_bodies(cluster, results[0].queue)
+    assert [b for b in stored if b in (b"1", b"2", b"3", b"4", b"5")] == [b"1", b"2", b"3", b"4", b"5"]
 
 
 def test_a_sharding_key_keeps_its_queue_and_order_across_batches(cluster: Cluster):

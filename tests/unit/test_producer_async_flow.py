@@ -66,9 +66,10 @@ class ScriptedRemoting:
         return [req.body or b"" for req, _ in self.wire]
 
 
-def scripted_producer(max_inflight: int = 1) -> tuple[Producer, ScriptedRemoting]:
+def scripted_producer(max_inflight: int = 1, auto_batch: bool = False) -> tuple[Producer, ScriptedRemoting]:
+    """A producer on the scripted transport; by default one request per send (the unbatched path's bookkeeping)."""
     p = Producer("pg", namesrv="127.0.0.1:1", max_inflight_async_sends=max_inflight, retry_times_when_send_failed=2,
-                 auto_batch=False)  # (one request per send: the bookkeeping of the unbatched path)
+                 auto_batch=auto_batch)
     route = object()
     p.client.routes[TOPIC] = route  # type: ignore[assignment]
     p._publish[TOPIC] = (route, TopicPublishInfo([MessageQueue(TOPIC, "b", 0)], False))  # type: ignore[assignment]
@@ -151,3 +152,36 @@ def test_a_send_async_cancelled_before_its_task_ran_gives_its_place_back():
         return parked, p._inflight, len(wire.wire)
 
     assert asyncio.run(go()) == (0, 0, 2)
+
+
+def test_a_batch_whose_callers_all_gave_up_is_not_retried():
+    async def go() -> tuple[int, int]:
+        p, wire = scripted_producer(max_inflight=10, auto_batch=True)
+        futures = [p.send_async(Message(TOPIC, b"m%d" % i)) for i in range(3)]
+        await turns()  # the turn ended: one batch on the wire
+        assert len(wire.wire) == 1
+        for f in futures:
+            f.cancel()
+        wire.answer(0, ResponseCode.SYSTEM_BUSY)
+        await turns()
+        return len(wire.wire), p._inflight
+
+    assert asyncio.run(go()) == (1, 0)
+
+
+def test_sends_held_for_a_batch_count_against_max_inflight_async_sends():
+    async def go() -> tuple[int, int, int]:
+        p, wire = scripted_producer(max_inflight=3, auto_batch=True)
+        held = [p.send_async(Message(TOPIC, b"h%d" % i)) for i in range(2)]
+        more = [p.send_async(Message(TOPIC, b"m%d" % i)) for i in range(3)]  # one fits; two wait for room
+        await turns()
+        in_flight = p._inflight
+        wire.answer(0)
+        await turns()
+        for i in range(1, len(wire.wire)):
+            wire.answer(i)
+        await asyncio.gather(*held, *more)
+        return in_flight, len(wire.wire), p._inflight
+
+    in_flight, requests, left = asyncio.run(go())
+    assert in_flight <= 3 and left == 0 and requests >= 2

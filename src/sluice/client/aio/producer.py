@@ -87,6 +87,7 @@ class Producer:
             return self
         self.client.producer_groups.add(self.group)
         await self.client.start()
+        self._flush_handle = None  # (one left pending by a loop that closed)
         self._inflight = 0
         self._room_waiters.clear()
         self.started = True
@@ -147,18 +148,17 @@ class Producer:
         if self.started:
             # Not ahead of an earlier send to the topic still on its way to the wire (waiting for a route, a
             # connection or room): a topic's async sends leave in the order they were made.
-            if self._inflight + self._accumulator.pending < self.config.max_inflight_async_sends \
-                    and not self._parked() and topic not in self._unsent:
-                if self.config.auto_batch and isinstance(msg, Message) \
-                        and batchable(msg, self.config.compress_msg_body_over_howmuch):
-                    fut = self._append(msg, sharding_key, queue, timeout, loop)
-                    if fut is not None:
-                        return fut
-                self._flush_batches(topic)
+            room = self._has_room()
+            if room and topic not in self._unsent and self.config.auto_batch and isinstance(msg, Message) \
+                    and batchable(msg, self.config.compress_msg_body_over_howmuch):
+                fut = self._append(msg, sharding_key, queue, timeout, loop)
+                if fut is not None:
+                    return fut
+            self._flush_batches(topic)  # (held sends of the topic leave first; they may take the task path)
+            if room and topic not in self._unsent:
                 fut = self._start_async(msg, sharding_key, queue, timeout, loop)
                 if fut is not None:
                     return fut
-            self._flush_batches(topic)
             place = self._take_place(loop)
         return self._send_async_task(msg, sharding_key, queue, timeout, loop, place)
 
@@ -197,9 +197,15 @@ class Producer:
         finally:
             self._release()
 
+    def _has_room(self) -> bool:
+        """Whether another async send may go (or be held for a batch) now: fewer than ``max_inflight_async_sends``
+        in flight or held, and nobody waiting for room."""
+        return self._inflight + self._accumulator.pending < self.config.max_inflight_async_sends \
+            and not self._parked()
+
     def _take_place(self, loop: asyncio.AbstractEventLoop) -> _Place:
         """A slot if there is room and nobody waits for one, else a place at the end of the line."""
-        if self._inflight < self.config.max_inflight_async_sends and not self._parked():
+        if self._has_room():
             self._inflight += 1
             return _Place(None)
         waiter: asyncio.Future[None] = loop.create_future()
@@ -283,8 +289,8 @@ class Producer:
         except Exception:
             return None
         out: asyncio.Future[SendResult] = loop.create_future()
-        key = BatchKey(msg.topic, sharding_key, queue, msg.wait_store_msg_ok, timeout)
-        full = self._accumulator.append(key, PendingSend(msg, uniq, record, out))
+        full = self._accumulator.append(BatchKey(msg.topic, sharding_key, queue), PendingSend(msg, uniq, record, out),
+                                        timeout)
         if full is not None:
             self._send_batch(full, loop)
         elif self._flush_handle is None:
@@ -320,17 +326,19 @@ class Producer:
             for p in sends:
                 p.out.set_exception(ClientError("the producer was shut down before the message was sent"))
             return
+        timeout = batch.timeout
+        in_line = key.topic in self._unsent  # an earlier send of the topic is on the task path: behind it
         if len(sends) == 1:
             p = sends[0]
-            inner = self._start_async(p.msg, key.sharding_key, key.queue, key.timeout, loop)
+            inner = None if in_line else self._start_async(p.msg, key.sharding_key, key.queue, timeout, loop)
             if inner is None:
-                inner = self._send_async_task(p.msg, key.sharding_key, key.queue, key.timeout, loop,
+                inner = self._send_async_task(p.msg, key.sharding_key, key.queue, timeout, loop,
                                               self._take_place(loop))
             _chain(inner, p.out)
             return
-        timeout_s = key.timeout if key.timeout is not None else self.config.send_msg_timeout / 1000
+        timeout_s = timeout if timeout is not None else self.config.send_msg_timeout / 1000
         body = b"".join(p.record for p in sends)
-        props = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true" if key.wait_store_msg_ok else "false"}).decode()
+        props = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true" if batch.wait_store_msg_ok else "false"}).decode()
         born = int(time.time() * 1000)
 
         def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
@@ -341,7 +349,7 @@ class Producer:
         try:
             cached = self._publish.get(key.topic)
             route = self.client.routes.get(key.topic)
-            if cached is not None and route is not None and cached[0] is route and timeout_s > 0:
+            if not in_line and cached is not None and route is not None and cached[0] is route and timeout_s > 0:
                 info = cached[1]
                 if key.queue is not None:
                     mq = key.queue
@@ -358,12 +366,12 @@ class Producer:
             started = None
         if started is None:
             for p in sends:
-                _chain(self._send_async_task(p.msg, key.sharding_key, key.queue, key.timeout, loop,
+                _chain(self._send_async_task(p.msg, key.sharding_key, key.queue, timeout, loop,
                                              self._take_place(loop)), p.out)
             return
         conn, answer = started
         self._inflight += len(sends)
-        send = _BatchSend(self, sends, key, request, mq, addr, t0, t0 + timeout_s)
+        send = _BatchSend(self, sends, key, timeout, request, mq, addr, t0, t0 + timeout_s)
         opaque = req.opaque
         answer.add_done_callback(lambda f: send.answered(conn, opaque, f))
 
@@ -385,6 +393,7 @@ class Producer:
         """Send messages of one topic as one request to one queue; each gets its own id."""
         self._check_started()
         batch = encode_message_batch(msgs, self.config.max_message_size)
+        self._flush_batches(batch.topic)
         props = encode_properties(batch.properties).decode()
         born = int(time.time() * 1000)
 
@@ -407,6 +416,7 @@ class Producer:
         self._check_started()
         if not body:
             raise ClientError("a batch needs at least one message")
+        self._flush_batches(topic)
         born = int(time.time() * 1000)
 
         def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
@@ -430,6 +440,7 @@ class Producer:
         self._check_started()
         if not isinstance(msg, Message):
             raise TypeError(f"send takes a Message, not {type(msg).__name__}")
+        self._flush_batches(msg.topic)  # async sends held for a batch were made first: they leave first
         uniq, request = self._single_request(msg, sharding_key)
 
         resp, mq = await self._send_with_retries(msg.topic, request, msg, sharding_key, queue, selector, arg,
@@ -728,14 +739,15 @@ class _BatchSend:
     """An auto-batch on the wire: its answer completes every member's future, or hands the whole batch over to
     the retries in a task. Its members' in-flight slots are freed when its last attempt ends."""
 
-    __slots__ = ("producer", "sends", "key", "request", "mq", "addr", "t0", "deadline")
+    __slots__ = ("producer", "sends", "key", "timeout", "request", "mq", "addr", "t0", "deadline")
 
-    def __init__(self, producer: Producer, sends: list[PendingSend], key: BatchKey,
+    def __init__(self, producer: Producer, sends: list[PendingSend], key: BatchKey, timeout: float | None,
                  request: Callable[[MessageQueue, bool], RemotingCommand], mq: MessageQueue, addr: str, t0: float,
                  deadline: float) -> None:
         self.producer = producer
         self.sends = sends
         self.key = key
+        self.timeout = timeout
         self.request = request
         self.mq = mq
         self.addr = addr
@@ -771,11 +783,18 @@ class _BatchSend:
             else:
                 log.info("send of a batch of %d to %s (%s) failed on attempt 1: %s", len(self.sends), self.mq,
                          self.addr, outcome)
-                # (never done: the batch is retried while any member waits, as a lone send is)
+                # Retried while any member waits; once every caller has given up, no further attempt.
                 waiting: asyncio.Future[SendResult] = loop.create_future()
+
+                def given_up(_: object) -> None:
+                    if all(m.out.done() for m in self.sends) and not waiting.done():
+                        waiting.cancel()
+
+                for m in self.sends:
+                    m.out.add_done_callback(given_up)
                 retry = loop.create_task(p._send_with_retries(
                     self.key.topic, self.request, None, self.key.sharding_key, self.key.queue, None, None,
-                    self.key.timeout, oneway=False,
+                    self.timeout, oneway=False,
                     first=_FirstAttempt(outcome, self.mq.broker_name, self.deadline, waiting)))
                 p._retries.add(retry)
                 retry.add_done_callback(self.retried)

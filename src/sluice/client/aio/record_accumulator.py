@@ -16,14 +16,12 @@ from sluice.common.structs import MessageQueue
 
 
 class BatchKey(NamedTuple):
-    """Where a batch goes and what its members must share (RocketMQ's batch rules: one topic, one
-    ``wait_store_msg_ok``); a pinned queue or sharding key keeps its own batch so its order holds."""
+    """Where a batch goes: its topic, and its sharding key or pinned queue (each keeps a batch of its own, so that
+    the order of its sends holds)."""
 
     topic: str
     sharding_key: str | None
     queue: MessageQueue | None
-    wait_store_msg_ok: bool
-    timeout: float | None
 
 
 @dataclass(slots=True)
@@ -39,8 +37,16 @@ class PendingSend:
 @dataclass(slots=True)
 class ProducerBatch:
     key: BatchKey
+    wait_store_msg_ok: bool  # one for all (RocketMQ's batch rule: the request's WAIT)
     sends: list[PendingSend] = field(default_factory=list)
     size: int = 0
+    timeout: float | None = None  # the shortest any member asked for (None: the producer's)
+
+    def add(self, send: PendingSend, timeout: float | None) -> None:
+        self.sends.append(send)
+        self.size += len(send.record)
+        if timeout is not None:
+            self.timeout = timeout if self.timeout is None else min(self.timeout, timeout)
 
 
 def batchable(msg: Message, compress_over: int) -> bool:
@@ -56,17 +62,25 @@ class RecordAccumulator:
         self.batches: dict[BatchKey, ProducerBatch] = {}
         self.pending = 0  # sends held
 
-    def append(self, key: BatchKey, send: PendingSend) -> ProducerBatch | None:
-        """Hold ``send``; its batch, taken out, when that is now full (to be sent at once)."""
+    def append(self, key: BatchKey, send: PendingSend, timeout: float | None) -> ProducerBatch | None:
+        """Hold ``send``. A batch of its place taken out to be sent now, before or with it, when one is full, or
+        the one held cannot take it (another ``wait_store_msg_ok``, or no room left under ``max_bytes``)."""
+        full: ProducerBatch | None = None
         batch = self.batches.get(key)
+        if batch is not None and (batch.wait_store_msg_ok != send.msg.wait_store_msg_ok
+                                  or batch.size + len(send.record) > self.max_bytes):
+            full = self._take(key)  # leaves first: the new send starts the next batch of its place
+            batch = None
         if batch is None:
-            batch = self.batches[key] = ProducerBatch(key)
-        batch.sends.append(send)
-        batch.size += len(send.record)
+            batch = self.batches[key] = ProducerBatch(key, send.msg.wait_store_msg_ok)
+        batch.add(send, timeout)
         self.pending += 1
-        if batch.size < self.max_bytes:
-            return None
-        del self.batches[key]
+        if full is None and batch.size >= self.max_bytes:
+            full = self._take(key)
+        return full
+
+    def _take(self, key: BatchKey) -> ProducerBatch:
+        batch = self.batches.pop(key)
         self.pending -= len(batch.sends)
         return batch
 
