@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.client.message import PullStatus
 from sluice.common import fastjson
+from sluice.common.backoff import RNG
 from sluice.common.errors import BrokerResponseError, ClientError, NameServerUnavailableError
 from sluice.common.message_codec import decode_records
 from sluice.common.structs import HeartbeatData, MessageQueue, SubscriptionData, TopicRouteData
@@ -59,7 +59,7 @@ class MQClientAPI:
     def __init__(self, remoting: RemotingClient, namesrv_addrs: list[str]) -> None:
         self.remoting = remoting
         self.namesrv_addrs = list(namesrv_addrs)
-        self._ns_index = random.randrange(len(namesrv_addrs)) if namesrv_addrs else 0
+        self._ns_index = RNG.randrange(len(namesrv_addrs)) if namesrv_addrs else 0
 
     async def invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
                      timeout_ms: int = 3_000) -> RemotingCommand:

@@ -10,19 +10,23 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+# The client's own generator: jitter drawn here leaves an application's use of ``random`` (its seeded sequences)
+# alone.
+RNG = random.Random()
+
 
 class Backoff:
     """The waits (s) between the attempts of one thing: a reconnect, a route lookup, a queue's pulls."""
 
     __slots__ = ("base", "cap", "failures", "_random")
 
-    def __init__(self, base: float, cap: float, rng: Callable[[], float] = random.random) -> None:
+    def __init__(self, base: float, cap: float, rng: Callable[[], float] | None = None) -> None:
         if base < 0 or cap < 0:
             raise ValueError(f"backoff needs a base and a cap of at least 0, got base {base} and cap {cap}")
         self.base = base
         self.cap = cap
         self.failures = 0
-        self._random = rng
+        self._random = rng or RNG.random
 
     def ceiling(self) -> float:
         """The longest the next wait may be."""

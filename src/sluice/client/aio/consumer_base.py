@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 
 from sluice.client.message import PullResult, PullStatus
 from sluice.client.message_selector import MessageSelector
@@ -13,7 +12,7 @@ from sluice.client.offset_store import LocalFileOffsetStore
 from sluice.client.rebalance import AllocateStrategy, get_strategy
 from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
 from sluice.client.subscription import SUB_ALL, build_subscription, filter_messages
-from sluice.common.backoff import Backoff
+from sluice.common.backoff import RNG, Backoff
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, InvalidSubscriptionError, MessageFormatError
@@ -171,7 +170,7 @@ class ConsumerBase:
         addrs = [a for b in route.broker_datas if (a := b.select_addr())]
         if not addrs:
             return None
-        cids = await self.client.api.get_consumer_id_list(random.choice(addrs), self.group)
+        cids = await self.client.api.get_consumer_id_list(addrs[RNG.randrange(len(addrs))], self.group)
         if not cids:
             return None
         return self.strategy.allocate(self.group, self.client.client_id, mq_all, cids)

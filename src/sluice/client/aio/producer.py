@@ -9,7 +9,6 @@ import asyncio
 import collections
 import itertools
 import logging
-import random
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from sluice.client.latency_fault_tolerance import LatencyFaultTolerance
 from sluice.client.message import Message, SendResult, SendStatus
 from sluice.client.message_id import create_uniq_id
 from sluice.client.mq_client import MQClientInstance, client_config
+from sluice.common.backoff import RNG
 from sluice.common.batch_codec import encode_batch_record
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
@@ -70,7 +70,7 @@ class Producer:
         self.config = cfg
         self.client = MQClientInstance(cfg)
         self.faults = LatencyFaultTolerance()
-        self._rr = itertools.count(random.randrange(1 << 16))
+        self._rr = itertools.count(RNG.randrange(1 << 16))
         self._publish: dict[str, tuple[TopicRouteData | None, TopicPublishInfo]] = {}
         self._inflight = 0  # async sends started and not yet answered (bounded by max_inflight_async_sends)
         # Per topic, the last async send on the task path whose request is not written yet.
