@@ -12,6 +12,7 @@ import pytest
 
 from sluice.broker.broker_controller import BrokerController
 from sluice.common.config import FlushDiskType
+from sluice.common.errors import StoreConfigError
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.message_codec import decode_records
 from sluice.common.naming import TIMER_TOPIC
@@ -131,3 +132,53 @@ def test_timers_are_delivered_by_the_running_service_on_a_sync_flush_broker(empt
 
     empty_cluster.loop.run(send())
     wait_until(lambda: delivered(broker) == 50, 60, "every timer delivered")
+
+
+def test_a_stop_in_the_middle_of_a_due_time_leaves_the_rest_for_the_restart(empty_cluster: Cluster):
+    broker = hand_driven(empty_cluster)
+    ts = broker.timer_service
+    due = (int(time.time() * 1000) // PRECISION + 5) * PRECISION
+
+    async def go() -> None:
+        for i in range(0, 400, 100):
+            broker.store.put_messages([timer_message(broker, b"%03d" % j, due) for j in range(i, i + 100)])
+        await ts.enqueue_available()
+        while time.time() * 1000 < due + 10:
+            await asyncio.sleep(0.01)
+        delivering = asyncio.get_running_loop().create_task(ts.deliver_due())
+        while delivered(broker) == 0:
+            await asyncio.sleep(0)
+        delivering.cancel()  # as a stop does, a chunk or so into the due time
+        await asyncio.gather(delivering, return_exceptions=True)
+
+    empty_cluster.loop.run(go())
+    assert 0 < delivered(broker) < 400
+    again = empty_cluster.restart_broker(broker)
+    wait_until(lambda: delivered(again) >= 400, 60, "the rest delivered after the restart")
+    bodies: set[bytes] = set()
+    offset = 0
+    while offset < delivered(again):
+        r = again.store.get_messages("check", "T", 0, offset, 32)
+        try:
+            bodies |= {bytes(m.body) for buf in r.buffers for m in decode_records(buf)}
+        finally:
+            r.release()
+        offset = r.next_begin_offset
+    assert bodies == {b"%03d" % j for j in range(400)}  # (the first chunk may come twice: at least once)
+
+
+def test_changing_the_precision_while_timers_wait_stops_the_start(empty_cluster: Cluster):
+    broker = empty_cluster.start_broker("broker-a", store_timer_precision_ms=PRECISION)
+    broker.ensure_system_topic("T", 1)
+    at = int(time.time() * 1000) + 3_600_000
+
+    async def send() -> None:
+        assert (await broker.store.put_messages_async([timer_message(broker, b"later", at)])).ok
+
+    empty_cluster.loop.run(send())
+    wait_until(lambda: broker.timer_service.wheel.pending == 1, 30, "the timer in the wheel")
+    cfg = broker.config
+    empty_cluster.stop_broker(broker)
+    cfg.store.timer_precision_ms = 1000
+    with pytest.raises(StoreConfigError, match="set it back to 100"):
+        empty_cluster.loop.run(BrokerController(cfg).start())

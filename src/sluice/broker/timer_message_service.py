@@ -84,7 +84,8 @@ class TimerMessageService:
         self.timer_log = TimerLog(c.store_path_timer_log, c.mapped_file_size_timer_log)
         self.wheel = TimerWheel(self.precision, self.max_delay_ms)
         self.enqueue_offset = 0  # the next message of the timer queue to put into the wheel
-        self.dequeue_ms = 0  # every message due before this was delivered
+        self.dequeue_ms = 0  # every message due before this is taken out of the wheel (maybe being delivered)
+        self.delivered_ms = 0  # every message due before this was delivered
         self.delivered = 0
         # (dequeue_ms reached, the commit-log end then): what the checkpoint may claim once that much is flushed
         self._delivered_marks: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
@@ -106,16 +107,25 @@ class TimerMessageService:
             enqueue_offset = int(data.get("enqueueOffset", 0))
             log_end = int(data.get("timerLogEnd", 0))
             dequeue_ms = int(data.get("dequeueMs", 0))
+            precision = int(data.get("precisionMs", self.precision))
         except (TypeError, ValueError) as exc:
             raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
+
         self.timer_log.load(log_end)
         # (never past the queue's end: after a power loss the log may hold less than the checkpoint saw)
         self.enqueue_offset = min(max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0)),
                                   self.store.get_max_offset_in_queue(TIMER_TOPIC, 0))
         self.dequeue_ms = dequeue_ms or self.wheel.due_time(now_ms())
         waiting = self.wheel.rebuild(self.timer_log.segments(), self.dequeue_ms)
+        if waiting and precision != self.precision:
+            # The log's chains link the messages due at one multiple of the old precision: a new one would strand
+            # them.
+            raise StoreConfigError(f"timer_precision_ms is {self.precision}, but the {waiting} timers waiting in "
+                                   f"{self.timer_log.directory} were written with {precision}: set it back to "
+                                   f"{precision} until they are delivered")
         for start, units in self.timer_log.segments():
             self._log_end_max_due[start] = int(units["deliver"].max()) if len(units) else 0
+        self.delivered_ms = self.dequeue_ms
         self._checkpoint = (self.enqueue_offset, self.timer_log.end, self.dequeue_ms)
         self._saved_dequeue_ms = self.dequeue_ms
         if waiting:
@@ -142,8 +152,10 @@ class TimerMessageService:
     def close(self) -> None:
         """After the store is shut down (everything flushed): the last checkpoint, exact."""
         self.timer_log.flush()
-        self._saved_dequeue_ms = self.dequeue_ms
-        self._checkpoint = (*self._enqueued(), self.dequeue_ms)
+        # (delivered_ms, not dequeue_ms: a stop in the middle of a due time leaves it to deliver after the restart)
+        self._saved_dequeue_ms = self.delivered_ms
+        self._checkpoint = (*self._enqueued(), self.delivered_ms)
+        self.writer.request()  # (close writes only what was asked for)
         self.writer.close()
         self.timer_log.close()
 
@@ -263,15 +275,13 @@ class TimerMessageService:
                 due = _due_of(msg)
                 enqueued = now_ms()
                 if due < self.dequeue_ms:  # its time has passed (or is passing): no wheel
-                    if not now_due:  # until it is delivered, a checkpoint goes back to it
-                        self._undelivered_from = (self.enqueue_offset, self.timer_log.end)
-                    now_due.append((msg, enqueued))
+                    self._deliver_now(now_due, msg, enqueued)
                 else:
                     try:
                         prev = self.wheel.newest(due)
                     except WheelOverflowError as exc:
                         log.error("%s: delivering the message at %d now", exc, msg.commit_log_offset)
-                        now_due.append((msg, enqueued))
+                        self._deliver_now(now_due, msg, enqueued)
                     else:
                         pos = self.timer_log.append(TimerUnit(prev, due, msg.commit_log_offset, enqueued,
                                                               msg.store_size))
@@ -284,6 +294,11 @@ class TimerMessageService:
             self.enqueue_offset += 1
             n += 1
         return n
+
+    def _deliver_now(self, now_due: list[tuple[MessageExt, int]], msg: MessageExt, enqueued: int) -> None:
+        if not now_due:  # until it is delivered, a checkpoint goes back to it
+            self._undelivered_from = (self.enqueue_offset, self.timer_log.end)
+        now_due.append((msg, enqueued))
 
     def _enqueued(self) -> tuple[int, int]:
         """How far the timer queue is taken, and the timer log's end then: up to the first message taken but not
@@ -353,10 +368,11 @@ class TimerMessageService:
                 n += len(msgs)
                 await asyncio.sleep(0)
                 turn_ends = loop.time() + _TURN
+            self.delivered_ms = self.dequeue_ms
             self._delivered_marks.append((self.dequeue_ms, self.store.get_max_phy_offset()))
         passed = (now // self.precision + 1) * self.precision  # every slot up to now is delivered
         if passed > self.dequeue_ms:
-            self.dequeue_ms = passed
+            self.dequeue_ms = self.delivered_ms = passed
             self._delivered_marks.append((self.dequeue_ms, self.store.get_max_phy_offset()))
         return n
 
@@ -395,7 +411,8 @@ class TimerMessageService:
             if log_pos <= flushed and reached <= dequeue_ms:
                 saved = max(saved, reached)
         self._saved_dequeue_ms = saved
-        return {"enqueueOffset": enqueue_offset, "timerLogEnd": log_end, "dequeueMs": saved}
+        return {"enqueueOffset": enqueue_offset, "timerLogEnd": log_end, "dequeueMs": saved,
+                "precisionMs": self.precision}
 
     def _deletable(self) -> int:
         """The timer-log position before which every file holds only delivered messages."""

@@ -226,57 +226,57 @@ class TransactionalMessageService:
         started_ms = int(time.time() * 1000)
         turn_ends = loop.time() + _TURN
         end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)  # copies made in this round wait for the next
-        walked_from = self.half_walked
         i = max(self.half_walked, store.get_min_offset_in_queue(TRANS_HALF_TOPIC, 0))
         checked = 0
-        while i < end:
-            if loop.time() >= turn_ends:
-                await asyncio.sleep(0)
-                turn_ends = loop.time() + _TURN
-            copy = self._half_copy(i)
-            if copy is None:
-                i += 1
-                continue
-            first = first_offset(copy)
-            if first in self._deciding:
-                break  # decided right now: look again next round
-            newest = self.live.get(first, first)  # (never checked: its first copy is its only one)
-            if first in self.decided:
-                if newest == i:  # nothing of it is left ahead
-                    # Walked past first, so that an END_TRANSACTION arriving meanwhile is still refused.
-                    self.half_walked = max(self.half_walked, i + 1)
-                    self.live.pop(first, None)
-                    del self.decided[first]
-                i += 1
-                continue
-            if newest != i:  # an older copy of one checked since
-                i += 1
-                continue
-            if copy.store_timestamp >= started_ms:
-                break
-            age = started_ms - copy.born_timestamp
-            immunity = _immunity_ms(copy)
-            if immunity is None and 0 <= age <= self.timeout_ms:
-                break  # the rest were sent later
-            times = _decimal(copy.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES), 0, 0)
-            if immunity is not None and 0 <= age <= max(immunity, self.timeout_ms):
-                # Its producer asked for longer: put it back at the end of the queue and go on (RocketMQ's
-                # putImmunityMsgBackToHalfQueue), so that it holds up no transaction sent after it.
-                if not await self._put_back(copy, times):
+        try:
+            while i < end:
+                if loop.time() >= turn_ends:
+                    await asyncio.sleep(0)
+                    turn_ends = loop.time() + _TURN
+                copy = self._half_copy(i)
+                if copy is None:
+                    i += 1
+                    continue
+                first = first_offset(copy)
+                if first in self._deciding:
+                    break  # decided right now: look again next round
+                newest = self.live.get(first, first)  # (never checked: its first copy is its only one)
+                if first in self.decided:
+                    if newest == i:  # nothing of it is left ahead
+                        # Walked past first, so that an END_TRANSACTION arriving meanwhile is still refused.
+                        self.half_walked = max(self.half_walked, i + 1)
+                        self.live.pop(first, None)
+                        del self.decided[first]
+                    i += 1
+                    continue
+                if newest != i:  # an older copy of one checked since
+                    i += 1
+                    continue
+                if copy.store_timestamp >= started_ms:
                     break
-            elif times >= self.check_max:
-                if not await self._discard(copy, times):
+                age = started_ms - copy.born_timestamp
+                immunity = _immunity_ms(copy)
+                if immunity is None and 0 <= age <= self.timeout_ms:
+                    break  # the rest were sent later
+                times = _decimal(copy.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES), 0, 0)
+                if immunity is not None and 0 <= age <= max(immunity, self.timeout_ms):
+                    # Its producer asked for longer: put it back at the end of the queue and go on (RocketMQ's
+                    # putImmunityMsgBackToHalfQueue), so that it holds up no transaction sent after it.
+                    if not await self._put_back(copy, times):
+                        break
+                elif times >= self.check_max:
+                    if not await self._discard(copy, times):
+                        break
+                elif not await self._check_back(copy, times + 1):
                     break
-            elif not await self._check_back(copy, times + 1):
-                break
-            else:
-                checked += 1
-            i += 1
-        self.half_walked = max(self.half_walked, i)  # (advanced already, as decided ones were walked past)
-        if self.half_walked != walked_from:
+                else:
+                    checked += 1
+                i += 1
+        finally:  # (also when the round fails half-way: what it walked past is decided, and its ops may go)
+            self.half_walked = max(self.half_walked, i)  # (advanced already, as decided ones were walked past)
             store.consumer_offsets.commit_offset(CHECK_GROUP, TRANS_HALF_TOPIC, 0, self.half_walked)
-        op_from = min(self.decided.values(), default=store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0))
-        store.consumer_offsets.commit_offset(CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, op_from)
+            op_from = min(self.decided.values(), default=store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0))
+            store.consumer_offsets.commit_offset(CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, op_from)
         return checked
 
     async def _put_back(self, copy: MessageExt, times: int) -> bool:

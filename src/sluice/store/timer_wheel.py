@@ -68,6 +68,10 @@ class TimerWheel:
         p = self.precision
         first = self.due_time(after)
         n = (until - first) // p + 1
+        if n > self.slots:  # (a span longer than the wheel: after a long stop) every slot in one look
+            times = self.time[self.count > 0]
+            times = times[(times >= first) & (times <= until)]
+            return int(times.min()) if len(times) else None
         window = 4096
         for k in range(0, max(0, n), window):
             dues = first + (k + np.arange(min(window, n - k), dtype=np.int64)) * p

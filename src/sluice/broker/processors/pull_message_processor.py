@@ -147,6 +147,8 @@ class PullMessageProcessor:
             if is_tag_type(sub.expression_type):
                 codes = tag_codes_of(sub.sub_string)
             else:
+                if not b.config.enable_property_filter:
+                    return self._property_filter_disabled(req, sub.expression_type)
                 data = b.consumer_filter_manager.get(h.topic, h.consumer_group)
                 if data is None:
                     return req.response(ResponseCode.FILTER_DATA_NOT_EXIST,
@@ -154,8 +156,6 @@ class PullMessageProcessor:
                 if data.client_version < h.sub_version:
                     return req.response(ResponseCode.FILTER_DATA_NOT_LATEST,
                                         "the consumer's consumer filter data not latest")
-                if not b.config.enable_property_filter:
-                    return self._property_filter_disabled(req, sub.expression_type)
                 expr = data.compiled
         record_filter: RecordFilter | None = None
         if expr is not None:
