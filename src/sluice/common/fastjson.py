@@ -16,6 +16,7 @@ fastjson does, with the key's fields in alphabetical order, as fastjson orders a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -76,6 +77,7 @@ def dumps(obj: Any) -> bytes:
     return "".join(_encode(obj, 0)).encode("utf-8")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _scalar = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
@@ -146,6 +148,8 @@ class _Parser:
             v, end = self._decoder.raw_decode(self.s, self.i)
         except json.JSONDecodeError as exc:
             raise self.fail(f"bad value ({exc.msg})") from None
+        if isinstance(v, str) and _SURROGATE.search(v):  # (a pair decodes to one character: this one is alone)
+            raise self.fail("a string holds a lone surrogate (\\ud800-\\udfff), which is no character")
         self.i = end
         return v
 
