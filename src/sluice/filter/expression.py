@@ -18,6 +18,7 @@ and only a true result selects a message. RocketMQ's conversions, quirks include
 
 from __future__ import annotations
 
+import abc
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -161,14 +162,15 @@ def java_compare(lv: Any, rv: Any) -> int:
 
 
 # == the expression tree ===========================================================================================
-class Expression:
+class Expression(abc.ABC):
     """A node. ``boolean`` marks RocketMQ's ``BooleanExpression``s, which the grammar's checks look at."""
 
     __slots__ = ()
     boolean: ClassVar[bool] = False
 
+    @abc.abstractmethod
     def evaluator(self) -> Evaluator:
-        raise NotImplementedError
+        """The node compiled to a function of a message's properties."""
 
 
 def java_text(value: Any) -> str:
