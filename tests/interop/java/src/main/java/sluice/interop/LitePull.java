@@ -17,8 +17,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * A {@code DefaultLitePullConsumer}, auto-commit off: {@code subscribe} (rebalanced) or {@code --assign} (every
- * queue of the topic, then {@code --seek qid:offset,...}), polls until {@code --expect} distinct bodies arrived
- * (or {@code --timeout} / {@code --stop-file}), commits with {@code commitSync()} unless {@code --no-commit},
+ * queue of the topic, paused until every {@code --seek qid:offset,...} is made), polls until {@code --expect}
+ * distinct bodies arrived (or {@code --timeout} / {@code --stop-file}), commits with {@code commitSync()} unless {@code --no-commit},
  * and writes the offsets {@code committed(mq)} then reports for every queue. {@code --sql EXPR} subscribes with
  * {@code MessageSelector.bySql(EXPR)}; a start the broker refuses is a "start-failed" line.
  */
@@ -47,16 +47,23 @@ final class LitePull {
             } else if (!assign) {
                 consumer.subscribe(topic, MessageSelector.bySql(sql));
             }
+            List<MessageQueue> queues = assign ? routeQueues(a, topic) : null;
+            if (assign) {
+                // Paused from before the start until every seek is made: a pull in flight across seek() can land
+                // its old-offset messages after the new task took the seek offset (the client's own race).
+                consumer.assign(queues);
+                consumer.pause(queues);
+            }
             try {
                 consumer.start();
             } catch (MQClientException e) {  // a broker refusing the filter (CHECK_CLIENT_CONFIG) stops the start
                 out.event("start-failed", "code", e.getResponseCode(), "message", String.valueOf(e.getErrorMessage()));
                 return 0;
             }
-            List<MessageQueue> queues = new ArrayList<>(consumer.fetchMessageQueues(topic));
-            queues.sort(null);
-            if (assign) {
-                consumer.assign(queues);
+            if (!assign) {
+                queues = new ArrayList<>(consumer.fetchMessageQueues(topic));
+                queues.sort(null);
+            } else {
                 for (String seek : a.get("seek", "").split(",")) {
                     if (seek.isEmpty()) {
                         continue;
@@ -68,6 +75,7 @@ final class LitePull {
                         }
                     }
                 }
+                consumer.resume(queues);
             }
             out.event("started", "queues", queues.size());
             String reason;
@@ -92,6 +100,21 @@ final class LitePull {
             out.event("end", "reason", reason);
         }
         return 0;
+    }
+
+    /** The topic's queues, read by a short-lived consumer of its own: the assigning one is not started yet. */
+    private static List<MessageQueue> routeQueues(Args a, String topic) throws MQClientException {
+        DefaultLitePullConsumer probe = new DefaultLitePullConsumer(a.get("group") + "-route-probe");
+        probe.setNamesrvAddr(a.get("namesrv"));
+        probe.setInstanceName("sluice-interop-probe-" + ProcessHandle.current().pid());
+        probe.start();
+        try {
+            List<MessageQueue> queues = new ArrayList<>(probe.fetchMessageQueues(topic));
+            queues.sort(null);
+            return queues;
+        } finally {
+            probe.shutdown();
+        }
     }
 
     private static JSONObject committed(DefaultLitePullConsumer consumer, Collection<MessageQueue> queues)
