@@ -11,12 +11,15 @@ FULL := $(VENV)/.installed-test
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(BASE): pyproject.toml | $(BIN)/python
+# The compiled codecs (src/sluice/_speedups.c) are built by the editable install: a change reinstalls.
+BUILD_INPUTS := pyproject.toml setup.py src/sluice/_speedups.c
+
+$(BASE): $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-$(FULL): pyproject.toml | $(BIN)/python
+$(FULL): $(BUILD_INPUTS) | $(BIN)/python
 	bash scripts/ensure_java.sh
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
@@ -30,6 +33,8 @@ dev: $(BASE)
 test: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz
 	$(BIN)/python -m pytest -q
+	# The unit tests again on the pure-Python codecs, the fallback where no C compiler built sluice._speedups.
+	SLUICE_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q tests/unit
 
 lint: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz

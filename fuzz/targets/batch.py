@@ -1,10 +1,11 @@
 """Batch bodies of SEND_BATCH_MESSAGE: ``scan_batch_columns`` / ``decode_batch``, ``inflate_batch`` for the C++
 client's compressed batches, and what the store computes from a body without decoding it (``batch_encoder``).
 
-Property: a body scans or raises ``MessageFormatError``, exactly when a record-by-record reading of the
-format (``reference_scan``) accepts or refuses it, into the same layout; the bulk property search (TAGS,
-KEYS, UNIQ_KEY, DELAY), tags codes and index hashes equal what ``property_value`` gives record by record;
-the stored records built from the body pass ``check_record`` and decode to the batch's bodies and properties.
+Property: a body scans (compiled and pure-Python alike) or raises ``MessageFormatError``, exactly when a
+record-by-record reading of the format (``reference_scan``) accepts or refuses it, into the same layout; the
+bulk property search (TAGS, KEYS, UNIQ_KEY, DELAY), tags codes and index hashes equal what ``property_value``
+gives record by record; the stored records built from the body pass ``check_record`` and decode to the batch's
+bodies and properties.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ import struct
 
 import numpy as np
 
-from sluice.common.batch_codec import BATCH_RECORD_OVERHEAD, decode_batch, inflate_batch, scan_batch_columns
+from sluice.common.batch_codec import (
+    BATCH_RECORD_OVERHEAD,
+    decode_batch,
+    inflate_batch,
+    py_scan_batch_columns,
+    scan_batch_columns,
+)
 from sluice.common.errors import MessageFormatError
 from sluice.common.hashing import index_key_hash, tag_hash_code
 from sluice.common.message import host_to_bytes
@@ -71,6 +78,12 @@ def _stored_records(body: BatchBody) -> bytes:
 
 def _check_body(data: bytes) -> None:
     ref = reference_scan(data)
+    if scan_batch_columns is not py_scan_batch_columns:  # the compiled scan in use: its twin agrees
+        try:
+            twin = py_scan_batch_columns(data).records()
+        except MessageFormatError:
+            twin = None
+        expect(twin == ref, "the Python scan_batch_columns disagrees with the format")
     try:
         cols = scan_batch_columns(data)
     except MessageFormatError:

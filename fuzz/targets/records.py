@@ -1,12 +1,15 @@
 """Message records: pull response bodies (``decode_records``), one stored record (``check_record``, what
 recovery trusts, and ``decode_record``) and the compressed bodies a consumer inflates.
 
-Property: each decoder returns or raises ``MessageFormatError``; a record ``check_record`` passes decodes,
+Property: each decoder returns or raises ``MessageFormatError``, and the compiled ones (``sluice._speedups``)
+exactly as their pure-Python twins; a record ``check_record`` passes decodes,
 with a body matching its CRC, into the same fields ``dispatch_request_of`` (recovery) reads; every decoded
 message re-encodes (``encode_record``) to a record that decodes equal; inflation stays within its limit.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from sluice.common.compression import inflate
 from sluice.common.errors import MessageFormatError
@@ -19,8 +22,11 @@ from sluice.common.message_codec import (
     decode_record,
     decode_records,
     encode_record,
+    py_check_record,
+    py_decode_records,
 )
 from sluice.common.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+from sluice.common.speedups import speedups
 from sluice.common.sysflag import BORNHOST_V6_FLAG, COMPRESSED_FLAG, STOREHOST_V6_FLAG
 from sluice.store.commit_log import dispatch_request_of, tags_code_of
 
@@ -89,7 +95,26 @@ def _check_stored(data: bytes, check_crc: bool) -> None:
            "recovery's keys disagree with the decoded properties")
 
 
+def _outcome(fn: Callable[..., object], *args: object) -> tuple[str, object]:
+    try:
+        return "ok", fn(*args)
+    except MessageFormatError:
+        return "refused", None
+
+
+def _check_twins(data: bytes) -> None:
+    """The compiled decoders against the Python ones, on the whole input and a record at a derived place."""
+    if speedups is None:
+        return
+    expect(_outcome(decode_records, data) == _outcome(py_decode_records, data), "C and Python decode_records differ")
+    pos = data[0] % (len(data) + 1) if data else 0
+    for crc in (True, False):
+        expect(_outcome(check_record, data, pos, len(data), crc) == _outcome(py_check_record, data, pos, len(data),
+                                                                             crc), "C and Python check_record differ")
+
+
 def check(data: bytes) -> None:
+    _check_twins(data)
     try:
         msgs = decode_records(data)
     except MessageFormatError:

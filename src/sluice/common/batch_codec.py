@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 from sluice.common.compression import inflate
 from sluice.common.errors import MessageFormatError
 from sluice.common.properties import decode_properties, encode_properties
+from sluice.common.speedups import speedups
 
 _HEAD: Final = struct.Struct(">iiiii")  # TOTALSIZE MAGICCODE BODYCRC FLAG BODYLENGTH
 _PROPS_LEN: Final = struct.Struct(">h")
@@ -36,7 +37,7 @@ class BatchItem:
     flag: int = 0
 
 
-def encode_batch_record(body: bytes, properties: bytes, flag: int = 0) -> bytes:
+def py_encode_batch_record(body: bytes, properties: bytes, flag: int = 0) -> bytes:
     """One record; ``properties`` is the already encoded properties string."""
     if len(properties) > MAX_PROPERTIES_SIZE:
         raise MessageFormatError(f"batch message properties are {len(properties)} bytes, over {MAX_PROPERTIES_SIZE}")
@@ -93,7 +94,7 @@ def _uniform_starts(buf: bytes | memoryview, arr: np.ndarray, end: int) -> np.nd
     return start
 
 
-def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
+def py_scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
     """The layout of every record of a batch body, checked; raises ``MessageFormatError`` (with the byte
     position) on bad input. Each record's TOTALSIZE must agree with its lengths; an empty body has no records.
 
@@ -140,6 +141,22 @@ def scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
                                  f"body length {int(body_len[i])} + properties length {int(props_len[i])} + "
                                  f"{BATCH_RECORD_OVERHEAD}")
     return BatchColumns(start + _HEAD.size, props_len_pos, start + total, flag)
+
+
+def c_scan_batch_columns(data: bytes | bytearray | memoryview) -> BatchColumns:
+    """``py_scan_batch_columns`` in C."""
+    import numpy as np
+
+    assert speedups is not None
+    return BatchColumns(*(np.frombuffer(col, dtype=np.int64) for col in speedups.scan_batch(data)))
+
+
+if speedups is not None:
+    encode_batch_record = speedups.encode_batch_record
+    scan_batch_columns = c_scan_batch_columns
+else:
+    encode_batch_record = py_encode_batch_record
+    scan_batch_columns = py_scan_batch_columns
 
 
 def scan_batch(data: bytes | bytearray | memoryview) -> list[BatchRecord]:

@@ -15,6 +15,7 @@ from typing import Final
 
 from sluice.common.errors import MessageFormatError
 from sluice.common.message import MessageExt, bytes_to_host, host_to_bytes
+from sluice.common.speedups import speedups
 from sluice.common.sysflag import BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V1, STOREHOST_V6_FLAG
 
 # Everything up to and including BODYLENGTH.
@@ -33,7 +34,7 @@ POS_STORE_TIMESTAMP: Final = 56
 POS_BODY_LENGTH: Final = 84
 POS_BODY: Final = 88
 
-_TOPIC_BYTES: Final = re.compile(rb"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_BYTES: Final = re.compile(rb"[%|a-zA-Z0-9_-]+")
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _U8: Final = struct.Struct(">B")
@@ -96,7 +97,7 @@ def encode_record(
     return b"".join((header, body, _U8.pack(len(topic)), topic, _I16.pack(len(properties)), properties))
 
 
-def check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool = True) -> int:
+def py_check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool = True) -> int:
     """Validate the record at ``buf[pos:]`` without decoding it.
 
     Returns its size; 0 for a clean end (zeroed bytes); -1 for a BLANK end-of-file filler; raises
@@ -139,7 +140,7 @@ def check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool 
 
 @lru_cache(maxsize=4096)
 def _valid_topic_bytes(topic: bytes) -> bool:
-    return bool(topic) and _TOPIC_BYTES.match(topic) is not None
+    return _TOPIC_BYTES.fullmatch(topic) is not None
 
 
 def _bad(reason: str) -> int:
@@ -177,7 +178,7 @@ def _topic_name(raw: bytes) -> str:
     return raw.decode("utf-8")
 
 
-def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
+def py_decode_records(buf: memoryview | bytes) -> list[MessageExt]:
     """Decode a concatenation of whole records (a pull response body).
 
     ``decode_record`` inlined into one loop: this runs once per consumed message."""
@@ -220,3 +221,18 @@ def decode_records(buf: memoryview | bytes) -> list[MessageExt]:
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise MessageFormatError(f"cannot decode record at {pos}: {exc}") from exc
     return out
+
+
+def _c_decode_records(buf: memoryview | bytes) -> list[MessageExt]:
+    """``py_decode_records`` in C."""
+    return c_decode_records(buf, _HOSTS)
+
+
+if speedups is not None:
+    speedups.message_type(MessageExt, _host8)
+    c_decode_records = speedups.decode_records
+    decode_records = _c_decode_records
+    check_record = speedups.check_record
+else:
+    decode_records = py_decode_records
+    check_record = py_check_record

@@ -22,6 +22,7 @@ from sluice.common.batch_codec import BatchColumns
 from sluice.common.hashing import index_key_hashes, java_string_hash, tag_hash_code
 from sluice.common.message_codec import RECORD_HEADER
 from sluice.common.properties import KEY_SEPARATOR, property_marker
+from sluice.common.speedups import speedups
 
 # RECORD_HEADER as a numpy record: everything up to and including BODYLENGTH.
 HEADER_DTYPE: Final = np.dtype([
@@ -197,6 +198,10 @@ def crc32s(body: BatchBody) -> tuple[list[memoryview], np.ndarray]:
     """Each record's body (a view) and its BODYCRC."""
     cols = body.cols
     bodies = list(map(body.view.__getitem__, map(slice, cols.body_start.tolist(), cols.props_len_pos.tolist())))
+    if speedups is not None:
+        return bodies, np.frombuffer(speedups.body_crcs(body.data, np.ascontiguousarray(cols.body_start, np.int64),
+                                                        np.ascontiguousarray(cols.props_len_pos, np.int64)),
+                                     dtype=np.int64)
     return bodies, np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=len(bodies)) & 0x7FFFFFFF
 
 

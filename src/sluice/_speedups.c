@@ -1,0 +1,613 @@
+/* sluice._speedups: the per-message codecs in C.
+ *
+ * Each function has a pure-Python twin, which stays the reference (sluice.common.speedups picks one; the
+ * environment variable SLUICE_NO_EXTENSIONS=1 forces Python). Both accept and refuse the same inputs and give
+ * the same results: tests/unit/test_speedups.py checks it with hypothesis and fuzz/ checks it on every input.
+ * Every read is bounds-checked against the buffer: these functions decode bytes from the network and disk.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* == configuration, set once by sluice.common.speedups ========================================== */
+
+static PyObject *format_error;        /* sluice.common.errors.MessageFormatError */
+static PyTypeObject *message_ext;     /* sluice.common.message.MessageExt */
+static PyObject *host_text;           /* callable: 8 raw bytes (IPv4 address, port) -> "a.b.c.d:port" */
+/* (format_error by configure(), the other two by message_type()) */
+
+/* MessageExt's slots, in the order of its __init__ arguments. */
+enum {
+    S_TOPIC, S_BODY, S_QUEUE_ID, S_FLAG, S_QUEUE_OFFSET, S_COMMIT_LOG_OFFSET, S_SYS_FLAG, S_BORN_TIMESTAMP,
+    S_BORN_HOST, S_STORE_TIMESTAMP, S_STORE_HOST, S_RECONSUME_TIMES, S_PREPARED_TRANSACTION_OFFSET,
+    S_PROPERTIES, S_RAW_PROPERTIES, S_STORE_SIZE, S_BODY_CRC, N_SLOTS
+};
+static const char *slot_names[N_SLOTS] = {
+    "topic", "body", "queue_id", "flag", "queue_offset", "commit_log_offset", "sys_flag", "born_timestamp",
+    "born_host", "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset",
+    "_properties", "_raw_properties", "store_size", "body_crc",
+};
+static Py_ssize_t slot_offsets[N_SLOTS];
+
+static PyObject *
+configure(PyObject *self, PyObject *error)
+{
+    if (!PyType_Check(error) || !PyType_IsSubtype((PyTypeObject *)error, (PyTypeObject *)PyExc_Exception)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes the exception class the decoders raise");
+        return NULL;
+    }
+    Py_XSETREF(format_error, Py_NewRef(error));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+message_type(PyObject *self, PyObject *args)
+{
+    PyObject *ext, *host;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &ext, &host))
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)ext;
+    /* Instances are filled slot by slot: the class must hold these slots and nothing that __init__ would
+     * set besides (else the caller keeps the Python decoder). */
+    PyObject *slots = PyObject_GetAttrString(ext, "__slots__");
+    if (slots == NULL)
+        return NULL;
+    Py_ssize_t n = PyObject_Length(slots);
+    Py_DECREF(slots);
+    if (n < 0)
+        return NULL;
+    if (n != N_SLOTS || type->tp_dictoffset != 0) {
+        PyErr_Format(PyExc_TypeError, "%s has %zd slots (or a __dict__), not the %d known", type->tp_name, n,
+                     N_SLOTS);
+        return NULL;
+    }
+    Py_ssize_t offsets[N_SLOTS];
+    for (int i = 0; i < N_SLOTS; i++) {
+        PyObject *descr = PyObject_GetAttrString(ext, slot_names[i]);
+        if (descr == NULL)
+            return NULL;
+        int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type)
+                 && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, slot_names[i]);
+            return NULL;
+        }
+    }
+    memcpy(slot_offsets, offsets, sizeof(offsets));
+    Py_XSETREF(message_ext, (PyTypeObject *)Py_NewRef(ext));
+    Py_XSETREF(host_text, Py_NewRef(host));
+    Py_RETURN_NONE;
+}
+
+static int
+configured(void)
+{
+    if (format_error == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "sluice._speedups.configure() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+static void *
+bad(const char *fmt, ...)
+{
+    va_list va;
+    va_start(va, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
+    va_end(va);
+    if (msg != NULL) {
+        PyErr_SetObject(format_error, msg);
+        Py_DECREF(msg);
+    }
+    return NULL;
+}
+
+/* == big-endian reads ============================================================================ */
+
+static inline int32_t
+get_i32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+}
+
+static inline int16_t
+get_i16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
+}
+
+static inline int64_t
+get_i64(const unsigned char *p)
+{
+    return (int64_t)(((uint64_t)(uint32_t)get_i32(p) << 32) | (uint64_t)(uint32_t)get_i32(p + 4));
+}
+
+static inline void
+put_i32(unsigned char *p, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)(u >> 24);
+    p[1] = (unsigned char)(u >> 16);
+    p[2] = (unsigned char)(u >> 8);
+    p[3] = (unsigned char)u;
+}
+
+/* == CRC32 (IEEE, zlib's), slicing by 8 ========================================================== */
+
+static uint32_t crc_table[8][256];
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t
+crc32_of(const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF]
+            ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* == records (the stored / pulled v1 layout) ===================================================== */
+
+#define MAGIC_V1 ((int32_t)0xDAA320A7)
+#define BLANK_MAGIC ((int32_t)0xCBD43194)
+#define RECORD_FIXED 91
+#define POS_BODY_CRC 8
+#define POS_BODY_LENGTH 84
+#define POS_BODY 88
+#define HEADER_SIZE 88
+
+/* The text of an 8-byte host field; *last / last_raw remember the previous one (a pull has one or two). */
+static PyObject *
+host_of(const unsigned char *raw, PyObject *hosts, unsigned char *last_raw, PyObject **last)
+{
+    if (*last != NULL && memcmp(raw, last_raw, 8) == 0)
+        return Py_NewRef(*last);
+    PyObject *key = PyBytes_FromStringAndSize((const char *)raw, 8);
+    if (key == NULL)
+        return NULL;
+    PyObject *text = PyDict_GetItemWithError(hosts, key);
+    if (text != NULL) {
+        Py_INCREF(text);
+    } else if (!PyErr_Occurred()) {
+        text = PyObject_CallOneArg(host_text, key);
+    }
+    Py_DECREF(key);
+    if (text == NULL)
+        return NULL;
+    memcpy(last_raw, raw, 8);
+    Py_XSETREF(*last, Py_NewRef(text));
+    return text;
+}
+
+static PyObject *
+new_message(PyObject **fields)
+{
+    PyObject *m = message_ext->tp_alloc(message_ext, 0);
+    if (m == NULL) {
+        for (int i = 0; i < N_SLOTS; i++)
+            Py_DECREF(fields[i]);
+        return NULL;
+    }
+    for (int i = 0; i < N_SLOTS; i++)
+        *(PyObject **)((char *)m + slot_offsets[i]) = fields[i];  /* steals */
+    return m;
+}
+
+static PyObject *
+decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *hosts;
+    if (!configured() || !PyArg_ParseTuple(args, "y*O!", &view, &PyDict_Type, &hosts))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    if (message_ext == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "sluice._speedups.message_type() was not called");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    PyObject *topic = NULL, *born = NULL, *store = NULL;
+    const unsigned char *topic_raw = NULL;
+    Py_ssize_t topic_raw_len = -1;
+    unsigned char born_raw[8], store_raw[8];
+    if (out == NULL)
+        goto fail;
+    while (pos < n) {
+        if (pos + 8 > n) {
+            bad("trailing bytes after the last record");
+            goto fail;
+        }
+        if (pos + HEADER_SIZE > n) {
+            bad("cannot decode record at %zd: %zd bytes left, a record header needs %d", pos, n - pos, HEADER_SIZE);
+            goto fail;
+        }
+        const unsigned char *r = buf + pos;
+        int32_t total = get_i32(r), magic = get_i32(r + 4), body_len = get_i32(r + POS_BODY_LENGTH);
+        if (magic != MAGIC_V1) {
+            bad("bad magic code 0x%x at %zd", (unsigned int)magic, pos);
+            goto fail;
+        }
+        if (total < RECORD_FIXED || body_len < 0 || total > n - pos) {
+            bad("record at %zd: total size %d, body length %d do not fit", pos, (int)total, (int)body_len);
+            goto fail;
+        }
+        /* Every length is checked against the record's own size before anything is read past the body. */
+        if ((int64_t)RECORD_FIXED + body_len > total) {
+            bad("field lengths of the record at %zd do not add up to its size", pos);
+            goto fail;
+        }
+        const unsigned char *t = r + POS_BODY + body_len;
+        int topic_len = t[0];
+        if ((int64_t)RECORD_FIXED + body_len + topic_len > total) {
+            bad("field lengths of the record at %zd do not add up to its size", pos);
+            goto fail;
+        }
+        int16_t props_len = get_i16(t + 1 + topic_len);
+        if (props_len < 0 || (int64_t)RECORD_FIXED + body_len + topic_len + props_len != total) {
+            bad("field lengths of the record at %zd do not add up to its size", pos);
+            goto fail;
+        }
+        if (topic_raw == NULL || topic_len != topic_raw_len || memcmp(topic_raw, t + 1, topic_len) != 0) {
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)t + 1, topic_len, "strict");
+            if (name == NULL) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_NormalizeException(&type, &value, &tb);
+                bad("cannot decode record at %zd: %S", pos, value ? value : Py_None);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                goto fail;
+            }
+            Py_XSETREF(topic, name);
+            topic_raw = t + 1;
+            topic_raw_len = topic_len;
+        }
+        PyObject *f[N_SLOTS];
+        f[S_TOPIC] = Py_NewRef(topic);
+        f[S_BODY] = PyBytes_FromStringAndSize((const char *)r + POS_BODY, body_len);
+        f[S_QUEUE_ID] = PyLong_FromLong(get_i32(r + 12));
+        f[S_FLAG] = PyLong_FromLong(get_i32(r + 16));
+        f[S_QUEUE_OFFSET] = PyLong_FromLongLong(get_i64(r + 20));
+        f[S_COMMIT_LOG_OFFSET] = PyLong_FromLongLong(get_i64(r + 28));
+        f[S_SYS_FLAG] = PyLong_FromLong(get_i32(r + 36));
+        f[S_BORN_TIMESTAMP] = PyLong_FromLongLong(get_i64(r + 40));
+        f[S_BORN_HOST] = host_of(r + 48, hosts, born_raw, &born);
+        f[S_STORE_TIMESTAMP] = PyLong_FromLongLong(get_i64(r + 56));
+        f[S_STORE_HOST] = host_of(r + 64, hosts, store_raw, &store);
+        f[S_RECONSUME_TIMES] = PyLong_FromLong(get_i32(r + 72));
+        f[S_PREPARED_TRANSACTION_OFFSET] = PyLong_FromLongLong(get_i64(r + 76));
+        f[S_PROPERTIES] = Py_NewRef(Py_None);
+        f[S_RAW_PROPERTIES] = PyBytes_FromStringAndSize((const char *)t + 3 + topic_len, props_len);
+        f[S_STORE_SIZE] = PyLong_FromLong(total);
+        f[S_BODY_CRC] = PyLong_FromLong(get_i32(r + POS_BODY_CRC));
+        int failed = 0;
+        for (int i = 0; i < N_SLOTS; i++)
+            failed |= f[i] == NULL;
+        if (failed) {
+            for (int i = 0; i < N_SLOTS; i++)
+                Py_XDECREF(f[i]);
+            goto fail;
+        }
+        PyObject *m = new_message(f);
+        if (m == NULL)
+            goto fail;
+        int err = PyList_Append(out, m);
+        Py_DECREF(m);
+        if (err < 0)
+            goto fail;
+        pos += total;
+    }
+    Py_XDECREF(topic);
+    Py_XDECREF(born);
+    Py_XDECREF(store);
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(topic);
+    Py_XDECREF(born);
+    Py_XDECREF(store);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static int
+topic_byte(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '%' || c == '|'
+           || c == '_' || c == '-';
+}
+
+/* check_record(buf, pos, limit, check_crc) -> size; 0 for a clean end, -1 for a BLANK filler. */
+static PyObject *
+check_record(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, limit;
+    int check_crc = 1;
+    if (!configured() || !PyArg_ParseTuple(args, "y*nn|p", &view, &pos, &limit, &check_crc))
+        return NULL;
+    PyObject *result = NULL;
+    const unsigned char *buf = view.buf;
+    if (pos < 0 || limit < pos || limit > view.len) {
+        PyErr_Format(PyExc_ValueError, "position %zd / limit %zd outside a buffer of %zd bytes", pos, limit,
+                     view.len);
+        goto done;
+    }
+    if (pos + 8 > limit) {
+        for (Py_ssize_t i = pos; i < limit; i++)
+            if (buf[i]) {
+                bad("truncated record header");
+                goto done;
+            }
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    const unsigned char *r = buf + pos;
+    int32_t total = get_i32(r), magic = get_i32(r + 4);
+    if (magic == BLANK_MAGIC) {
+        if (total != limit - pos)
+            bad("BLANK filler of %d bytes where %zd remain", (int)total, limit - pos);
+        else
+            result = PyLong_FromLong(-1);
+        goto done;
+    }
+    if (magic != MAGIC_V1) {
+        if (total == 0 && magic == 0)
+            result = PyLong_FromLong(0);
+        else
+            bad("bad magic code 0x%x", (unsigned int)magic);
+        goto done;
+    }
+    if (total < RECORD_FIXED || total > limit - pos) {
+        bad("record size %d out of bounds", (int)total);
+        goto done;
+    }
+    int32_t body_len = get_i32(r + POS_BODY_LENGTH);
+    if (body_len < 0 || (int64_t)POS_BODY + body_len + 3 > total) {
+        bad("body length %d inconsistent with record size %d", (int)body_len, (int)total);
+        goto done;
+    }
+    int topic_len = r[POS_BODY + body_len];
+    Py_ssize_t props_rel = (Py_ssize_t)POS_BODY + body_len + 1 + topic_len;
+    if (props_rel + 2 > total) {
+        bad("topic overruns the record");
+        goto done;
+    }
+    int16_t props_len = get_i16(r + props_rel);
+    if (props_len < 0 || (int64_t)RECORD_FIXED + body_len + topic_len + props_len != total) {
+        bad("field lengths do not add up to the record size");
+        goto done;
+    }
+    int topic_ok = topic_len > 0;
+    for (int i = 0; topic_ok && i < topic_len; i++)
+        topic_ok = topic_byte(r[POS_BODY + body_len + 1 + i]);
+    if (!topic_ok) {
+        bad("topic bytes are not a valid topic name");
+        goto done;
+    }
+    if (props_len && memchr(r + props_rel + 2, 0, props_len) != NULL) {
+        bad("NUL byte in properties");
+        goto done;
+    }
+    if (check_crc && (int32_t)(crc32_of(r + POS_BODY, body_len) & 0x7FFFFFFF) != get_i32(r + POS_BODY_CRC)) {
+        bad("body CRC mismatch");
+        goto done;
+    }
+    result = PyLong_FromLong(total);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* == batch bodies (SEND_BATCH_MESSAGE) =========================================================== */
+
+#define BATCH_HEAD 20
+#define BATCH_OVERHEAD 22
+
+/* scan_batch(body) -> (body_start, props_len_pos, end, flag): four arrays of native int64 as bytes. */
+static PyObject *
+scan_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!configured() || !PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t end = view.len, count = 0, pos = 0;
+    PyObject *cols[4] = {NULL, NULL, NULL, NULL}, *result = NULL;
+    /* First the walk from one TOTALSIZE to the next, as the Python scan makes it (same first error). */
+    while (pos < end) {
+        if (end - pos < BATCH_OVERHEAD) {
+            bad("batch body truncated at byte %zd: %zd bytes left, a record needs at least %d", pos, end - pos,
+                BATCH_OVERHEAD);
+            goto done;
+        }
+        int32_t total = get_i32(buf + pos);
+        if (total < BATCH_OVERHEAD || total > end - pos) {
+            bad("batch record at byte %zd: total size %d does not fit the %zd bytes left", pos, (int)total,
+                end - pos);
+            goto done;
+        }
+        count++;
+        pos += total;
+    }
+    for (int i = 0; i < 4; i++) {
+        cols[i] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+        if (cols[i] == NULL)
+            goto done;
+    }
+    int64_t *body_start = (int64_t *)PyBytes_AS_STRING(cols[0]), *props_pos = (int64_t *)PyBytes_AS_STRING(cols[1]),
+            *rec_end = (int64_t *)PyBytes_AS_STRING(cols[2]), *flag = (int64_t *)PyBytes_AS_STRING(cols[3]);
+    pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t total = get_i32(buf + pos), body_len = get_i32(buf + pos + 16);
+        if (body_len < 0 || (int64_t)BATCH_HEAD + body_len + 2 > total) {
+            bad("batch record at byte %zd: body length %d overruns total size %d", pos, (int)body_len, (int)total);
+            goto done;
+        }
+        body_start[i] = pos + BATCH_HEAD;
+        props_pos[i] = pos + BATCH_HEAD + body_len;
+        rec_end[i] = pos + total;
+        flag[i] = get_i32(buf + pos + 12);
+        pos += total;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int16_t props_len = get_i16(buf + props_pos[i]);
+        int64_t total = rec_end[i] - (body_start[i] - BATCH_HEAD), body_len = props_pos[i] - body_start[i];
+        if (props_len < 0 || BATCH_OVERHEAD + body_len + props_len != total) {
+            bad("batch record at byte %lld: total size %lld disagrees with body length %lld + properties length "
+                "%d + %d", (long long)(body_start[i] - BATCH_HEAD), (long long)total, (long long)body_len,
+                (int)props_len, BATCH_OVERHEAD);
+            goto done;
+        }
+    }
+    result = PyTuple_Pack(4, cols[0], cols[1], cols[2], cols[3]);
+done:
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(cols[i]);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* body_crcs(data, starts, ends) -> BODYCRC of each data[starts[i]:ends[i]] (native int64 arrays as bytes). */
+static PyObject *
+body_crcs(PyObject *self, PyObject *args)
+{
+    Py_buffer data, starts, ends;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &data, &starts, &ends))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t);
+    if (starts.len != ends.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
+    const int64_t *s = starts.buf, *e = ends.buf;
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (s[i] < 0 || e[i] < s[i] || e[i] > data.len) {
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld, %lld) is outside %zd bytes", i, (long long)s[i],
+                         (long long)e[i], data.len);
+            goto done;
+        }
+    out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL)
+        goto done;
+    int64_t *crc = (int64_t *)PyBytes_AS_STRING(out);
+    const unsigned char *d = data.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++)
+        crc[i] = crc32_of(d + s[i], (Py_ssize_t)(e[i] - s[i])) & 0x7FFFFFFF;
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return out;
+}
+
+/* encode_batch_record(body, properties, flag) -> one batch record. */
+static PyObject *
+encode_batch_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!configured())
+        return NULL;
+    if (nargs < 2 || nargs > 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "encode_batch_record(body: bytes, properties: bytes, flag: int = 0)");
+        return NULL;
+    }
+    long flag = 0;
+    if (nargs == 3) {
+        flag = PyLong_AsLong(args[2]);
+        if (flag == -1 && PyErr_Occurred())
+            return NULL;
+        if (flag < INT32_MIN || flag > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "flag must be a 32-bit integer");
+            return NULL;
+        }
+    }
+    Py_ssize_t body_len = PyBytes_GET_SIZE(args[0]), props_len = PyBytes_GET_SIZE(args[1]);
+    if (props_len > 32767)
+        return bad("batch message properties are %zd bytes, over %d", props_len, 32767);
+    Py_ssize_t total = BATCH_OVERHEAD + body_len + props_len;
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a batch record is limited to 2 GiB");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    put_i32(p, (int32_t)total);
+    put_i32(p + 4, 0);
+    put_i32(p + 8, 0);
+    put_i32(p + 12, (int32_t)flag);
+    put_i32(p + 16, (int32_t)body_len);
+    memcpy(p + BATCH_HEAD, PyBytes_AS_STRING(args[0]), body_len);
+    p += BATCH_HEAD + body_len;
+    p[0] = (unsigned char)(props_len >> 8);
+    p[1] = (unsigned char)props_len;
+    memcpy(p + 2, PyBytes_AS_STRING(args[1]), props_len);
+    return out;
+}
+
+/* == module ====================================================================================== */
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_O, "configure(MessageFormatError): what the decoders raise."},
+    {"message_type", message_type, METH_VARARGS,
+     "message_type(MessageExt, host_text): what decode_records builds, and how it names a host field."},
+    {"decode_records", decode_records, METH_VARARGS,
+     "decode_records(buf, hosts) -> list[MessageExt]: a concatenation of whole v1 records."},
+    {"check_record", check_record, METH_VARARGS,
+     "check_record(buf, pos, limit, check_crc=True) -> size (0 clean end, -1 BLANK filler)."},
+    {"scan_batch", scan_batch, METH_VARARGS,
+     "scan_batch(body) -> (body_start, props_len_pos, end, flag) as native int64 bytes."},
+    {"body_crcs", body_crcs, METH_VARARGS,
+     "body_crcs(data, starts, ends) -> the BODYCRC of every span, native int64 bytes."},
+    {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_FASTCALL,
+     "encode_batch_record(body, properties, flag=0) -> one batch record."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "sluice._speedups", "Sluice's per-message codecs in C (pure-Python twins are the "
+    "reference).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    crc_init();
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,40 @@
+"""A wheel built from the sources holds the compiled codecs, and Sluice imported from it uses them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sluice.common.speedups import speedups
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(speedups is None, reason="no compiled module here: no C compiler to build a wheel's")
+def test_wheel_holds_the_compiled_module_and_uses_it(tmp_path):
+    src = tmp_path / "src-copy"  # built from a copy: pip builds in the tree it is given
+    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    out = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
+                    str(src)], check=True, timeout=240, capture_output=True)
+    (wheel,) = out.glob("sluice-*.whl")
+    assert f"-cp{sys.version_info.major}{sys.version_info.minor}-" in wheel.name  # a binary wheel, not pure
+    with zipfile.ZipFile(wheel) as z:
+        assert [n for n in z.namelist() if n.startswith("sluice/_speedups") and n.endswith(".so")]
+        z.extractall(tmp_path / "site")
+    code = ("import sluice, sluice.common.message_codec as m; from sluice.common.speedups import speedups; "
+            "print(sluice.__file__, speedups.__file__, m.decode_records is m._c_decode_records)")
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_NO_EXTENSIONS"}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    res = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, check=True)
+    pkg, ext, in_use = res.stdout.split()
+    assert pkg.startswith(str(tmp_path / "site")) and ext.startswith(str(tmp_path / "site")) and in_use == "True"

@@ -1,0 +1,160 @@
+"""The compiled codecs (``sluice._speedups``) give exactly what their pure-Python twins give: the same
+results, and a ``MessageFormatError`` for the same inputs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.common import batch_codec, message_codec
+from sluice.common.batch_codec import BatchItem, encode_batch
+from sluice.common.errors import MessageFormatError
+from sluice.common.message_codec import encode_record
+from sluice.common.speedups import NO_EXTENSIONS_ENV, speedups
+
+needs_c = pytest.mark.skipif(speedups is None, reason="sluice._speedups is not built here (no C compiler)")
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+int32 = st.integers(-(2**31), 2**31 - 1)
+int64 = st.integers(-(2**63), 2**63 - 1)
+hosts = st.builds(lambda a, b, c, d, port: f"{a}.{b}.{c}.{d}:{port}", *[st.integers(0, 255)] * 4,
+                  st.integers(0, 65535))
+topics = st.text("abcXYZ019_-%|", min_size=1, max_size=20).map(str.encode) | st.binary(max_size=8)
+props = st.binary(max_size=60) | st.dictionaries(st.text("abcKEYSTAG", min_size=1, max_size=6),
+                                                 st.text(max_size=8).filter(lambda v: "\x01" not in v and "\x02"
+                                                                            not in v and "\0" not in v),
+                                                 max_size=4).map(
+    lambda d: "\x02".join(f"{k}\x01{v}" for k, v in d.items()).encode())
+
+
+@st.composite
+def records(draw: st.DrawFn) -> bytes:
+    return encode_record(topic=draw(topics), body=draw(st.binary(max_size=80)), properties=draw(props),
+                         queue_id=draw(int32), flag=draw(int32), queue_offset=draw(int64),
+                         physical_offset=draw(int64), sys_flag=draw(int32), born_timestamp=draw(int64),
+                         born_host=draw(hosts), store_timestamp=draw(int64), store_host=draw(hosts),
+                         reconsume_times=draw(int32), prepared_transaction_offset=draw(int64))
+
+
+@st.composite
+def damaged(draw: st.DrawFn, whole: st.SearchStrategy[bytes]) -> bytes:
+    """Whole inputs, or the same with bytes overwritten, cut or appended."""
+    data = bytearray(draw(whole))
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["set", "cut", "append"]))
+        if kind == "set" and data:
+            data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+        elif kind == "cut":
+            del data[draw(st.integers(0, len(data))):]
+        else:
+            data += draw(st.binary(max_size=12))
+    return bytes(data)
+
+
+pull_bodies = damaged(st.lists(records(), max_size=4).map(b"".join))
+
+
+def outcome(fn, *args):  # noqa: ANN001, ANN201
+    try:
+        return "ok", fn(*args)
+    except MessageFormatError:
+        return "refused", None
+
+
+@needs_c
+@SETTINGS
+@given(pull_bodies)
+def test_c_decode_records_equals_python(data: bytes) -> None:
+    c, py = outcome(message_codec.c_decode_records, data, message_codec._HOSTS), \
+        outcome(message_codec.py_decode_records, data)
+    assert c == py
+    if c[0] == "ok":
+        for a, b in zip(c[1], py[1], strict=True):
+            assert (a.topic, a.born_host, a.store_host, a._raw_properties, a.tags) == \
+                   (b.topic, b.born_host, b.store_host, b._raw_properties, b.tags)
+
+
+@needs_c
+@SETTINGS
+@given(damaged(records() | st.builds(lambda n: (n + 8).to_bytes(4, "big", signed=True) + b"\xcb\xd41\x94" +
+                                      bytes(n), st.integers(0, 20))), st.integers(0, 200), st.integers(0, 200),
+       st.booleans())
+def test_c_check_record_equals_python(data: bytes, pos: int, cut: int, check_crc: bool) -> None:
+    pos = min(pos, len(data))
+    limit = max(pos, len(data) - cut)
+    assert outcome(speedups.check_record, data, pos, limit, check_crc) == \
+        outcome(message_codec.py_check_record, data, pos, limit, check_crc)
+
+
+batch_bodies = damaged(st.lists(st.builds(BatchItem, st.binary(max_size=40),
+                                          st.dictionaries(st.text("abcKEYS", min_size=1, max_size=5),
+                                                          st.text("xyz01 ", max_size=6), max_size=3),
+                                          int32), max_size=5).map(encode_batch))
+
+
+@needs_c
+@SETTINGS
+@given(batch_bodies)
+def test_c_scan_batch_equals_python(data: bytes) -> None:
+    c, py = outcome(batch_codec.c_scan_batch_columns, data), outcome(batch_codec.py_scan_batch_columns, data)
+    assert c[0] == py[0]
+    if c[0] == "ok":
+        for a, b in zip(c[1], py[1], strict=True):
+            assert a.dtype == b.dtype == np.int64 and a.tolist() == b.tolist()
+
+
+@needs_c
+@SETTINGS
+@given(st.binary(max_size=300), st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300)), max_size=8))
+def test_c_body_crcs_equal_zlib(data: bytes, spans: list[tuple[int, int]]) -> None:
+    spans = [(min(a, b, len(data)), min(max(a, b), len(data))) for a, b in spans]
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    ends = np.array([b for _, b in spans], dtype=np.int64)
+    got = np.frombuffer(speedups.body_crcs(data, starts, ends), dtype=np.int64).tolist()
+    assert got == [zlib.crc32(data[a:b]) & 0x7FFFFFFF for a, b in spans]
+
+
+@needs_c
+def test_c_body_crcs_refuse_spans_outside_the_data() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        speedups.body_crcs(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64))
+    with pytest.raises(ValueError, match="one length"):
+        speedups.body_crcs(b"abc", np.array([1], dtype=np.int64), np.array([], dtype=np.int64))
+
+
+@needs_c
+@SETTINGS
+@given(st.binary(max_size=100), st.binary(max_size=100) | st.just(b"p" * 32768), int32)
+def test_c_encode_batch_record_equals_python(body: bytes, properties: bytes, flag: int) -> None:
+    assert outcome(speedups.encode_batch_record, body, properties, flag) == \
+        outcome(batch_codec.py_encode_batch_record, body, properties, flag)
+
+
+@needs_c
+def test_c_codecs_are_the_ones_in_use() -> None:
+    assert message_codec.decode_records is message_codec._c_decode_records
+    assert message_codec.check_record is speedups.check_record
+    assert batch_codec.scan_batch_columns is batch_codec.c_scan_batch_columns
+    assert batch_codec.encode_batch_record is speedups.encode_batch_record
+
+
+def test_speedups_are_built_where_required() -> None:
+    # CI sets SLUICE_REQUIRE_EXTENSIONS=1: a broken build must not pass as the pure-Python fallback.
+    if os.environ.get("SLUICE_REQUIRE_EXTENSIONS") == "1" and not os.environ.get(NO_EXTENSIONS_ENV):
+        assert speedups is not None
+
+
+def test_no_extensions_environment_selects_the_python_codecs() -> None:
+    code = ("from sluice.common import message_codec as m, batch_codec as b; from sluice.common.speedups import "
+            "speedups; print(speedups is None, m.decode_records is m.py_decode_records, "
+            "b.scan_batch_columns is b.py_scan_batch_columns)")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, NO_EXTENSIONS_ENV: "1"},
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.split() == ["True", "True", "True"]
