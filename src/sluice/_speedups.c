@@ -10,6 +10,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 /* == configuration, set once by sluice.common.speedups ========================================== */
 
@@ -581,6 +582,194 @@ encode_batch_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* == message ids (UNIQ_KEY) ======================================================================= */
+
+/* UniqIdClock(prefix, month_bounds): MessageIdGenerator's clock and counter. ``prefix`` is the fixed part
+ * (ip, pid, salt as upper-case hex); ``month_bounds(now_ms) -> (start_ms, next_start_ms)`` is called when the
+ * clock leaves the month it knows. Calls on one object are atomic under the GIL except around month_bounds,
+ * after which the bounds and the counter are taken afresh. */
+typedef struct {
+    PyObject_HEAD
+    char prefix[64];
+    Py_ssize_t prefix_len;
+    long long month_start, next_month;
+    unsigned int counter;
+    PyObject *month_bounds;
+} IdClock;
+
+static int
+idclock_init(IdClock *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *prefix, *bounds;
+    static char *kwlist[] = {"prefix", "month_bounds", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO:UniqIdClock", kwlist, &prefix, &bounds))
+        return -1;
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(prefix, &n);
+    if (text == NULL)
+        return -1;
+    if (!PyUnicode_IS_ASCII(prefix) || n > (Py_ssize_t)sizeof(self->prefix)) {
+        PyErr_SetString(PyExc_ValueError, "the prefix is ASCII of at most 64 characters");
+        return -1;
+    }
+    memcpy(self->prefix, text, n);
+    self->prefix_len = n;
+    self->month_start = 0;
+    self->next_month = 0;
+    self->counter = 0;
+    Py_XSETREF(self->month_bounds, Py_NewRef(bounds));
+    return 0;
+}
+
+static int
+idclock_traverse(IdClock *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->month_bounds);
+    return 0;
+}
+
+static int
+idclock_clear(IdClock *self)
+{
+    Py_CLEAR(self->month_bounds);
+    return 0;
+}
+
+static void
+idclock_dealloc(IdClock *self)
+{
+    PyObject_GC_UnTrack(self);
+    idclock_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The month start for now_ms (calling month_bounds when needed); -1 with an exception set on failure. */
+static int
+idclock_month(IdClock *self, long long now_ms, long long *start)
+{
+    if (self->month_start <= now_ms && now_ms < self->next_month) {
+        *start = self->month_start;
+        return 0;
+    }
+    PyObject *r = PyObject_CallFunction(self->month_bounds, "L", now_ms);
+    if (r == NULL)
+        return -1;
+    long long a, b;
+    int ok = PyArg_ParseTuple(r, "LL", &a, &b);
+    Py_DECREF(r);
+    if (!ok)
+        return -1;
+    self->month_start = a;
+    self->next_month = b;
+    *start = a;
+    return 0;
+}
+
+static long long
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static PyObject *
+idclock_id(IdClock *self, long long span, unsigned int counter)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    PyObject *out = PyUnicode_New(self->prefix_len + 12, 127);
+    if (out == NULL)
+        return NULL;
+    Py_UCS1 *p = PyUnicode_1BYTE_DATA(out);
+    memcpy(p, self->prefix, self->prefix_len);
+    p += self->prefix_len;
+    uint32_t s = (uint32_t)span;  /* Java's int cast: the raw 32 bits */
+    for (int i = 7; i >= 0; i--, s >>= 4)
+        p[i] = hex[s & 0xF];
+    for (int i = 11; i >= 8; i--, counter >>= 4)
+        p[i] = hex[counter & 0xF];
+    return out;
+}
+
+static PyObject *
+idclock_create(IdClock *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long now;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "create(now_ms=None)");
+        return NULL;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        now = PyLong_AsLongLong(args[0]);
+        if (now == -1 && PyErr_Occurred())
+            return NULL;
+    } else {
+        now = now_ms();
+    }
+    long long start;
+    if (idclock_month(self, now, &start) < 0)
+        return NULL;
+    unsigned int counter = self->counter & 0xFFFF;
+    self->counter = (counter + 1) & 0xFFFF;
+    return idclock_id(self, now - start, counter);
+}
+
+static PyObject *
+idclock_create_many(IdClock *self, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "create_many(n) needs n >= 0");
+        return NULL;
+    }
+    long long now = now_ms(), start;
+    if (idclock_month(self, now, &start) < 0)
+        return NULL;
+    unsigned int first = self->counter & 0xFFFF;
+    self->counter = (unsigned int)((first + (size_t)n) & 0xFFFF);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = idclock_id(self, now - start, (unsigned int)((first + (size_t)i) & 0xFFFF));
+        if (id == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, id);
+    }
+    return out;
+}
+
+static PyMethodDef idclock_methods[] = {
+    {"create", (PyCFunction)(void (*)(void))idclock_create, METH_FASTCALL,
+     "create(now_ms=None) -> a new id: the prefix, ms since the month's start (8 hex), the counter (4 hex)."},
+    {"create_many", (PyCFunction)idclock_create_many, METH_O, "create_many(n) -> n ids from one clock read."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef idclock_members[] = {
+    {"counter", T_UINT, offsetof(IdClock, counter), 0, "the next id's counter (16 bits)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject IdClockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice._speedups.UniqIdClock",
+    .tp_basicsize = sizeof(IdClock),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "MessageIdGenerator's clock and counter.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)idclock_init,
+    .tp_dealloc = (destructor)idclock_dealloc,
+    .tp_traverse = (traverseproc)idclock_traverse,
+    .tp_clear = (inquiry)idclock_clear,
+    .tp_methods = idclock_methods,
+    .tp_members = idclock_members,
+};
+
 /* == module ====================================================================================== */
 
 static PyMethodDef methods[] = {
@@ -609,5 +798,14 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     crc_init();
-    return PyModule_Create(&module);
+    if (PyType_Ready(&IdClockType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "UniqIdClock", (PyObject *)&IdClockType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -15,14 +15,39 @@ from sluice.client.message_id import (
     uniq_id_pid,
     uniq_id_timestamp,
 )
+from sluice.common.speedups import speedups
+
+
+@pytest.fixture(params=["compiled", "python"])
+def make_gen(request):
+    """MessageIdGenerator with its compiled clock, and with the pure-Python one: the same ids."""
+    if request.param == "compiled" and speedups is None:
+        pytest.skip("sluice._speedups is not built here")
+
+    def make(**kw) -> MessageIdGenerator:
+        gen = MessageIdGenerator(**kw)
+        if request.param == "python":
+            gen._clock = None
+        else:
+            assert gen._clock is not None
+        return gen
+
+    return make
+
+
+def _set_counter(gen: MessageIdGenerator, value: int) -> None:
+    if gen._clock is not None:
+        gen._clock.counter = value
+    else:
+        gen._counter = value
 
 
 def _ms(*args: int) -> int:
     return round(dt.datetime(*args).timestamp() * 1000)  # local time, as the generator uses
 
 
-def test_id_is_32_upper_hex_with_fixed_prefix():
-    gen = MessageIdGenerator(ip="10.1.2.3", pid=0x12345, salt=0xDEADBEEF)
+def test_id_is_32_upper_hex_with_fixed_prefix(make_gen):
+    gen = make_gen(ip="10.1.2.3", pid=0x12345, salt=0xDEADBEEF)
     uid = gen.create()
     assert len(uid) == 32 and uid == uid.upper()
     assert uid.startswith("0A010203" + "2345" + "DEADBEEF")
@@ -30,8 +55,8 @@ def test_id_is_32_upper_hex_with_fixed_prefix():
     assert uniq_id_pid(uid) == 0x2345
 
 
-def test_time_field_is_ms_since_start_of_local_month_and_counter_increments():
-    gen = MessageIdGenerator(ip=b"\x7f\0\0\1", pid=1, salt=0)
+def test_time_field_is_ms_since_start_of_local_month_and_counter_increments(make_gen):
+    gen = make_gen(ip=b"\x7f\0\0\1", pid=1, salt=0)
     now = _ms(2024, 3, 15, 12, 0, 0)
     a, b = gen.create(now), gen.create(now)
     span = now - _ms(2024, 3, 1)
@@ -39,31 +64,31 @@ def test_time_field_is_ms_since_start_of_local_month_and_counter_increments():
     assert (a[28:], b[28:]) == ("0000", "0001")
 
 
-def test_counter_wraps_at_16_bits():
-    gen = MessageIdGenerator(ip="1.2.3.4", pid=1, salt=0)
-    gen._counter = 0xFFFF
+def test_counter_wraps_at_16_bits(make_gen):
+    gen = make_gen(ip="1.2.3.4", pid=1, salt=0)
+    _set_counter(gen, 0xFFFF)
     now = _ms(2024, 3, 15)
     assert gen.create(now)[28:] == "FFFF"
     assert gen.create(now)[28:] == "0000"
 
 
-def test_late_in_a_31_day_month_the_span_uses_all_32_bits():
-    gen = MessageIdGenerator(ip="1.2.3.4", pid=1, salt=0)
+def test_late_in_a_31_day_month_the_span_uses_all_32_bits(make_gen):
+    gen = make_gen(ip="1.2.3.4", pid=1, salt=0)
     now = _ms(2024, 1, 31, 23, 59, 59)
     uid = gen.create(now)
     assert int(uid[20:28], 16) == now - _ms(2024, 1, 1) > 2**31
     assert uniq_id_timestamp(uid, now_ms=now + 5) == now
 
 
-def test_month_rollover_restarts_the_span():
-    gen = MessageIdGenerator(ip="1.2.3.4", pid=1, salt=0)
+def test_month_rollover_restarts_the_span(make_gen):
+    gen = make_gen(ip="1.2.3.4", pid=1, salt=0)
     gen.create(_ms(2024, 12, 31, 23))
     uid = gen.create(_ms(2025, 1, 1, 0, 0, 1))
     assert int(uid[20:28], 16) == 1000
 
 
-def test_timestamp_read_back_from_this_month_and_from_last_month():
-    gen = MessageIdGenerator(ip="1.2.3.4", pid=1, salt=0)
+def test_timestamp_read_back_from_this_month_and_from_last_month(make_gen):
+    gen = make_gen(ip="1.2.3.4", pid=1, salt=0)
     made = _ms(2024, 5, 10, 8, 30)
     uid = gen.create(made)
     assert uniq_id_timestamp(uid, now_ms=made + 60_000) == made
@@ -77,8 +102,8 @@ def test_timestamp_of_an_id_made_now_is_now():
     assert abs(t - dt.datetime.now().timestamp() * 1000) < 5_000
 
 
-def test_ids_are_unique_across_threads():
-    gen = MessageIdGenerator(ip="1.2.3.4", pid=1, salt=0)
+def test_ids_are_unique_across_threads(make_gen):
+    gen = make_gen(ip="1.2.3.4", pid=1, salt=0)
     out: list[list[str]] = [[] for _ in range(8)]
 
     def work(i: int) -> None:
@@ -104,13 +129,13 @@ def test_malformed_ids_are_refused(bad):
         uniq_id_timestamp(bad)
 
 
-def test_ip_must_be_ipv4():
+def test_ip_must_be_ipv4(make_gen):
     with pytest.raises(ValueError):
-        MessageIdGenerator(ip=b"\0" * 16)
+        make_gen(ip=b"\0" * 16)
 
 
-def test_ids_made_many_at_once_are_distinct_and_read_back_the_same_time():
-    gen = MessageIdGenerator(ip="10.1.2.3", pid=7, salt=1)
+def test_ids_made_many_at_once_are_distinct_and_read_back_the_same_time(make_gen):
+    gen = make_gen(ip="10.1.2.3", pid=7, salt=1)
     ids = gen.create_many(70_000)  # wraps the 16-bit counter
     assert len(ids) == 70_000 and all(len(i) == 32 and i[:20] == ids[0][:20] for i in ids)
     assert len(set(ids[:65_536])) == 65_536

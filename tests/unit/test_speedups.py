@@ -158,3 +158,19 @@ def test_no_extensions_environment_selects_the_python_codecs() -> None:
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, NO_EXTENSIONS_ENV: "1"},
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.split() == ["True", "True", "True"]
+
+
+@needs_c
+@SETTINGS
+@given(st.lists(st.integers(0, 2**42), min_size=1, max_size=6), st.integers(0, 0xFFFF), st.integers(0, 70_000))
+def test_c_uniq_id_clock_equals_python(times: list[int], counter: int, many: int) -> None:
+    from sluice.client.message_id import MessageIdGenerator
+
+    c = MessageIdGenerator(ip="10.0.0.7", pid=4321, salt=99)
+    py = MessageIdGenerator(ip="10.0.0.7", pid=4321, salt=99)
+    py._clock = None
+    c._clock.counter = py._counter = counter
+    assert [c.create(t) for t in times] == [py.create(t) for t in times]
+    a, b = c.create_many(many % 300), py.create_many(many % 300)
+    assert len(a) == len(b) and [i[-4:] for i in a] == [i[-4:] for i in b] and {i[:20] for i in a + b} <= {c.prefix}
+    assert c.create(times[0])[-4:] == py.create(times[0])[-4:]

@@ -57,9 +57,19 @@ def _has_separator(s: str) -> bool:
 
 def validate_send_topic(topic: str) -> None:
     """Raise ``InvalidNameError`` unless a producer may send to ``topic``."""
+    if type(topic) is str and topic in _SENDABLE_TOPICS:  # checked before: a str's answer never changes
+        return
     validate_topic(topic)
     if topic in NOT_ALLOWED_SEND_TOPICS:
         raise InvalidNameError(f"sending to system topic {topic!r} is not allowed")
+    if type(topic) is str:
+        if len(_SENDABLE_TOPICS) >= _SENDABLE_TOPICS_MAX:
+            _SENDABLE_TOPICS.clear()
+        _SENDABLE_TOPICS.add(topic)
+
+
+_SENDABLE_TOPICS: set[str] = set()
+_SENDABLE_TOPICS_MAX = 4096
 
 
 def validate_tag(tag: str, what: str = "tag") -> None:
@@ -124,7 +134,8 @@ class Message:
         if not isinstance(self.delay_level, int) or self.delay_level < 0:
             raise MessageFormatError(f"delay level {self.delay_level!r} must be an integer >= 0 (0 = no delay)")
         timers = [name for name, v in (("deliver_at", self.deliver_at), ("delay", self.delay),
-                                       ("delay_level", self.delay_level or None)) if v is not None]
+                                       ("delay_level", self.delay_level or None)) if v is not None] \
+            if self.deliver_at is not None or self.delay is not None else ()
         if len(timers) > 1:
             raise MessageFormatError(f"a message has one of deliver_at, delay and delay_level, not "
                                      f"{' and '.join(timers)}")
