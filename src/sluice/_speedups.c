@@ -305,7 +305,7 @@ decode_records(PyObject *self, PyObject *args)
         f[S_BORN_TIMESTAMP] = PyLong_FromLongLong(get_i64(r + 40));
         f[S_BORN_HOST] = host_of(r + 48, hosts, born_raw, &born);
         f[S_STORE_TIMESTAMP] = PyLong_FromLongLong(get_i64(r + 56));
-        f[S_STORE_HOST] = host_of(r + 64, hosts, store_raw, &store);
+        f[S_STORE_HOST] = f[S_BORN_HOST] == NULL ? NULL : host_of(r + 64, hosts, store_raw, &store);
         f[S_RECONSUME_TIMES] = PyLong_FromLong(get_i32(r + 72));
         f[S_PREPARED_TRANSACTION_OFFSET] = PyLong_FromLongLong(get_i64(r + 76));
         f[S_PROPERTIES] = Py_NewRef(Py_None);
@@ -501,7 +501,8 @@ done:
     return result;
 }
 
-/* body_crcs(data, starts, ends) -> BODYCRC of each data[starts[i]:ends[i]] (native int64 arrays as bytes). */
+/* body_crcs(data, starts, ends) -> BODYCRC of each data[starts[i]:ends[i]] (native int64 arrays as bytes).
+ * The spans are copied and checked with the GIL held: the caller's arrays may change once it is released. */
 static PyObject *
 body_crcs(PyObject *self, PyObject *args)
 {
@@ -509,76 +510,81 @@ body_crcs(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*y*", &data, &starts, &ends))
         return NULL;
     PyObject *out = NULL;
+    int64_t *spans = NULL;
     Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t);
     if (starts.len != ends.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
         PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
         goto done;
     }
-    const int64_t *s = starts.buf, *e = ends.buf;
-    for (Py_ssize_t i = 0; i < count; i++)
-        if (s[i] < 0 || e[i] < s[i] || e[i] > data.len) {
-            PyErr_Format(PyExc_ValueError, "span %zd [%lld, %lld) is outside %zd bytes", i, (long long)s[i],
-                         (long long)e[i], data.len);
+    spans = PyMem_Malloc(2 * (size_t)(count ? count : 1) * sizeof(int64_t));
+    if (spans == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t s, e;
+        memcpy(&s, (const char *)starts.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
+        memcpy(&e, (const char *)ends.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
+        if (s < 0 || e < s || e > data.len) {
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld, %lld) is outside %zd bytes", i, (long long)s,
+                         (long long)e, data.len);
             goto done;
         }
+        spans[2 * i] = s;
+        spans[2 * i + 1] = e;
+    }
     out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
     if (out == NULL)
         goto done;
-    int64_t *crc = (int64_t *)PyBytes_AS_STRING(out);
+    char *crc = PyBytes_AS_STRING(out);
     const unsigned char *d = data.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++)
-        crc[i] = crc32_of(d + s[i], (Py_ssize_t)(e[i] - s[i])) & 0x7FFFFFFF;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t c = crc32_of(d + spans[2 * i], (Py_ssize_t)(spans[2 * i + 1] - spans[2 * i])) & 0x7FFFFFFF;
+        memcpy(crc + i * (Py_ssize_t)sizeof(int64_t), &c, sizeof(int64_t));
+    }
     Py_END_ALLOW_THREADS
 done:
+    PyMem_Free(spans);
     PyBuffer_Release(&data);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&ends);
     return out;
 }
 
-/* encode_batch_record(body, properties, flag) -> one batch record. */
+/* encode_batch_record(body, properties, flag=0) -> one batch record. */
 static PyObject *
-encode_batch_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+encode_batch_record(PyObject *self, PyObject *args, PyObject *kwds)
 {
-    if (!configured())
+    static char *kwlist[] = {"body", "properties", "flag", NULL};
+    Py_buffer body, props;
+    long long flag = 0;
+    if (!configured()
+        || !PyArg_ParseTupleAndKeywords(args, kwds, "y*y*|L:encode_batch_record", kwlist, &body, &props, &flag))
         return NULL;
-    if (nargs < 2 || nargs > 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "encode_batch_record(body: bytes, properties: bytes, flag: int = 0)");
-        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t total = BATCH_OVERHEAD + body.len + props.len;
+    if (props.len > 32767) {
+        bad("batch message properties are %zd bytes, over %d", props.len, 32767);
+    } else if (flag < INT32_MIN || flag > INT32_MAX) {
+        bad("message flag %lld is not a 32-bit integer", flag);
+    } else if (total > INT32_MAX) {
+        bad("a batch record of %zd bytes is over the 2 GiB a record can hold", total);
+    } else if ((out = PyBytes_FromStringAndSize(NULL, total)) != NULL) {
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+        put_i32(p, (int32_t)total);
+        put_i32(p + 4, 0);
+        put_i32(p + 8, 0);
+        put_i32(p + 12, (int32_t)flag);
+        put_i32(p + 16, (int32_t)body.len);
+        memcpy(p + BATCH_HEAD, body.buf, body.len);
+        p += BATCH_HEAD + body.len;
+        p[0] = (unsigned char)(props.len >> 8);
+        p[1] = (unsigned char)props.len;
+        memcpy(p + 2, props.buf, props.len);
     }
-    long flag = 0;
-    if (nargs == 3) {
-        flag = PyLong_AsLong(args[2]);
-        if (flag == -1 && PyErr_Occurred())
-            return NULL;
-        if (flag < INT32_MIN || flag > INT32_MAX) {
-            PyErr_SetString(PyExc_OverflowError, "flag must be a 32-bit integer");
-            return NULL;
-        }
-    }
-    Py_ssize_t body_len = PyBytes_GET_SIZE(args[0]), props_len = PyBytes_GET_SIZE(args[1]);
-    if (props_len > 32767)
-        return bad("batch message properties are %zd bytes, over %d", props_len, 32767);
-    Py_ssize_t total = BATCH_OVERHEAD + body_len + props_len;
-    if (total > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "a batch record is limited to 2 GiB");
-        return NULL;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
-    if (out == NULL)
-        return NULL;
-    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    put_i32(p, (int32_t)total);
-    put_i32(p + 4, 0);
-    put_i32(p + 8, 0);
-    put_i32(p + 12, (int32_t)flag);
-    put_i32(p + 16, (int32_t)body_len);
-    memcpy(p + BATCH_HEAD, PyBytes_AS_STRING(args[0]), body_len);
-    p += BATCH_HEAD + body_len;
-    p[0] = (unsigned char)(props_len >> 8);
-    p[1] = (unsigned char)props_len;
-    memcpy(p + 2, PyBytes_AS_STRING(args[1]), props_len);
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&props);
     return out;
 }
 
@@ -784,7 +790,7 @@ static PyMethodDef methods[] = {
      "scan_batch(body) -> (body_start, props_len_pos, end, flag) as native int64 bytes."},
     {"body_crcs", body_crcs, METH_VARARGS,
      "body_crcs(data, starts, ends) -> the BODYCRC of every span, native int64 bytes."},
-    {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_FASTCALL,
+    {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_VARARGS | METH_KEYWORDS,
      "encode_batch_record(body, properties, flag=0) -> one batch record."},
     {NULL, NULL, 0, NULL},
 };

@@ -131,10 +131,25 @@ def test_c_body_crcs_refuse_spans_outside_the_data() -> None:
 
 @needs_c
 @SETTINGS
-@given(st.binary(max_size=100), st.binary(max_size=100) | st.just(b"p" * 32768), int32)
-def test_c_encode_batch_record_equals_python(body: bytes, properties: bytes, flag: int) -> None:
+@given(st.binary(max_size=100), st.binary(max_size=100) | st.just(b"p" * 32768),
+       int32 | st.integers(-(2**40), 2**40), st.booleans())
+def test_c_encode_batch_record_equals_python(body: bytes, properties: bytes, flag: int, as_bytearray: bool) -> None:
+    if as_bytearray:
+        body = bytearray(body)  # type: ignore[assignment]
     assert outcome(speedups.encode_batch_record, body, properties, flag) == \
         outcome(batch_codec.py_encode_batch_record, body, properties, flag)
+    assert outcome(lambda: speedups.encode_batch_record(body, properties, flag=flag)) == \
+        outcome(batch_codec.py_encode_batch_record, body, properties, flag)
+
+
+@needs_c
+def test_c_body_crcs_take_spans_of_any_alignment() -> None:
+    raw = bytearray(17)
+    starts = memoryview(raw)[1:9]
+    ends = memoryview(raw)[9:17]
+    ends[:] = (3).to_bytes(8, sys.byteorder)
+    assert np.frombuffer(speedups.body_crcs(b"abcdef", starts, ends), dtype=np.int64).tolist() == \
+        [zlib.crc32(b"abc") & 0x7FFFFFFF]
 
 
 @needs_c
@@ -151,11 +166,12 @@ def test_speedups_are_built_where_required() -> None:
         assert speedups is not None
 
 
-def test_no_extensions_environment_selects_the_python_codecs() -> None:
+@pytest.mark.parametrize("value", ["1", "true", "Yes"])
+def test_no_extensions_environment_selects_the_python_codecs(value: str) -> None:
     code = ("from sluice.common import message_codec as m, batch_codec as b; from sluice.common.speedups import "
             "speedups; print(speedups is None, m.decode_records is m.py_decode_records, "
             "b.scan_batch_columns is b.py_scan_batch_columns)")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, NO_EXTENSIONS_ENV: "1"},
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, NO_EXTENSIONS_ENV: value},
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.split() == ["True", "True", "True"]
 

@@ -41,6 +41,8 @@ def py_encode_batch_record(body: bytes, properties: bytes, flag: int = 0) -> byt
     """One record; ``properties`` is the already encoded properties string."""
     if len(properties) > MAX_PROPERTIES_SIZE:
         raise MessageFormatError(f"batch message properties are {len(properties)} bytes, over {MAX_PROPERTIES_SIZE}")
+    if not -(2**31) <= flag < 2**31:
+        raise MessageFormatError(f"message flag {flag} is not a 32-bit integer")
     total = BATCH_RECORD_OVERHEAD + len(body) + len(properties)
     return b"".join((_HEAD.pack(total, 0, 0, flag, len(body)), body, _PROPS_LEN.pack(len(properties)), properties))
 

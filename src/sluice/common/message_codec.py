@@ -98,7 +98,8 @@ def encode_record(
 
 
 def py_check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool = True) -> int:
-    """Validate the record at ``buf[pos:]`` without decoding it.
+    """Validate the record at ``buf[pos:]`` without decoding it. ``0 <= pos <= limit <= len(buf)`` (the
+    compiled twin raises ``ValueError`` otherwise).
 
     Returns its size; 0 for a clean end (zeroed bytes); -1 for a BLANK end-of-file filler; raises
     ``MessageFormatError`` for anything that is not a whole, intact record ending before ``limit``.
@@ -228,8 +229,16 @@ def _c_decode_records(buf: memoryview | bytes) -> list[MessageExt]:
     return c_decode_records(buf, _HOSTS)
 
 
-if speedups is not None:
-    speedups.message_type(MessageExt, _host8)
+def _c_message_type() -> bool:
+    """Whether the compiled decoder can build ``MessageExt`` (it fills its slots; a changed class keeps Python)."""
+    try:
+        speedups.message_type(MessageExt, _host8)  # type: ignore[union-attr]
+    except TypeError:
+        return False
+    return True
+
+
+if speedups is not None and _c_message_type():
     c_decode_records = speedups.decode_records
     decode_records = _c_decode_records
     check_record = speedups.check_record

@@ -1,8 +1,9 @@
 """The compiled codecs, ``sluice._speedups``, when they are there and wanted.
 
 ``speedups`` is the module, or None: not built (no C compiler at install time), or turned off with the
-environment variable ``SLUICE_NO_EXTENSIONS=1`` (read once, at import). Each codec keeps its pure-Python
-twin as the reference and the fallback; the two give the same results (``tests/unit/test_speedups.py``).
+environment variable ``SLUICE_NO_EXTENSIONS=1`` (also ``true``, ``yes``, ``on``; read once, at import). Each
+codec keeps its pure-Python twin as the reference and the fallback; the two give the same results
+(``tests/unit/test_speedups.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ NO_EXTENSIONS_ENV = "SLUICE_NO_EXTENSIONS"
 
 
 def _load() -> ModuleType | None:
-    if os.environ.get(NO_EXTENSIONS_ENV, "").strip() not in ("", "0"):
+    if os.environ.get(NO_EXTENSIONS_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         return None
     try:
         from sluice import _speedups  # type: ignore[attr-defined]
