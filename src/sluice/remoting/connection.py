@@ -70,6 +70,7 @@ class Connection(asyncio.Protocol):
         self._read_paused_by: set[str] = set()
         self._backlog: collections.deque[RemotingCommand] = collections.deque()  # decoded, not yet served
         self._serving_later = False
+        self._after_backlog: list[Callable[[], None]] = []  # run once the requests read so far are served
         self._bad: ProtocolError | None = None  # close once the frames before the bad bytes are served
         self._drained: asyncio.Event | None = None
         self._out: list[bytes] = []  # frames written in this loop iteration, sent together (one syscall)
@@ -106,29 +107,46 @@ class Connection(asyncio.Protocol):
         self._serving_later = False
         backlog = self._backlog
         ends = time.monotonic() + SERVE_SLICE
-        while backlog:
-            if self.closed:
-                backlog.clear()
-                return
-            cmd = backlog.popleft()
-            if cmd.flag & RESPONSE_FLAG:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            else:
-                self._handle_request(cmd)
-            # (checked after every request: one batch of a few hundred messages takes a millisecond or more)
-            if backlog and time.monotonic() >= ends:
-                self._pause_reading("backlog")
-                self._serving_later = True
-                assert self._loop is not None
-                self._loop.call_soon(self._serve_backlog)
-                return
+        try:
+            while backlog:
+                if self.closed:
+                    backlog.clear()
+                    return
+                cmd = backlog.popleft()
+                if cmd.flag & RESPONSE_FLAG:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                else:
+                    self._handle_request(cmd)
+                # (checked after every request: one batch of a few hundred messages takes a millisecond or more)
+                if backlog and time.monotonic() >= ends:
+                    self._pause_reading("backlog")
+                    self._serving_later = True
+                    assert self._loop is not None
+                    self._loop.call_soon(self._serve_backlog)
+                    return
+        finally:
+            if self._after_backlog:
+                self._run_after_backlog()
         self._resume_reading("backlog")
         if self._bad is not None:
             log.warning("closing connection %s %s: %s", "from" if self.server_side else "to", self.remote_addr,
                         self._bad)
             self.close()
+
+    def after_backlog(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the requests read so far are served (or this turn's slice of them): how a handler
+        deals with the requests of one read together (the send processor puts them in one append)."""
+        self._after_backlog.append(fn)
+
+    def _run_after_backlog(self) -> None:
+        fns, self._after_backlog = self._after_backlog, []
+        for fn in fns:
+            try:
+                fn()
+            except Exception:  # one hook's failure must not keep the others (or the connection) from going on
+                log.exception("after-backlog hook failed on %s", self.remote_addr)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

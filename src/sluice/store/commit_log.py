@@ -88,6 +88,7 @@ class AppendResult(NamedTuple):
     store_timestamp: int
     phys_offsets: list[int]
     arrivals: dict[tuple[str, int], int]  # (topic, queue id) → the queue's new max offset
+    queue_offsets: list[int] | None = None  # each record's queue offset (``append``; a raw batch's are consecutive)
 
 
 class BatchDispatch(NamedTuple):
@@ -279,7 +280,8 @@ class CommitLog:
             table.update(advanced)
             dispatcher(dispatch)
         arrivals = {(d.topic, d.queue_id): d.queue_offset + 1 for d in dispatch if not no_queue_offset(d.sys_flag)}
-        return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, arrivals)
+        return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, arrivals,
+                            [d.queue_offset for d in dispatch])
 
     def append_raw_batch(self, batch: RawBatch, dispatcher: Callable[[BatchDispatch], None]) -> AppendResult:
         """Append every record of ``batch`` to its queue: each stored record is the batch record's body and

@@ -14,7 +14,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -334,7 +334,7 @@ class MessageStore:
         self._group_commit.submit(waiter)
         return waiter
 
-    def _finish_put(self, r: AppendResult, n: int, flushed: bool) -> PutMessageResult:
+    def _finish_put(self, r: AppendResult, n: int, flushed: bool, notify: bool = True) -> PutMessageResult:
         result = PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
                                   r.store_timestamp, r.phys_offsets)
         if not flushed:
@@ -343,11 +343,15 @@ class MessageStore:
             else:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
                 result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
+        if notify:
+            self._notify_arrivals(r.arrivals)
+        return result
+
+    def _notify_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
         if self.arrival_listeners:
-            for (topic, queue_id), max_offset in r.arrivals.items():
+            for (topic, queue_id), max_offset in arrivals.items():
                 for listener in self.arrival_listeners:
                     listener(topic, queue_id, max_offset)
-        return result
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         return self.put_messages([msg])
@@ -440,14 +444,75 @@ class MessageStore:
         assert self._group_commit is not None
 
         def flushed(ok: bool) -> None:
-            try:
-                result = self._finish_put(r, n, ok)
-            except Exception as exc:  # the sender must hear something; the records are stored all the same
-                log.exception("finishing a put failed")
-                result = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
-            done(result)
+            done(self._finished(r, n, ok))
 
         self._group_commit.submit_callback(r.wrote_offset + r.wrote_bytes, flushed)
+
+    def _finished(self, r: AppendResult, n: int, ok: bool, notify: bool = True) -> PutMessageResult:
+        """``_finish_put`` for a put answered by callback: the sender must hear something whatever happens."""
+        try:
+            return self._finish_put(r, n, ok, notify)
+        except Exception as exc:  # the records are stored all the same
+            log.exception("finishing a put failed")
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def put_groups_then(self, puts: Sequence[list[MessageExtBrokerInner]],
+                        done: Callable[[int, PutMessageResult], None]) -> None:
+        """Several puts (the sends of one read) in one append, their records consecutive in the log in the
+        order given, with one flush wait and one arrival notice. ``done(i, result)`` answers ``puts[i]`` on the
+        running loop: at once when it is refused or does not wait for the flush, after the group commit
+        otherwise. A put the store refuses does not touch the others; if the append as a whole fails, each
+        put is made on its own, so that each hears its own answer."""
+        accepted: list[int] = []
+        for i, msgs in enumerate(puts):
+            rejected = self._check(msgs)
+            if rejected is not None:
+                done(i, rejected)
+            else:
+                accepted.append(i)
+        if len(accepted) <= 1:
+            for i in accepted:
+                self._put_alone_then(puts[i], i, done)
+            return
+        all_msgs = [m for i in accepted for m in puts[i]]
+        r = self._guarded_append(lambda: self.commit_log.append(all_msgs, self._dispatch))
+        if isinstance(r, PutMessageResult):
+            for i in accepted:
+                self._put_alone_then(puts[i], i, done)
+            return
+        assert r.queue_offsets is not None
+        end = r.wrote_offset + r.wrote_bytes
+        parts: list[tuple[int, AppendResult, int]] = []
+        first = 0
+        for i in accepted:
+            n = len(puts[i])
+            last = first + n
+            start = r.phys_offsets[first]
+            stop = r.phys_offsets[last] if last < len(all_msgs) else end
+            parts.append((i, AppendResult(start, stop - start, r.queue_offsets[first], r.store_timestamp,
+                                          r.phys_offsets[first:last], {}), n))
+            first = last
+        waiting = [p for p in parts if self.waits_for_flush(puts[p[0]])]
+        for i, sub, n in parts:
+            if not waiting or not self.waits_for_flush(puts[i]):
+                done(i, self._finished(sub, n, True, notify=False))
+        if not waiting:
+            self._notify_arrivals(r.arrivals)
+            return
+        assert self._group_commit is not None
+
+        def flushed(ok: bool) -> None:
+            for i, sub, n in waiting:
+                done(i, self._finished(sub, n, ok, notify=False))
+            self._notify_arrivals(r.arrivals)
+
+        self._group_commit.submit_callback(max(p[1].wrote_offset + p[1].wrote_bytes for p in waiting), flushed)
+
+    def _put_alone_then(self, msgs: list[MessageExtBrokerInner], i: int,
+                        done: Callable[[int, PutMessageResult], None]) -> None:
+        r = self.put_messages_then(msgs, lambda result: done(i, result))
+        if r is not None:
+            done(i, r)
 
     async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         return await self.put_messages_async([msg])

@@ -140,9 +140,26 @@ def _forbidden(b: BrokerController) -> str:
     return f"the broker[{b.broker_addr}] sending message is forbidden{why}"
 
 
+# A read's sends go to the store in appends of at most this many messages and body bytes: the append runs
+# after the requests it holds, so it must stay a small part of the loop's serving slice.
+GROUP_MAX_MESSAGES = 32
+GROUP_MAX_BYTES = 1024 * 1024
+
+
+@dataclass(slots=True)
+class _GroupedPut:
+    msgs: list[MessageExtBrokerInner]
+    respond: ResponseBuilder
+    deferred: DeferredResponse
+    t0: float
+
+
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self._group: list[_GroupedPut] = []  # the sends of the read being served, not yet in the store
+        self._group_bytes = 0
+        self._group_msgs = 0
 
     # == handlers ====================================================================================
     def send_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | DeferredResponse:
@@ -195,7 +212,7 @@ class SendMessageProcessor:
         props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         inner = MessageExtBrokerInner(topic, msg.body, queue_id, msg.flag, props, msg.sys_flag, msg.born_timestamp,
                                       msg.born_host, b.broker_addr, msg.reconsume_times + 1)
-        return self._put(req, [b.schedule_service.redirect(inner)],
+        return self._put(conn, [b.schedule_service.redirect(inner)],
                          lambda r, code: req.response(code, r.remark or None))
 
     # == the send path ===============================================================================
@@ -292,22 +309,44 @@ class SendMessageProcessor:
 
         if h.batch:
             return self._put_raw(raw, respond)
-        return self._put(req, msgs, respond)
+        return self._put(conn, msgs, respond)
 
     def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
+        if self._group:  # the single sends read before this batch are stored before it
+            self._put_group()
         store = self.broker.store
         if not store.raw_batch_waits_for_flush(raw):
             t0 = perf_counter()
             return self._answer(store.put_raw_batch(raw), t0, respond)
         return self._store_waiting(lambda done: store.put_raw_batch_then(raw, done), respond)
 
-    def _put(self, req: RemotingCommand, msgs: list[MessageExtBrokerInner],
+    def _put(self, conn: Connection, msgs: list[MessageExtBrokerInner],
              respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
-        store = self.broker.store
-        if not store.waits_for_flush(msgs):
-            t0 = perf_counter()
-            return self._answer(store.put_messages(msgs), t0, respond)
-        return self._store_waiting(lambda done: store.put_messages_then(msgs, done), respond)
+        """Join the puts of the requests read with this one: they go to the store together once the
+        connection has served what it read (``_put_group``), each answered with its own result."""
+        group = self._group
+        if not group:
+            conn.after_backlog(self._put_group)
+        deferred = DeferredResponse()
+        group.append(_GroupedPut(msgs, respond, deferred, perf_counter()))
+        self._group_bytes += sum(len(m.body) for m in msgs)
+        self._group_msgs += len(msgs)
+        if self._group_bytes >= GROUP_MAX_BYTES or self._group_msgs >= GROUP_MAX_MESSAGES:
+            self._put_group()
+        return deferred
+
+    def _put_group(self) -> None:
+        """The puts gathered from one read: one append, one flush wait, one arrival notice."""
+        group, self._group = self._group, []
+        self._group_bytes = self._group_msgs = 0
+        if not group:
+            return
+
+        def done(i: int, r: PutMessageResult) -> None:
+            p = group[i]
+            p.deferred.resolve(lambda: self._answer(r, p.t0, p.respond))
+
+        self.broker.store.put_groups_then([p.msgs for p in group], done)
 
     def _answer(self, r: PutMessageResult, t0: float, respond: ResponseBuilder) -> RemotingCommand:
         """The answer to a put that took since ``t0`` (timed for the stats)."""
