@@ -42,7 +42,20 @@ def work_dir(target: str) -> Path:
     return path
 
 
-def run_target(target: Target, budget: list[str]) -> bool:
+def run_target(target: Target, runs: int | None, seconds: int | None) -> bool:
+    """Fuzz one target for ``runs`` inputs or ``seconds``, in processes of at most ``target.chunk`` inputs; True
+    when it finished its budget without a finding."""
+    if seconds is not None:
+        return run_chunk(target, [f"-max_total_time={seconds}"])
+    assert runs is not None
+    step = target.chunk or runs
+    for done in range(0, runs, step):
+        if not run_chunk(target, [f"-runs={min(step, runs - done)}"]):
+            return False
+    return True
+
+
+def run_chunk(target: Target, budget: list[str]) -> bool:
     """Fuzz one target in a child process; True when it finished its budget without a finding."""
     crashes = CRASHES_DIR / target.name
     corpora = [work_dir(target.name), CORPUS_DIR / target.name]
@@ -100,8 +113,8 @@ def main() -> int:
     budget.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="inputs per target (default 1,000,000)")
     budget.add_argument("--seconds", type=int, help="time per target instead of a number of inputs")
     args = parser.parse_args()
-    limit = [f"-max_total_time={args.seconds}"] if args.seconds else [f"-runs={args.runs}"]
-    failed = [name for name in args.targets or list(TARGETS) if not run_target(TARGETS[name], limit)]
+    failed = [name for name in args.targets or list(TARGETS)
+              if not run_target(TARGETS[name], None if args.seconds else args.runs, args.seconds)]
     if failed:
         print(f"fuzzing found problems in: {', '.join(failed)} (inputs saved under {CRASHES_DIR})", file=sys.stderr)
         return 1
