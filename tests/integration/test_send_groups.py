@@ -3,6 +3,7 @@ its own answer: its queue offset, its offset message id, its own error, its own 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from sluice.common.batch_codec import BatchItem, encode_batch
 from sluice.common.message import decode_message_id
 from sluice.common.message_codec import decode_records
 from sluice.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
@@ -41,11 +43,19 @@ def exchange(addr: str, requests: list[RemotingCommand], timeout: float = 30.0) 
 
 
 def stored(broker, topic: str, queue_id: int) -> list[bytes]:
-    got = broker.store.get_messages("check", topic, queue_id, 0, 1000)
-    try:
-        return [m.body for m in decode_records(b"".join(bytes(b) for b in got.buffers))]
-    finally:
-        got.release()
+    """Every body a consumer reads from the queue, in order."""
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        got = broker.store.get_messages("check", topic, queue_id, offset, 1000)
+        try:
+            bodies = [m.body for m in decode_records(b"".join(bytes(b) for b in got.buffers))]
+        finally:
+            got.release()
+        if not bodies:
+            return out
+        out += bodies
+        offset = got.next_begin_offset
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
@@ -107,3 +117,94 @@ def test_a_wait_false_send_read_with_waiting_ones_is_answered_before_the_disk_is
     late = ResponseCode.FLUSH_DISK_TIMEOUT
     assert codes == [late, late, ResponseCode.SUCCESS, late, late]
     assert [int(answers[r.opaque].ext_fields["queueOffset"]) for r in reqs] == list(range(5))
+
+
+def test_a_send_with_a_header_value_beyond_its_java_type_is_refused_alone(empty_cluster):
+    broker = empty_cluster.start_broker("broker-a")
+    empty_cluster.create_topic("grouped-flag", 1)
+    reqs = []
+    for i in range(6):
+        h = send_v2("grouped-flag", 0)
+        if i == 3:
+            h["h"] = str(2**31)  # flag: a Java int
+        reqs.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, h, b"m-%d" % i))
+    answers = exchange(broker.broker_addr, reqs)
+    assert [answers[r.opaque].code for r in reqs] == [ResponseCode.SUCCESS] * 3 + [ResponseCode.SYSTEM_ERROR] + \
+        [ResponseCode.SUCCESS] * 2
+    assert "'h' (flag)" in answers[reqs[3].opaque].remark
+    assert stored(broker, "grouped-flag", 0) == [b"m-%d" % i for i in range(6) if i != 3]
+
+
+def test_a_group_whose_append_fails_after_writing_is_answered_and_never_stored_twice(empty_cluster, monkeypatch):
+    broker = empty_cluster.start_broker("broker-a")
+    empty_cluster.create_topic("dup-a", 1)
+    empty_cluster.create_topic("dup-b", 1)
+    store = broker.store
+    real = store.dispatch_one
+    failed: list[object] = []
+
+    def dispatch_one_failing_once(r, index=True):  # a ConsumeQueue file that cannot be opened (EMFILE)
+        if r.topic == "dup-b" and not failed:
+            failed.append(r)
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(r, index)
+
+    monkeypatch.setattr(store, "dispatch_one", dispatch_one_failing_once)
+    reqs = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_v2(t, 0), b"m-%d" % i)
+            for i, t in enumerate(["dup-a", "dup-b", "dup-a"])]
+    answers = exchange(broker.broker_addr, reqs)
+    assert len(answers) == 3 and failed
+    ok = [i for i, r in enumerate(reqs) if answers[r.opaque].code == ResponseCode.SUCCESS]
+    a = stored(broker, "dup-a", 0)
+    assert len(a) == len(set(a))  # nothing twice
+    assert {b"m-%d" % i for i in ok if i != 1} <= set(a)  # a send told SUCCESS is readable
+
+
+def test_a_wait_false_send_wakes_long_polling_consumers_before_the_disk_is_done(empty_cluster, monkeypatch):
+    broker = empty_cluster.start_broker("broker-a", store_flush_disk_type="SYNC_FLUSH", store_sync_flush_timeout=1500)
+    empty_cluster.create_topic("grouped-notice", 2)
+    seen: dict[tuple[str, int], float] = {}
+    broker.store.arrival_listeners.append(lambda t, q, off: seen.setdefault((t, q), time.monotonic()))
+    hang = threading.Event()
+    monkeypatch.setattr(mapped_file_module.os, "fdatasync", lambda fd: hang.wait(10))
+    reqs = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_v2("grouped-notice", 0, "WAIT\x01true"), b"w"),
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_v2("grouped-notice", 1, "WAIT\x01false"), b"n")]
+    t0 = time.monotonic()
+    try:
+        answers = exchange(broker.broker_addr, reqs)
+    finally:
+        hang.set()
+    assert [answers[r.opaque].code for r in reqs] == [ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.SUCCESS]
+    assert seen[("grouped-notice", 1)] - t0 < 1.0 < seen[("grouped-notice", 0)] - t0
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_singles_and_batches_read_together_keep_their_arrival_order(empty_cluster, flush):
+    broker = empty_cluster.start_broker("broker-a", store_flush_disk_type=flush)
+    empty_cluster.create_topic("mixed-order", 1)
+    reqs, want = [], []
+    for kind in ["single"] * 40 + ["batch"] + ["single"] * 3 + ["batch", "single", "single"]:
+        if kind == "single":
+            want.append(b"m-%d" % len(want))
+            reqs.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_v2("mixed-order", 0), want[-1]))
+        else:
+            items = [BatchItem(b"m-%d" % (len(want) + k)) for k in range(3)]
+            want += [it.body for it in items]
+            reqs.append(RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {**send_v2("mixed-order", 0),
+                                                                                 "m": "true"}, encode_batch(items)))
+    answers = exchange(broker.broker_addr, reqs)
+    assert all(answers[r.opaque].code == ResponseCode.SUCCESS for r in reqs)
+    assert stored(broker, "mixed-order", 0) == want
+
+
+def test_a_topic_deleted_after_sends_read_with_it_does_not_overtake_them(empty_cluster):
+    broker = empty_cluster.start_broker("broker-a")
+    empty_cluster.create_topic("grouped-deleted", 1)
+    reqs = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_v2("grouped-deleted", 0), b"m-%d" % i)
+            for i in range(3)]
+    reqs.append(RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "grouped-deleted"}))
+    answers = exchange(broker.broker_addr, reqs)
+    assert [answers[r.opaque].code for r in reqs] == [ResponseCode.SUCCESS] * 4
+    assert [int(answers[r.opaque].ext_fields["queueOffset"]) for r in reqs[:3]] == [0, 1, 2]
+    assert broker.topic_config_manager.get("grouped-deleted") is None
+    assert stored(broker, "grouped-deleted", 0) == []  # deleted with the topic: stored before it, not after

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -21,6 +22,9 @@ class RequestDispatcher:
     def __init__(self) -> None:
         self.handlers: dict[int, RequestHandler] = {}
         self.unsupported_seen: dict[int, int] = {}
+        # Called with the next request's code before its handler, while set: a handler holding work back for
+        # the requests read with it (the send processor's group) finishes it before a request it must precede.
+        self.before_next: Callable[[int], None] | None = None
 
     def register(self, code: int, handler: RequestHandler) -> None:
         self.handlers[int(code)] = handler
@@ -36,6 +40,8 @@ class RequestDispatcher:
         return served
 
     def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
+        if self.before_next is not None:
+            self.before_next(request.code)
         handler = self.handlers.get(request.code)
         if handler is None:
             self.unsupported_seen[request.code] = self.unsupported_seen.get(request.code, 0) + 1

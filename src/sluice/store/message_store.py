@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import shutil
+import struct
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -82,6 +83,12 @@ def _topic_problem(topic: str) -> str | None:
     except InvalidNameError as exc:
         return str(exc)
     return None
+
+
+def _merge_arrivals(into: dict[tuple[str, int], int], arrivals: dict[tuple[str, int], int]) -> None:
+    for key, max_offset in arrivals.items():
+        if into.get(key, -1) < max_offset:
+            into[key] = max_offset
 
 
 class MessageStore:
@@ -306,7 +313,7 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(exc))
         except PropertiesTooLarge as exc:
             return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, str(exc))
-        except (MessageFormatError, UnicodeEncodeError) as exc:
+        except (MessageFormatError, UnicodeEncodeError, struct.error) as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
@@ -475,9 +482,14 @@ class MessageStore:
                 self._put_alone_then(puts[i], i, done)
             return
         all_msgs = [m for i in accepted for m in puts[i]]
+        log_end = self.commit_log.max_offset
         r = self._guarded_append(lambda: self.commit_log.append(all_msgs, self._dispatch))
         if isinstance(r, PutMessageResult):
-            for i in accepted:
+            if self.commit_log.max_offset != log_end:  # failed after writing (dispatch): never store twice
+                for i in accepted:
+                    done(i, r)
+                return
+            for i in accepted:  # refused before writing: each put on its own hears its own answer
                 self._put_alone_then(puts[i], i, done)
             return
         assert r.queue_offsets is not None
@@ -489,28 +501,38 @@ class MessageStore:
             last = first + n
             start = r.phys_offsets[first]
             stop = r.phys_offsets[last] if last < len(all_msgs) else end
+            arrivals = {(m.topic, m.queue_id): q + 1 for m, q in zip(all_msgs[first:last], r.queue_offsets[first:last],
+                                                                   strict=True) if not no_queue_offset(m.sys_flag)}
             parts.append((i, AppendResult(start, stop - start, r.queue_offsets[first], r.store_timestamp,
-                                          r.phys_offsets[first:last], {}), n))
+                                          r.phys_offsets[first:last], arrivals), n))
             first = last
         waiting = [p for p in parts if self.waits_for_flush(puts[p[0]])]
+        eager: dict[tuple[str, int], int] = {}
         for i, sub, n in parts:
             if not waiting or not self.waits_for_flush(puts[i]):
                 done(i, self._finished(sub, n, True, notify=False))
+                _merge_arrivals(eager, sub.arrivals)
+        self._notify_arrivals(eager)
         if not waiting:
-            self._notify_arrivals(r.arrivals)
             return
         assert self._group_commit is not None
 
         def flushed(ok: bool) -> None:
+            later: dict[tuple[str, int], int] = {}
             for i, sub, n in waiting:
                 done(i, self._finished(sub, n, ok, notify=False))
-            self._notify_arrivals(r.arrivals)
+                _merge_arrivals(later, sub.arrivals)
+            self._notify_arrivals(later)
 
         self._group_commit.submit_callback(max(p[1].wrote_offset + p[1].wrote_bytes for p in waiting), flushed)
 
     def _put_alone_then(self, msgs: list[MessageExtBrokerInner], i: int,
                         done: Callable[[int, PutMessageResult], None]) -> None:
-        r = self.put_messages_then(msgs, lambda result: done(i, result))
+        try:
+            r = self.put_messages_then(msgs, lambda result: done(i, result))
+        except Exception as exc:  # the sender must hear something
+            log.exception("a put failed")
+            r = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
         if r is not None:
             done(i, r)
 

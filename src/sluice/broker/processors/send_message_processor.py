@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from sluice.common.properties import (
 )
 from sluice.common.structs import perm_writeable
 from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
-from sluice.remoting.codes import ResponseCode
+from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.deferred_response import DeferredResponse
@@ -86,6 +87,14 @@ class SendMessageRequestHeader:
     batch: bool
     max_reconsume_times: int | None
 
+    def __post_init__(self) -> None:
+        # Java declares these int (bornTimestamp long): a value past that is refused before it reaches a record.
+        for name, value, bits in (("queueId", self.queue_id, 32), ("sysFlag", self.sys_flag, 32),
+                                  ("flag", self.flag, 32), ("reconsumeTimes", self.reconsume_times, 32),
+                                  ("bornTimestamp", self.born_timestamp, 64)):
+            if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+                raise BadRequestError(f"header field {name!r} is {value}, not a {bits}-bit integer")
+
     @classmethod
     def parse(cls, req: RemotingCommand, v2: bool, batch: bool) -> SendMessageRequestHeader:
         if not v2:
@@ -139,6 +148,11 @@ def _forbidden(b: BrokerController) -> str:
     why = f": {b.store.write_failure}" if b.store.write_failure else ""
     return f"the broker[{b.broker_addr}] sending message is forbidden{why}"
 
+
+log = logging.getLogger(__name__)
+
+# The requests whose puts join a group (``_put``); any other request stores the group first.
+_GROUPED_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.CONSUMER_SEND_MSG_BACK})
 
 # A read's sends go to the store in appends of at most this many messages and body bytes: the append runs
 # after the requests it holds, so it must stay a small part of the loop's serving slice.
@@ -327,6 +341,7 @@ class SendMessageProcessor:
         group = self._group
         if not group:
             conn.after_backlog(self._put_group)
+            self.broker.dispatcher.before_next = self._barrier
         deferred = DeferredResponse()
         group.append(_GroupedPut(msgs, respond, deferred, perf_counter()))
         self._group_bytes += sum(len(m.body) for m in msgs)
@@ -339,6 +354,8 @@ class SendMessageProcessor:
         """The puts gathered from one read: one append, one flush wait, one arrival notice."""
         group, self._group = self._group, []
         self._group_bytes = self._group_msgs = 0
+        if self.broker.dispatcher.before_next == self._barrier:
+            self.broker.dispatcher.before_next = None
         if not group:
             return
 
@@ -346,7 +363,20 @@ class SendMessageProcessor:
             p = group[i]
             p.deferred.resolve(lambda: self._answer(r, p.t0, p.respond))
 
-        self.broker.store.put_groups_then([p.msgs for p in group], done)
+        try:
+            self.broker.store.put_groups_then([p.msgs for p in group], done)
+        except Exception as exc:  # every request of the group must hear something
+            log.exception("storing a group of %d sends failed", len(group))
+            failed = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
+            for p in group:
+                if not p.deferred.resolved:
+                    p.deferred.resolve(lambda p=p: p.respond(failed, ResponseCode.SYSTEM_ERROR))  # type: ignore[misc]
+
+    def _barrier(self, code: int) -> None:
+        """Before a request that is not a single send: the sends read before it are stored first (a topic
+        deleted or reconfigured after a send does not overtake it)."""
+        if code not in _GROUPED_CODES:
+            self._put_group()
 
     def _answer(self, r: PutMessageResult, t0: float, respond: ResponseBuilder) -> RemotingCommand:
         """The answer to a put that took since ``t0`` (timed for the stats)."""
