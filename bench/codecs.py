@@ -53,7 +53,7 @@ def cases() -> list[tuple[str, int, Callable[[], object], Callable[[], object]]]
          lambda: batch_codec.py_scan_batch_columns(batch)),
         ("encode_batch_record", 1, lambda: speedups.encode_batch_record(BODY, PROPS, 0),
          lambda: batch_codec.py_encode_batch_record(BODY, PROPS, 0)),
-        ("message id (UNIQ_KEY)", 1, ids.create, py_ids.py_create),
+        ("message id (UNIQ_KEY)", 1, ids.create, py_ids.create),
     ]
 
 

@@ -48,7 +48,9 @@ def run_target(target: Target, runs: int | None, seconds: int | None) -> bool:
     if seconds is not None:
         return run_chunk(target, [f"-max_total_time={seconds}"])
     assert runs is not None
-    step = target.chunk or runs
+    if runs <= 0 or not target.chunk:  # (libFuzzer's own meaning for -runs=-1: no limit)
+        return run_chunk(target, [f"-runs={runs}"])
+    step = target.chunk
     for done in range(0, runs, step):
         if not run_chunk(target, [f"-runs={min(step, runs - done)}"]):
             return False
@@ -114,7 +116,7 @@ def main() -> int:
     budget.add_argument("--seconds", type=int, help="time per target instead of a number of inputs")
     args = parser.parse_args()
     failed = [name for name in args.targets or list(TARGETS)
-              if not run_target(TARGETS[name], None if args.seconds else args.runs, args.seconds)]
+              if not run_target(TARGETS[name], None if args.seconds else args.runs, args.seconds or None)]
     if failed:
         print(f"fuzzing found problems in: {', '.join(failed)} (inputs saved under {CRASHES_DIR})", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 
 import pytest
@@ -140,3 +141,25 @@ def test_ids_made_many_at_once_are_distinct_and_read_back_the_same_time(make_gen
     assert len(ids) == 70_000 and all(len(i) == 32 and i[:20] == ids[0][:20] for i in ids)
     assert len(set(ids[:65_536])) == 65_536
     assert [int(i[-4:], 16) for i in ids[:3]] == [0, 1, 2] and gen.create()[-4:] == f"{70_000 & 0xFFFF:04X}"
+
+
+def test_a_forked_child_makes_ids_of_its_own():
+    parent = create_uniq_id()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out
+        try:
+            os.write(write_end, create_uniq_id().encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    child = os.read(read_end, 64).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert uniq_id_pid(child) == pid & 0xFFFF != uniq_id_pid(parent)
+    assert child[:20] != parent[:20] and create_uniq_id()[:20] == parent[:20]
+
+
+def test_a_negative_count_of_ids_is_refused(make_gen):
+    with pytest.raises(ValueError, match="n >= 0"):
+        make_gen(ip="1.2.3.4", pid=1, salt=0).create_many(-1)

@@ -75,7 +75,7 @@ class MessageIdGenerator:
         self._counter = 0
         self._month_start_ms = 0
         self._next_month_ms = 0
-        # The compiled clock and counter when there is one (the same ids; ``py_create`` is the reference).
+        # The compiled clock and counter when there is one (the same ids; ``_py_create`` is the reference).
         self._clock = speedups.UniqIdClock(self.prefix, _month_bounds_ms) if speedups is not None else None
 
     def create(self, now_ms: int | None = None) -> str:
@@ -83,10 +83,10 @@ class MessageIdGenerator:
         clock = self._clock
         if clock is not None:
             return clock.create(now_ms)  # type: ignore[no-any-return]
-        return self.py_create(now_ms)
+        return self._py_create(now_ms)
 
-    def py_create(self, now_ms: int | None = None) -> str:
-        """``create`` in Python."""
+    def _py_create(self, now_ms: int | None = None) -> str:
+        """``create`` in Python (the reference; it keeps its own counter: a generator uses one or the other)."""
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         with self._lock:
@@ -101,6 +101,8 @@ class MessageIdGenerator:
 
     def create_many(self, n: int) -> list[str]:
         """``n`` new ids from one clock read (a batch's messages), as ``n`` calls of ``create`` at that instant."""
+        if n < 0:
+            raise ValueError(f"create_many(n) needs n >= 0, not {n}")
         if self._clock is not None:
             return self._clock.create_many(n)  # type: ignore[no-any-return]
         now_ms = time.time_ns() // 1_000_000
@@ -128,6 +130,17 @@ def default_generator() -> MessageIdGenerator:
             if gen is None:
                 gen = _default = MessageIdGenerator()
     return gen
+
+
+def _forget_default_after_fork() -> None:
+    # A forked child would go on with its parent's pid, salt and counter, and make the ids its parent makes.
+    global _default, _default_lock
+    _default = None
+    _default_lock = threading.Lock()  # (another thread of the parent may have held it at the fork)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_default_after_fork)
 
 
 def create_uniq_id() -> str:
