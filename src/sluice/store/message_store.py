@@ -301,6 +301,10 @@ class MessageStore:
         rejected = self._check(msgs)
         if rejected is not None:
             return rejected
+        return self._append_checked(msgs)
+
+    def _append_checked(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | AppendResult:
+        """``_append`` of messages ``_check`` passed."""
         return self._guarded_append(lambda: self.commit_log.append(msgs, self._dispatch))
 
     def _guarded_append(self, append: Callable[[], AppendResult]) -> PutMessageResult | AppendResult:
@@ -428,7 +432,10 @@ class MessageStore:
         """``put_messages`` for a caller on an event loop that may not block and wants no task per put: the
         result at once when nobody waits for a flush (or the put was refused); otherwise None, and
         ``done(result)`` runs on the running loop once a group commit covers the messages."""
-        r = self._append(msgs)
+        return self._appended_then(msgs, self._append(msgs), done)
+
+    def _appended_then(self, msgs: list[MessageExtBrokerInner], r: PutMessageResult | AppendResult,
+                       done: Callable[[PutMessageResult], None]) -> PutMessageResult | None:
         if isinstance(r, PutMessageResult):
             return r
         if not self.waits_for_flush(msgs):
@@ -483,7 +490,7 @@ class MessageStore:
             return
         all_msgs = [m for i in accepted for m in puts[i]]
         log_end = self.commit_log.max_offset
-        r = self._guarded_append(lambda: self.commit_log.append(all_msgs, self._dispatch))
+        r = self._append_checked(all_msgs)
         if isinstance(r, PutMessageResult):
             if self.commit_log.max_offset != log_end:  # failed after writing (dispatch): never store twice
                 for i in accepted:
@@ -506,10 +513,11 @@ class MessageStore:
             parts.append((i, AppendResult(start, stop - start, r.queue_offsets[first], r.store_timestamp,
                                           r.phys_offsets[first:last], arrivals), n))
             first = last
-        waiting = [p for p in parts if self.waits_for_flush(puts[p[0]])]
+        waits = {i: self.waits_for_flush(puts[i]) for i in accepted}
+        waiting = [p for p in parts if waits[p[0]]]
         eager: dict[tuple[str, int], int] = {}
         for i, sub, n in parts:
-            if not waiting or not self.waits_for_flush(puts[i]):
+            if not waiting or not waits[i]:
                 done(i, self._finished(sub, n, True, notify=False))
                 _merge_arrivals(eager, sub.arrivals)
         self._notify_arrivals(eager)
@@ -528,8 +536,9 @@ class MessageStore:
 
     def _put_alone_then(self, msgs: list[MessageExtBrokerInner], i: int,
                         done: Callable[[int, PutMessageResult], None]) -> None:
+        """A put ``_check`` passed already, on its own."""
         try:
-            r = self.put_messages_then(msgs, lambda result: done(i, result))
+            r = self._appended_then(msgs, self._append_checked(msgs), lambda result: done(i, result))
         except Exception as exc:  # the sender must hear something
             log.exception("a put failed")
             r = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")

@@ -326,8 +326,6 @@ class SendMessageProcessor:
         return self._put(conn, msgs, respond)
 
     def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
-        if self._group:  # the single sends read before this batch are stored before it
-            self._put_group()
         store = self.broker.store
         if not store.raw_batch_waits_for_flush(raw):
             t0 = perf_counter()
