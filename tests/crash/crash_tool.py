@@ -102,7 +102,7 @@ def write_main(argv: list[str]) -> None:
                 for s in range(seq, seq + n):
                     body, props = payload(rnd, s)
                     msgs.append(Msg(TOPIC, body, queue_id=qid, properties={} if "noprops" in flags else props))
-                r = store.put_messages(msgs) if n > 1 else store.put_message(msgs[0])
+                r = store.put(msgs) if n > 1 else store.put_message(msgs[0])
                 if r.status is PutMessageStatus.PUT_OK:
                     # one write() per put: lines of concurrent threads never interleave
                     os.write(fd, "".join(f"ack {qid} {r.queue_offset + i} {seq + i}\n" for i in range(n)).encode())

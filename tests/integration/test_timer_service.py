@@ -46,9 +46,9 @@ def test_a_message_taken_while_its_due_time_is_delivered_is_delivered_too(empty_
     due = (int(time.time() * 1000) // PRECISION + 5) * PRECISION
 
     async def go() -> None:
-        broker.store.put_messages([timer_message(broker, b"A", due)])
+        broker.store.put([timer_message(broker, b"A", due)])
         await ts.enqueue_available()
-        broker.store.put_messages([timer_message(broker, b"B", due)])  # not taken into the wheel yet
+        broker.store.put([timer_message(broker, b"B", due)])  # not taken into the wheel yet
         while time.time() * 1000 < due + 10:
             await asyncio.sleep(0.01)
         delivering = asyncio.get_running_loop().create_task(ts.deliver_due())
@@ -67,8 +67,8 @@ def test_messages_already_due_are_delivered_when_taking_the_queue_fails_half_way
     now = int(time.time() * 1000)
 
     async def go() -> None:
-        broker.store.put_messages([timer_message(broker, b"past", now + 200)])
-        broker.store.put_messages([timer_message(broker, b"future", now + 60_000)])
+        broker.store.put([timer_message(broker, b"past", now + 200)])
+        broker.store.put([timer_message(broker, b"future", now + 60_000)])
         await asyncio.sleep(0.4)
         await ts.deliver_due()  # the wheel is past "past"'s time before it is taken
         append = ts.timer_log.append
@@ -95,7 +95,7 @@ def test_a_due_time_with_many_messages_is_delivered_in_order_in_bounded_turns(em
 
     async def go() -> float:
         for i in range(0, n, 100):
-            broker.store.put_messages([timer_message(broker, b"%04d" % j, due) for j in range(i, i + 100)])
+            broker.store.put([timer_message(broker, b"%04d" % j, due) for j in range(i, i + 100)])
         await ts.enqueue_available()
         while time.time() * 1000 < due + 10:
             await asyncio.sleep(0.01)
@@ -128,7 +128,7 @@ def test_timers_are_delivered_by_the_running_service_on_a_sync_flush_broker(empt
 
     async def send() -> None:
         for i in range(50):
-            assert (await broker.store.put_messages_async([timer_message(broker, b"m%d" % i, at + i * 10)])).ok
+            assert (await broker.store.put_async([timer_message(broker, b"m%d" % i, at + i * 10)])).ok
 
     empty_cluster.loop.run(send())
     wait_until(lambda: delivered(broker) == 50, 60, "every timer delivered")
@@ -141,7 +141,7 @@ def test_a_stop_in_the_middle_of_a_due_time_leaves_the_rest_for_the_restart(empt
 
     async def go() -> None:
         for i in range(0, 400, 100):
-            broker.store.put_messages([timer_message(broker, b"%03d" % j, due) for j in range(i, i + 100)])
+            broker.store.put([timer_message(broker, b"%03d" % j, due) for j in range(i, i + 100)])
         await ts.enqueue_available()
         while time.time() * 1000 < due + 10:
             await asyncio.sleep(0.01)
@@ -173,7 +173,7 @@ def test_changing_the_precision_while_timers_wait_stops_the_start(empty_cluster:
     at = int(time.time() * 1000) + 3_600_000
 
     async def send() -> None:
-        assert (await broker.store.put_messages_async([timer_message(broker, b"later", at)])).ok
+        assert (await broker.store.put_async([timer_message(broker, b"later", at)])).ok
 
     empty_cluster.loop.run(send())
     wait_until(lambda: broker.timer_service.wheel.pending == 1, 30, "the timer in the wheel")

@@ -28,11 +28,11 @@ def test_a_late_end_transaction_during_a_check_round_is_refused(empty_cluster: C
     ts = broker.transaction_service
 
     async def go() -> list[int]:
-        r = broker.store.put_messages([half(broker, b"first")])
+        r = broker.store.put([half(broker, b"first")])
         first, decision = ts.check_end("g", r.queue_offset, r.wrote_offset)
         assert first is not None and (await ts.end(first, True)).ok
         for i in range(3000):  # a round long enough to pause (it yields every few ms)
-            broker.store.put_messages([half(broker, b"h%d" % i)])
+            broker.store.put([half(broker, b"h%d" % i)])
         await asyncio.sleep(0.01)
         round_ = asyncio.get_running_loop().create_task(ts.check_round())
         accepted = []
@@ -59,8 +59,8 @@ def test_producer_set_properties_neither_stall_the_checks_nor_the_brokers_start(
     ts = broker.transaction_service
 
     async def go() -> int:
-        broker.store.put_messages([half(broker, b"odd", **{prop: value})])
-        broker.store.put_messages([half(broker, b"plain")])
+        broker.store.put([half(broker, b"odd", **{prop: value})])
+        broker.store.put([half(broker, b"plain")])
         await asyncio.sleep(0.01)
         return await ts.check_round()
 
@@ -77,9 +77,9 @@ def test_an_immune_half_message_is_put_back_and_holds_up_nobody(empty_cluster: C
     ts = broker.transaction_service
 
     async def go() -> int:
-        broker.store.put_messages([half(broker, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="3600")])
+        broker.store.put([half(broker, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="3600")])
         for i in range(5):
-            broker.store.put_messages([half(broker, b"h%d" % i)])
+            broker.store.put([half(broker, b"h%d" % i)])
         await asyncio.sleep(0.01)
         return await ts.check_round()
 

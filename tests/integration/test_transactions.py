@@ -214,7 +214,7 @@ def test_a_commit_torn_off_by_a_crash_is_stored_again_at_restart(empty_cluster: 
     async def tear() -> None:  # what a crash between the op and the message leaves at the log's end
         half = broker.store.look_message_by_offset(_commit_log_offset(result.offset_msg_id))
         assert half is not None
-        assert broker.store.put_messages([broker.transaction_service._op(half, "commit")]).ok
+        assert broker.store.put([broker.transaction_service._op(half, "commit")]).ok
 
     empty_cluster.loop.run(tear())
     again = empty_cluster.restart_broker(broker)

@@ -43,7 +43,7 @@ def test_oversized_properties_are_refused(store: MessageStore):
 
 
 def test_one_bad_message_fails_the_whole_batch(store: MessageStore):
-    r = store.put_messages([msg(), msg(topic="bad topic")])
+    r = store.put([msg(), msg(topic="bad topic")])
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
     assert store.get_max_phy_offset() == 0
 

@@ -63,7 +63,7 @@ def test_put_result_reports_offsets_and_size(store: MessageStore):
 
 def test_batch_is_one_append_with_consecutive_queue_offsets(store: MessageStore):
     store.put_message(msg(queue_id=2))
-    r = store.put_messages([msg(body=f"m{i}".encode(), queue_id=2, tags="t") for i in range(32)])
+    r = store.put([msg(body=f"m{i}".encode(), queue_id=2, tags="t") for i in range(32)])
     assert r.ok and r.msg_num == 32 and r.queue_offset == 1
     assert r.phys_offsets[0] == r.wrote_offset and len(r.phys_offsets) == 32
     got = read_queue(store, "T", 2)
@@ -72,7 +72,7 @@ def test_batch_is_one_append_with_consecutive_queue_offsets(store: MessageStore)
 
 
 def test_batch_larger_than_a_segment_is_refused(store: MessageStore):
-    r = store.put_messages([msg(body=b"x" * 40_000), msg(body=b"y" * 40_000)])
+    r = store.put([msg(body=b"x" * 40_000), msg(body=b"y" * 40_000)])
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "segment" in r.remark
     assert store.get_max_phy_offset() == 0
 
@@ -140,7 +140,7 @@ def test_a_failed_pwrite_refuses_the_put_and_leaves_no_trace(store_config, monke
         assert s.put_message(msg(body=b"before")).ok
         segments.update(mf._fd for mf in s.commit_log.queue.files)
         monkeypatch.setattr(mapped_file_module.os, "pwrite", failing)
-        refused = s.put_messages([msg(body=b"a" * 300), msg(body=b"b" * 300), msg(body=b"c" * 600)])
+        refused = s.put([msg(body=b"a" * 300), msg(body=b"b" * 300), msg(body=b"c" * 600)])
         monkeypatch.undo()
         if written:  # a short write: the disk is failing
             assert refused.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED

@@ -110,9 +110,9 @@ def test_deleted_topic_loses_its_queues(store: MessageStore):
 def test_a_large_pull_serves_records_lying_end_to_end_as_one_view(tmp_path):
     with MessageStore(store_path_root_dir=str(tmp_path), max_transfer_count_on_message_in_memory=1000) as store:
         n = BULK_READ_MIN_ENTRIES
-        assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(n)]).ok  # queue 0: 0..n-1
+        assert store.put([msg(body=f"a{i}".encode()) for i in range(n)]).ok  # queue 0: 0..n-1
         assert store.put_message(msg(body=b"other", queue_id=1)).ok
-        assert store.put_messages([msg(body=f"a{i}".encode()) for i in range(n, 2 * n)]).ok  # queue 0: n..2n-1
+        assert store.put([msg(body=f"a{i}".encode()) for i in range(n, 2 * n)]).ok  # queue 0: n..2n-1
         r = store.get_messages("g", "T", 0, 2, 1000)
         assert r.status is GetMessageStatus.FOUND and r.message_count == 2 * n - 2 and r.next_begin_offset == 2 * n
         assert len(r.buffers) == 2  # offsets 2..n-1, then n..2n-1 after queue 1's record

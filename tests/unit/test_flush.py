@@ -68,7 +68,7 @@ def test_concurrent_sync_puts_share_fsyncs(store_config: MessageStoreConfig, mon
 
 def test_async_api_waits_for_group_commit(store_config: MessageStoreConfig):
     async def main(store: MessageStore) -> list:
-        return await asyncio.gather(*(store.put_message_async(msg(body=str(i).encode())) for i in range(64)))
+        return await asyncio.gather(*(store.put_async([msg(body=str(i).encode())]) for i in range(64)))
 
     with MessageStore(store_config.replace(flush_disk_type="SYNC")) as store:
         results = asyncio.run(main(store))
@@ -110,7 +110,7 @@ def test_wait_false_does_not_wait_for_the_flush(store_config: MessageStoreConfig
 
 def _put_then_all(store: MessageStore, n: int, size: int = 0,
                   answered: Callable[[], None] | None = None) -> tuple[list, list]:
-    """``put_messages_then`` of ``n`` messages from one loop; (immediate results, results via callback), the
+    """``put_then`` of ``n`` messages from one loop; (immediate results, results via callback), the
     callbacks checked to run on the loop's thread and each at most once. ``answered`` runs once all are answered.
 
     Then one more put, waited for: flushes run one after the other, so a flush still running (one that would
@@ -129,14 +129,22 @@ def _put_then_all(store: MessageStore, n: int, size: int = 0,
             if len(later) + len(now) == n and not all_done.done():
                 all_done.set_result(None)
 
-        bodies = [str(i).encode().ljust(size) for i in range(n)]
-        now = [r for b in bodies if (r := store.put_messages_then([msg(body=b)], done)) is not None]
+        now: list = []
+        calling = False
+
+        def answer(_i: int, r) -> None:
+            now.append(r) if calling else done(r)
+
+        for i in range(n):
+            calling = True
+            store.put_then([[msg(body=str(i).encode().ljust(size))]], answer)
+            calling = False
         if len(now) < n:
             await asyncio.wait_for(all_done, 60)
         if answered is not None:
             answered()
-        if store.put_messages_then([msg(body=b"last")], last_done.set_result) is None:
-            await asyncio.wait_for(last_done, 60)
+        store.put_then([[msg(body=b"last")]], lambda _i, r: last_done.set_result(r))
+        await asyncio.wait_for(last_done, 60)
         return now, later
 
     return asyncio.run(main())

@@ -3,6 +3,7 @@ its messages had been put one by one."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 
 import numpy as np
@@ -35,7 +36,7 @@ def items(n: int, start: int = 0) -> list[BatchItem]:
 
 def test_raw_batch_reads_back_like_messages_put_one_by_one(store: MessageStore, tmp_path):
     batch = items(40)
-    r = store.put_raw_batch(raw("Raw", batch, queue_id=2))
+    r = store.put(raw("Raw", batch, queue_id=2))
     assert r.ok and r.msg_num == 40 and r.queue_offset == 0 and len(r.phys_offsets) == 40
     with MessageStore(store_path_root_dir=str(tmp_path / "oracle")).start() as oracle:
         for it in batch:
@@ -51,8 +52,8 @@ def test_raw_batch_reads_back_like_messages_put_one_by_one(store: MessageStore, 
 
 
 def test_raw_batch_feeds_the_consume_queue_tags_and_the_index(store: MessageStore):
-    store.put_raw_batch(raw("Raw", items(10)))
-    store.put_raw_batch(raw("Raw", items(10, start=10)))
+    store.put(raw("Raw", items(10)))
+    store.put(raw("Raw", items(10, start=10)))
     assert store.get_max_offset_in_queue("Raw", 0) == 20
     r = store.get_messages("g", "Raw", 0, 0, 32, tag_codes={tag_hash_code("t1")})
     assert r.message_count == len([i for i in range(20) if i % 3 == 1])
@@ -63,7 +64,7 @@ def test_raw_batch_feeds_the_consume_queue_tags_and_the_index(store: MessageStor
 
 def test_header_properties_are_added_only_where_a_message_lacks_them(store: MessageStore):
     batch = [BatchItem(b"a", {"WAIT": "false"}), BatchItem(b"b", {}), BatchItem(b"c", {"x": "1"})]
-    assert store.put_raw_batch(raw("Raw", batch, extra={"WAIT": "true", "y": "2"})).ok
+    assert store.put(raw("Raw", batch, extra={"WAIT": "true", "y": "2"})).ok
     got = read_queue(store, "Raw", 0)
     assert [m.properties for m in got] == [{"WAIT": "false", "y": "2"}, {"WAIT": "true", "y": "2"},
                                            {"x": "1", "WAIT": "true", "y": "2"}]
@@ -72,7 +73,7 @@ def test_header_properties_are_added_only_where_a_message_lacks_them(store: Mess
 @pytest.mark.parametrize(("props", "problem"), [({"DELAY": "3"}, "delay level"), ({"a": "b\0c"}, "NUL")])
 def test_a_bad_message_rejects_the_whole_batch_and_stores_nothing(store: MessageStore, props, problem):
     batch = [BatchItem(b"ok", {}), BatchItem(b"bad", props)]
-    r = store.put_raw_batch(raw("Raw", batch))
+    r = store.put(raw("Raw", batch))
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and problem in r.remark
     assert store.get_max_offset_in_queue("Raw", 0) == 0 and store.get_max_phy_offset() == 0
 
@@ -81,7 +82,7 @@ def test_batches_roll_over_segments_without_splitting_a_record(store: MessageSto
     size = store.config.mapped_file_size_commit_log
     n = 0
     while store.get_max_phy_offset() < 2 * size:
-        assert store.put_raw_batch(raw("Raw", items(50, start=n))).ok
+        assert store.put(raw("Raw", items(50, start=n))).ok
         n += 50
     got = read_queue(store, "Raw", 0)
     assert [m.queue_offset for m in got] == list(range(n))
@@ -133,8 +134,8 @@ def test_a_raw_batch_stores_the_same_records_cq_entries_and_index_as_putting_its
         for n, batch in enumerate(batches):
             raw_batch = RawBatch("Raw", 1, encode_batch(batch), scan_batch_columns(encode_batch(batch)), 0,
                                  1_700_000_000_000 + n, "10.0.0.1:5000", "10.0.0.2:10911", 0, {})
-            assert raw_store.put_raw_batch(raw_batch).ok
-            assert oracle.put_messages([
+            assert raw_store.put(raw_batch).ok
+            assert oracle.put([
                 MessageExtBrokerInner("Raw", it.body, 1, it.flag, it.properties, 0, 1_700_000_000_000 + n,
                                       "10.0.0.1:5000", "10.0.0.2:10911") for it in batch]).ok
         for s in (raw_store, oracle):
@@ -154,7 +155,7 @@ def _log_bytes(store: MessageStore) -> bytes:
 def test_bodies_full_of_property_markers_are_not_mistaken_for_properties(store: MessageStore):
     noisy = b"\x02TAGS\x01fake\x02UNIQ_KEY\x01" + b"\x02KEYS\x01k" * 200  # more markers than the bulk search takes
     batch = [BatchItem(noisy, {"TAGS": "real", "UNIQ_KEY": f"{i:032X}"}) for i in range(3)] + [BatchItem(noisy, {})]
-    assert store.put_raw_batch(raw("Raw", batch)).ok
+    assert store.put(raw("Raw", batch)).ok
     assert store.get_messages("g", "Raw", 0, 0, 32, tag_codes={tag_hash_code("real")}).message_count == 3
     assert store.get_messages("g", "Raw", 0, 0, 32, tag_codes={tag_hash_code("fake")}).message_count == 0
     assert len(store.query_message("Raw", f"{2:032X}").messages) == 1
@@ -191,3 +192,25 @@ def test_records_of_one_size_keep_their_own_layouts_and_mixed_sizes_are_walked()
     assert (cols.props_len_pos - cols.body_start).tolist() == [40, 0, 40]
     odd = encode_batch([BatchItem(b"x" * 40, {}), BatchItem(b"y" * 17, {}), BatchItem(b"z" * 23, {})])
     assert (scan_batch_columns(odd).props_len_pos - scan_batch_columns(odd).body_start).tolist() == [40, 17, 23]
+
+
+def test_messages_and_raw_batches_in_one_put_are_stored_in_the_order_given_each_with_its_answer(store: MessageStore):
+    puts: list = [[MessageExtBrokerInner("Mixed", b"a", 1)], raw("Mixed", items(3), queue_id=1),
+                  [MessageExtBrokerInner("bad topic!", b"x", 1)],
+                  [MessageExtBrokerInner("Mixed", b"b", 1), MessageExtBrokerInner("Mixed", b"c", 1)],
+                  [MessageExtBrokerInner("Mixed", b"d", 1)], raw("Mixed", items(2, start=3), queue_id=1)]
+    answers: dict[int, object] = {}
+
+    async def main() -> None:
+        store.put_then(puts, lambda i, r: answers.__setitem__(i, r))
+
+    asyncio.run(main())
+    assert sorted(answers) == list(range(6))
+    assert answers[2].status is PutMessageStatus.MESSAGE_ILLEGAL  # type: ignore[attr-defined]
+    offsets = [answers[i].queue_offset for i in (0, 1, 3, 4, 5)]  # type: ignore[attr-defined]
+    assert offsets == [0, 1, 4, 6, 7]
+    assert [answers[i].msg_num for i in (0, 1, 3, 4, 5)] == [1, 3, 2, 1, 2]  # type: ignore[attr-defined]
+    got = read_queue(store, "Mixed", 1)
+    assert [m.body for m in got] == [b"a", *(it.body for it in items(3)), b"b", b"c", b"d",
+                                     *(it.body for it in items(2, start=3))]
+    assert [m.commit_log_offset for m in got] == sorted(m.commit_log_offset for m in got)

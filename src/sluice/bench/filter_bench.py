@@ -106,7 +106,7 @@ def run(o: FilterBenchOptions, out: TextIO = sys.stdout) -> list[dict[str, objec
         try:
             msgs = _messages(o.count, o.size)
             for i in range(0, len(msgs), 32):
-                if not store.put_messages(msgs[i:i + 32]).ok:
+                if not store.put(msgs[i:i + 32]).ok:
                     raise RuntimeError("put failed")
             end = store.get_max_offset_in_queue(TOPIC, 0)
             probe = store.get_messages("bench", TOPIC, 0, 0, 1)  # the record reader, alone

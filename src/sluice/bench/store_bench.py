@@ -103,7 +103,7 @@ def bench_append_batch(root: str, o: BenchOptions) -> dict[str, object]:
         m.queue_id = (i // o.batch) % 4
     batches = [msgs[i : i + o.batch] for i in range(0, len(msgs), o.batch)]
     store = _store(root, flush_disk_type="ASYNC")
-    elapsed = _timed_puts("append_batch_async", store.put_messages, batches, o.batch, o.count)  # type: ignore[arg-type]
+    elapsed = _timed_puts("append_batch_async", store.put, batches, o.batch, o.count)  # type: ignore[arg-type]
     store.shutdown()
     return _result("append_batch_async", o.count, elapsed, o.size, flush="ASYNC", batch=o.batch)
 
@@ -117,10 +117,10 @@ def bench_append_sync(root: str, o: BenchOptions) -> dict[str, object]:
 
     async def writer(k: int) -> None:
         nonlocal done
-        put = store.put_message_async
+        put = store.put_async
         for i in range(k, len(msgs), o.writers):
             t = time.perf_counter()
-            r = await put(msgs[i])
+            r = await put([msgs[i]])
             latencies.append(time.perf_counter() - t)
             if not r.ok:
                 raise RuntimeError(f"put failed: {r.status}")
@@ -165,7 +165,7 @@ def bench_read(root: str, o: BenchOptions) -> dict[str, object]:
         for m in msgs:
             m.queue_id = 0
         for j in range(0, len(msgs), chunk):
-            store.put_messages(msgs[j : j + chunk])
+            store.put(msgs[j : j + chunk])
         p.update(start)
     p = Progress("read_sequential", n)
     got = 0

@@ -166,7 +166,7 @@ class ScheduleMessageService:
                                                   msg.flag, props, msg.sys_flag, msg.born_timestamp, msg.born_host,
                                                   msg.store_host, msg.reconsume_times,
                                                   msg.prepared_transaction_offset)
-                    r = await store.put_messages_async([inner])
+                    r = await store.put_async([inner])
                     if not r.ok:
                         log.warning("cannot deliver delayed message to %s: %s %s", real_topic, r.status.name,
                                     r.remark)

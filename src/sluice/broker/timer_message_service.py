@@ -381,7 +381,7 @@ class TimerMessageService:
         for i in range(0, len(msgs), _CHUNK):
             chunk = [delivered_message(m, enq) for m, enq in msgs[i:i + _CHUNK]]
             while True:
-                r = await self.store.put_messages_async(chunk)
+                r = await self.store.put_async(chunk)
                 if r.stored:
                     self.delivered += len(chunk)
                     break

@@ -138,7 +138,7 @@ class TransactionalMessageService:
         msg = committed_message(half)
         if self.broker.timer_service.prepare(msg) is not None:
             log.warning("restored transaction %s has an unusable timer: delivered now", half.uniq_key)
-        r = self.store.put_messages([self.broker.schedule_service.redirect(msg)])
+        r = self.store.put([self.broker.schedule_service.redirect(msg)])
         if r.stored:
             log.warning("restored the message of transaction %s (%s), torn off by a crash as it was committed",
                         half.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), half.properties.get(
@@ -194,7 +194,7 @@ class TransactionalMessageService:
                 if self.broker.timer_service.prepare(msgs[1]) is not None:  # (checked at send: a changed config)
                     log.warning("committed transaction %s has an unusable timer: delivered now", half.uniq_key)
                 msgs[1] = self.broker.schedule_service.redirect(msgs[1])
-            r = await self.store.put_messages_async(msgs)
+            r = await self.store.put_async(msgs)
             if r.stored:  # (a flush that timed out stored it all the same: decided)
                 self.decided[first] = r.queue_offset
             return r
@@ -281,7 +281,7 @@ class TransactionalMessageService:
 
     async def _put_back(self, copy: MessageExt, times: int) -> bool:
         """Store ``copy`` again unchecked, to be looked at in a later round."""
-        r = await self.store.put_messages_async([half_copy_again(copy, times)])
+        r = await self.store.put_async([half_copy_again(copy, times)])
         if not r.stored:
             log.warning("cannot store half message %d again: %s %s", copy.queue_offset, r.status.name, r.remark)
             return False
@@ -291,7 +291,7 @@ class TransactionalMessageService:
     async def _check_back(self, copy: MessageExt, times: int) -> bool:
         """Store ``copy`` again, ``times`` checked, and ask a producer of its group about the new copy."""
         again = half_copy_again(copy, times)
-        r = await self.store.put_messages_async([again])
+        r = await self.store.put_async([again])
         if not r.stored:
             log.warning("cannot store half message %d again to check it back: %s %s", copy.queue_offset,
                         r.status.name, r.remark)
@@ -326,7 +326,7 @@ class TransactionalMessageService:
         first = first_offset(copy)
         self._deciding.add(first)  # no END_TRANSACTION while the discard is being stored
         try:
-            r = await self.store.put_messages_async([self._op(copy, "discard"), kept])
+            r = await self.store.put_async([self._op(copy, "discard"), kept])
         finally:
             self._deciding.discard(first)
         if not r.stored:

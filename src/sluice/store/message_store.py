@@ -91,6 +91,12 @@ def _merge_arrivals(into: dict[tuple[str, int], int], arrivals: dict[tuple[str, 
             into[key] = max_offset
 
 
+# A put: messages stored as consecutive records, or a SEND_BATCH_MESSAGE body stored as it came.
+Put = list[MessageExtBrokerInner] | RawBatch
+# How a put is answered: ``done(i, result)`` for the i-th put of a call.
+PutDone = Callable[[int, PutMessageResult], None]
+
+
 class MessageStore:
     """CommitLog + ConsumeQueues + IndexFiles + checkpoint, with flush, recovery and retention services."""
 
@@ -273,7 +279,10 @@ class MessageStore:
                 self.consume_queues[(topic, int(qid))] = cq
 
     # == writing =====================================================================================
-    def _check(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | None:
+    # One put path (``_put``); ``put_then`` (a caller on an event loop: the broker), ``put_async`` (a task)
+    # and ``put`` (a thread) only differ in how they wait for the group commit.
+    def _refusal(self) -> PutMessageResult | None:
+        """Why the store takes no put now, if it takes none."""
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
         if self.write_failure:
@@ -282,10 +291,18 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
         if self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
+        return None
+
+    def _check(self, put: Put) -> PutMessageResult | None:
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        if isinstance(put, RawBatch):
+            return self._check_raw(put)
         c = self.config
-        if not msgs:
+        if not put:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, "no message to put")
-        for m in msgs:
+        for m in put:
             problem = _topic_problem(m.topic)
             if problem:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, problem)
@@ -297,100 +314,7 @@ class MessageStore:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {m.queue_id} is negative")
         return None
 
-    def _append(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | AppendResult:
-        rejected = self._check(msgs)
-        if rejected is not None:
-            return rejected
-        return self._append_checked(msgs)
-
-    def _append_checked(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | AppendResult:
-        """``_append`` of messages ``_check`` passed."""
-        return self._guarded_append(lambda: self.commit_log.append(msgs, self._dispatch))
-
-    def _guarded_append(self, append: Callable[[], AppendResult]) -> PutMessageResult | AppendResult:
-        """Run an append, turning what it raises into the PutMessageResult the sender is told."""
-        try:
-            return append()
-        except SegmentOverflow as exc:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
-        except CommitLogClosed as exc:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(exc))
-        except PropertiesTooLarge as exc:
-            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, str(exc))
-        except (MessageFormatError, UnicodeEncodeError, struct.error) as exc:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                self.note_no_space("writing the commit log", exc)
-                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
-            log.exception("commit log append failed")
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"cannot write: {exc}")
-
-    def waits_for_flush(self, msgs: list[MessageExtBrokerInner]) -> bool:
-        """Whether a put of ``msgs`` answers only after a group commit: SYNC_FLUSH, unless every message
-        says WAIT=false."""
-        return self._group_commit is not None and any(m.wait_store_msg_ok for m in msgs)
-
-    def raw_batch_waits_for_flush(self, batch: RawBatch) -> bool:
-        """``waits_for_flush`` for a raw batch (its WAIT comes with the request's properties)."""
-        return self._group_commit is not None and batch.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
-
-    def _flush_waiter(self, waits: bool, r: AppendResult,
-                      loop: asyncio.AbstractEventLoop | None) -> FlushWaiter | None:
-        """When the put ``waits`` for the flush (``waits_for_flush``), queue a group-commit waiter for it."""
-        if not waits:
-            return None
-        assert self._group_commit is not None
-        waiter = FlushWaiter(r.wrote_offset + r.wrote_bytes, loop)
-        self._group_commit.submit(waiter)
-        return waiter
-
-    def _finish_put(self, r: AppendResult, n: int, flushed: bool, notify: bool = True) -> PutMessageResult:
-        result = PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
-                                  r.store_timestamp, r.phys_offsets)
-        if not flushed:
-            if self.write_failure:  # not durable, and never to be: the send failed
-                result.status, result.remark = PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure
-            else:
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-                result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
-        if notify:
-            self._notify_arrivals(r.arrivals)
-        return result
-
-    def _notify_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
-        if self.arrival_listeners:
-            for (topic, queue_id), max_offset in arrivals.items():
-                for listener in self.arrival_listeners:
-                    listener(topic, queue_id, max_offset)
-
-    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
-        return self.put_messages([msg])
-
-    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
-        """Store ``msgs`` as consecutive records; in SYNC_FLUSH returns once their bytes are fsynced."""
-        r = self._append(msgs)
-        if isinstance(r, PutMessageResult):
-            return r
-        waiter = self._flush_waiter(self.waits_for_flush(msgs), r, None)
-        ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
-        return self._finish_put(r, len(msgs), ok)
-
-    def _append_raw(self, batch: RawBatch) -> PutMessageResult | AppendResult:
-        rejected = self._check_raw(batch)
-        if rejected is not None:
-            return rejected
-        return self._guarded_append(lambda: self.commit_log.append_raw_batch(batch, self._dispatch_batch))
-
     def _check_raw(self, batch: RawBatch) -> PutMessageResult | None:
-        if not self.running:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
-        if self.write_failure:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure)
-        if self.no_space:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
-        if self.disk_full:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.disk_full_remark)
         cols = batch.columns
         if not cols.count:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, "no message to put")
@@ -409,153 +333,179 @@ class MessageStore:
                                     f"{limit}")
         return None
 
-    def put_raw_batch(self, batch: RawBatch) -> PutMessageResult:
-        """Store a batch body's records (``CommitLog.append_raw_batch``); in SYNC_FLUSH once fsynced."""
-        r = self._append_raw(batch)
-        if isinstance(r, PutMessageResult):
-            return r
-        waiter = self._flush_waiter(self.raw_batch_waits_for_flush(batch), r, None)
-        ok = waiter is None or waiter.wait(self.config.sync_flush_timeout / 1000)
-        return self._finish_put(r, batch.columns.count, ok)
-
-    async def put_raw_batch_async(self, batch: RawBatch) -> PutMessageResult:
-        """``put_raw_batch`` for asyncio: the flush wait does not block the event loop."""
-        r = self._append_raw(batch)
-        if isinstance(r, PutMessageResult):
-            return r
-        waiter = self._flush_waiter(self.raw_batch_waits_for_flush(batch), r, asyncio.get_running_loop())
-        ok = waiter is None or await waiter.wait_async(self.config.sync_flush_timeout / 1000)
-        return self._finish_put(r, batch.columns.count, ok)
-
-    def put_messages_then(self, msgs: list[MessageExtBrokerInner],
-                          done: Callable[[PutMessageResult], None]) -> PutMessageResult | None:
-        """``put_messages`` for a caller on an event loop that may not block and wants no task per put: the
-        result at once when nobody waits for a flush (or the put was refused); otherwise None, and
-        ``done(result)`` runs on the running loop once a group commit covers the messages."""
-        return self._appended_then(msgs, self._append(msgs), done)
-
-    def _appended_then(self, msgs: list[MessageExtBrokerInner], r: PutMessageResult | AppendResult,
-                       done: Callable[[PutMessageResult], None]) -> PutMessageResult | None:
-        if isinstance(r, PutMessageResult):
-            return r
-        if not self.waits_for_flush(msgs):
-            return self._finish_put(r, len(msgs), True)
-        self._await_flush(r, len(msgs), done)
-        return None
-
-    def put_raw_batch_then(self, batch: RawBatch,
-                           done: Callable[[PutMessageResult], None]) -> PutMessageResult | None:
-        """``put_raw_batch`` the way ``put_messages_then`` puts messages."""
-        r = self._append_raw(batch)
-        if isinstance(r, PutMessageResult):
-            return r
-        if not self.raw_batch_waits_for_flush(batch):
-            return self._finish_put(r, batch.columns.count, True)
-        self._await_flush(r, batch.columns.count, done)
-        return None
-
-    def _await_flush(self, r: AppendResult, n: int, done: Callable[[PutMessageResult], None]) -> None:
-        assert self._group_commit is not None
-
-        def flushed(ok: bool) -> None:
-            done(self._finished(r, n, ok))
-
-        self._group_commit.submit_callback(r.wrote_offset + r.wrote_bytes, flushed)
-
-    def _finished(self, r: AppendResult, n: int, ok: bool, notify: bool = True) -> PutMessageResult:
-        """``_finish_put`` for a put answered by callback: the sender must hear something whatever happens."""
+    def _append_checked(self, put: Put) -> PutMessageResult | AppendResult:
+        """Append a put ``_check`` passed, turning what the append raises into the sender's answer."""
         try:
-            return self._finish_put(r, n, ok, notify)
-        except Exception as exc:  # the records are stored all the same
+            if isinstance(put, RawBatch):
+                return self.commit_log.append_raw_batch(put, self._dispatch_batch)
+            return self.commit_log.append(put, self._dispatch)
+        except SegmentOverflow as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
+        except CommitLogClosed as exc:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(exc))
+        except PropertiesTooLarge as exc:
+            return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, str(exc))
+        except (MessageFormatError, UnicodeEncodeError, struct.error) as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                self.note_no_space("writing the commit log", exc)
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
+            log.exception("commit log append failed")
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"cannot write: {exc}")
+
+    def waits_for_flush(self, put: Put) -> bool:
+        """Whether a put answers only after a group commit: SYNC_FLUSH, unless every message says WAIT=false
+        (a raw batch's WAIT comes with the request's properties)."""
+        if self._group_commit is None:
+            return False
+        if isinstance(put, RawBatch):
+            return put.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        return any(m.wait_store_msg_ok for m in put)
+
+    def _finish_put(self, r: AppendResult, n: int, flushed: bool) -> PutMessageResult:
+        """The answer to a stored put; never raises (the records are stored whatever happens here)."""
+        try:
+            result = PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
+                                      r.store_timestamp, r.phys_offsets)
+            if not flushed:
+                if self.write_failure:  # not durable, and never to be: the send failed
+                    result.status, result.remark = PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure
+                else:
+                    result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                    result.remark = f"not flushed within {self.config.sync_flush_timeout} ms"
+            return result
+        except Exception as exc:
             log.exception("finishing a put failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
 
-    def put_groups_then(self, puts: Sequence[list[MessageExtBrokerInner]],
-                        done: Callable[[int, PutMessageResult], None]) -> None:
-        """Several puts (the sends of one read) in one append, their records consecutive in the log in the
-        order given, with one flush wait and one arrival notice. ``done(i, result)`` answers ``puts[i]`` on the
-        running loop: at once when it is refused or does not wait for the flush, after the group commit
-        otherwise. A put the store refuses does not touch the others; if the append as a whole fails, each
-        put is made on its own, so that each hears its own answer."""
-        accepted: list[int] = []
-        for i, msgs in enumerate(puts):
-            rejected = self._check(msgs)
-            if rejected is not None:
-                done(i, rejected)
+    def _notify_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
+        if self.arrival_listeners:
+            for (topic, queue_id), max_offset in arrivals.items():
+                for listener in self.arrival_listeners:
+                    listener(topic, queue_id, max_offset)
+
+    def put_then(self, puts: Sequence[Put], done: PutDone) -> None:
+        """Store ``puts`` (each a list of messages, stored as consecutive records, or a raw batch), their records
+        in the log in the order given; from a running event loop that may not block. ``done(i, result)``
+        answers ``puts[i]`` on that loop: at once when the store refuses it or nobody waits for a flush, after
+        the group commit otherwise (FLUSH_DISK_TIMEOUT after ``sync_flush_timeout``). Consecutive message puts
+        are one append, all of them one flush wait and one arrival notice; a put the store refuses does not
+        touch the others."""
+        self._put(puts, done, asyncio.get_running_loop())
+
+    async def put_async(self, put: Put) -> PutMessageResult:
+        """Store one put from a task; in SYNC_FLUSH the answer comes once its records are durable."""
+        fut: asyncio.Future[PutMessageResult] = asyncio.get_running_loop().create_future()
+
+        def done(_i: int, r: PutMessageResult) -> None:
+            if not fut.done():  # (the awaiting task may be cancelled)
+                fut.set_result(r)
+
+        self._put([put], done, fut.get_loop())
+        return await fut
+
+    def put(self, put: Put) -> PutMessageResult:
+        """Store one put from a thread; in SYNC_FLUSH this blocks until its records are durable."""
+        answers: list[PutMessageResult] = []
+        self._put([put], lambda _i, r: answers.append(r), None)
+        return answers[0]
+
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """``put([msg])``."""
+        return self.put([msg])
+
+    def _put(self, puts: Sequence[Put], done: PutDone, loop: asyncio.AbstractEventLoop | None) -> None:
+        """The put path: check, append, answer, wait for the group commit on ``loop`` (None: block the
+        thread until it comes)."""
+        stored: list[tuple[int, AppendResult, int]] = []  # (put, its records, how many)
+        run: list[int] = []  # consecutive message puts: one append
+        for i, put in enumerate(puts):
+            refused = self._check(put)
+            if refused is not None:
+                done(i, refused)
+            elif isinstance(put, RawBatch):
+                self._append_run(puts, run, stored, done)
+                run = []
+                self._append_run(puts, [i], stored, done)
             else:
-                accepted.append(i)
-        if len(accepted) <= 1:
-            for i in accepted:
-                self._put_alone_then(puts[i], i, done)
-            return
-        all_msgs = [m for i in accepted for m in puts[i]]
-        log_end = self.commit_log.max_offset
-        r = self._append_checked(all_msgs)
-        if isinstance(r, PutMessageResult):
-            if self.commit_log.max_offset != log_end:  # failed after writing (dispatch): never store twice
-                for i in accepted:
-                    done(i, r)
-                return
-            for i in accepted:  # refused before writing: each put on its own hears its own answer
-                self._put_alone_then(puts[i], i, done)
-            return
-        assert r.queue_offsets is not None
-        end = r.wrote_offset + r.wrote_bytes
-        parts: list[tuple[int, AppendResult, int]] = []
-        first = 0
-        for i in accepted:
-            n = len(puts[i])
-            last = first + n
-            start = r.phys_offsets[first]
-            stop = r.phys_offsets[last] if last < len(all_msgs) else end
-            arrivals = {(m.topic, m.queue_id): q + 1 for m, q in zip(all_msgs[first:last], r.queue_offsets[first:last],
-                                                                   strict=True) if not no_queue_offset(m.sys_flag)}
-            parts.append((i, AppendResult(start, stop - start, r.queue_offsets[first], r.store_timestamp,
-                                          r.phys_offsets[first:last], arrivals), n))
-            first = last
-        waits = {i: self.waits_for_flush(puts[i]) for i in accepted}
-        waiting = [p for p in parts if waits[p[0]]]
+                run.append(i)
+        self._append_run(puts, run, stored, done)
+        waiting = [s for s in stored if self.waits_for_flush(puts[s[0]])]
+        waits = {s[0] for s in waiting}
         eager: dict[tuple[str, int], int] = {}
-        for i, sub, n in parts:
-            if not waiting or not waits[i]:
-                done(i, self._finished(sub, n, True, notify=False))
-                _merge_arrivals(eager, sub.arrivals)
+        for i, r, n in stored:
+            if i not in waits:
+                done(i, self._finish_put(r, n, True))
+                _merge_arrivals(eager, r.arrivals)
         self._notify_arrivals(eager)
         if not waiting:
             return
-        assert self._group_commit is not None
 
         def flushed(ok: bool) -> None:
             later: dict[tuple[str, int], int] = {}
-            for i, sub, n in waiting:
-                done(i, self._finished(sub, n, ok, notify=False))
-                _merge_arrivals(later, sub.arrivals)
+            for i, r, n in waiting:
+                done(i, self._finish_put(r, n, ok))
+                _merge_arrivals(later, r.arrivals)
             self._notify_arrivals(later)
 
-        self._group_commit.submit_callback(max(p[1].wrote_offset + p[1].wrote_bytes for p in waiting), flushed)
+        assert self._group_commit is not None
+        end = max(r.wrote_offset + r.wrote_bytes for _, r, _ in waiting)
+        if loop is not None:
+            self._group_commit.submit_callback(end, flushed)
+            return
+        waiter = FlushWaiter(end)
+        self._group_commit.submit(waiter)
+        flushed(waiter.wait(self.config.sync_flush_timeout / 1000))
 
-    def _put_alone_then(self, msgs: list[MessageExtBrokerInner], i: int,
-                        done: Callable[[int, PutMessageResult], None]) -> None:
-        """A put ``_check`` passed already, on its own."""
+    def _append_run(self, puts: Sequence[Put], run: list[int], stored: list[tuple[int, AppendResult, int]],
+                    done: PutDone) -> None:
+        """Append the checked puts ``run`` together (messages) or alone (a raw batch) and note each one's
+        records in ``stored``; a put that fails is answered. If a joint append is refused before it writes,
+        each put is made on its own, so that each hears its own answer; if it fails after writing (in
+        dispatch), every put hears the failure: none is stored twice."""
+        if not run:
+            return
+        if len(run) == 1:
+            i = run[0]
+            put = puts[i]
+            try:
+                r = self._append_checked(put)
+            except Exception as exc:  # the sender must hear something
+                log.exception("a put failed")
+                r = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
+            if isinstance(r, PutMessageResult):
+                done(i, r)
+            else:
+                stored.append((i, r, put.columns.count if isinstance(put, RawBatch) else len(put)))
+            return
+        msgs = [m for i in run for m in puts[i]]  # type: ignore[union-attr]
+        log_end = self.commit_log.max_offset
         try:
-            r = self._appended_then(msgs, self._append_checked(msgs), lambda result: done(i, result))
-        except Exception as exc:  # the sender must hear something
-            log.exception("a put failed")
+            r = self._append_checked(msgs)
+        except Exception as exc:
+            log.exception("a put of %d messages failed", len(msgs))
             r = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
-        if r is not None:
-            done(i, r)
-
-    async def put_message_async(self, msg: MessageExtBrokerInner) -> PutMessageResult:
-        return await self.put_messages_async([msg])
-
-    async def put_messages_async(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
-        """``put_messages`` for asyncio: the flush wait does not block the event loop."""
-        r = self._append(msgs)
         if isinstance(r, PutMessageResult):
-            return r
-        waiter = self._flush_waiter(self.waits_for_flush(msgs), r, asyncio.get_running_loop())
-        ok = waiter is None or await waiter.wait_async(self.config.sync_flush_timeout / 1000)
-        return self._finish_put(r, len(msgs), ok)
+            if self.commit_log.max_offset != log_end:
+                for i in run:
+                    done(i, r)
+            else:
+                for i in run:
+                    self._append_run(puts, [i], stored, done)
+            return
+        assert r.queue_offsets is not None
+        end = r.wrote_offset + r.wrote_bytes
+        first = 0
+        for i in run:
+            last = first + len(puts[i])  # type: ignore[arg-type]
+            start = r.phys_offsets[first]
+            stop = r.phys_offsets[last] if last < len(msgs) else end
+            arrivals = {(m.topic, m.queue_id): q + 1 for m, q in zip(msgs[first:last], r.queue_offsets[first:last],
+                                                                   strict=True) if not no_queue_offset(m.sys_flag)}
+            stored.append((i, AppendResult(start, stop - start, r.queue_offsets[first], r.store_timestamp,
+                                           r.phys_offsets[first:last], arrivals), last - first))
+            first = last
 
     # == dispatch (ConsumeQueue and index) ============================================================
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:

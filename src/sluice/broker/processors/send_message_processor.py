@@ -42,6 +42,7 @@ from sluice.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
+    from sluice.store.message_store import PutDone
 
 # SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE one-letter keys → SEND_MESSAGE names (RocketMQ's SendMessageRequestHeaderV2).
 V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
@@ -326,11 +327,7 @@ class SendMessageProcessor:
         return self._put(conn, msgs, respond)
 
     def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
-        store = self.broker.store
-        if not store.raw_batch_waits_for_flush(raw):
-            t0 = perf_counter()
-            return self._answer(store.put_raw_batch(raw), t0, respond)
-        return self._store_waiting(lambda done: store.put_raw_batch_then(raw, done), respond)
+        return self._store_waiting(lambda done: self.broker.store.put_then([raw], done), respond)
 
     def _put(self, conn: Connection, msgs: list[MessageExtBrokerInner],
              respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
@@ -362,7 +359,7 @@ class SendMessageProcessor:
             p.deferred.resolve(lambda: self._answer(r, p.t0, p.respond))
 
         try:
-            self.broker.store.put_groups_then([p.msgs for p in group], done)
+            self.broker.store.put_then([p.msgs for p in group], done)
         except Exception as exc:  # every request of the group must hear something
             log.exception("storing a group of %d sends failed", len(group))
             failed = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
@@ -381,20 +378,23 @@ class SendMessageProcessor:
         self.broker.stats.record_put(r, perf_counter() - t0)
         return respond(r, PUT_STATUS_CODES[r.status])
 
-    def _store_waiting(self, put: Callable[[Callable[[PutMessageResult], None]], PutMessageResult | None],
+    def _store_waiting(self, put: Callable[[PutDone], None],
                        respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
-        """A put whose sender waits for the group commit: the answer is deferred, and the flush's completion
-        sends it, with no task per request and the loop free meanwhile."""
+        """A put answered at once (refused, or nothing to wait for), or deferred until the group commit covers
+        it: the flush's completion sends the answer, with no task per request and the loop free meanwhile."""
         t0 = perf_counter()
         deferred: DeferredResponse | None = None
+        now: list[PutMessageResult] = []
 
-        def flushed(r: PutMessageResult) -> None:
-            assert deferred is not None
-            deferred.resolve(lambda: self._answer(r, t0, respond))
+        def done(_i: int, r: PutMessageResult) -> None:
+            if deferred is None:
+                now.append(r)
+            else:
+                deferred.resolve(lambda: self._answer(r, t0, respond))
 
-        r = put(flushed)
-        if r is not None:  # refused, or nothing to wait for after all
-            return self._answer(r, t0, respond)
+        put(done)
+        if now:
+            return self._answer(now[0], t0, respond)
         deferred = DeferredResponse()
         return deferred
 
