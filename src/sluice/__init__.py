@@ -16,6 +16,7 @@ from sluice.client import (  # noqa: E402
     PushConsumer,
     SendResult,
     SendStatus,
+    SimpleConsumer,
     TransactionListener,
     TransactionProducer,
     TransactionSendResult,
@@ -28,5 +29,5 @@ from sluice.common.structs import MessageModel, MessageQueue  # noqa: E402
 __all__ = ["BrokerResponseError", "ClientError", "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState",
            "Message", "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer",
            "PushConsumer",
-           "SendResult", "SendStatus", "SluiceError", "TransactionListener", "TransactionProducer",
+           "SendResult", "SendStatus", "SimpleConsumer", "SluiceError", "TransactionListener", "TransactionProducer",
            "TransactionSendResult", "__version__"]

@@ -15,11 +15,19 @@ from sluice.broker.broker_stats import log as stats_log
 from sluice.broker.client_channel_info import ClientChannelInfo
 from sluice.broker.consumer_filter_manager import ConsumerFilterManager
 from sluice.broker.consumer_manager import ConsumerManager
+from sluice.broker.pop_long_polling_service import PopLongPollingService
+from sluice.broker.pop_revive_service import PopReviveService
+from sluice.broker.processors.ack_message_processor import AckMessageProcessor
 from sluice.broker.processors.admin_broker_processor import AdminBrokerProcessor
 from sluice.broker.processors.client_manage_processor import ClientManageProcessor
 from sluice.broker.processors.consumer_manage_processor import ConsumerManageProcessor
 from sluice.broker.processors.end_transaction_processor import EndTransactionProcessor
+from sluice.broker.processors.pop_message_processor import PopMessageProcessor
 from sluice.broker.processors.pull_message_processor import PullMessageProcessor
+from sluice.broker.processors.query_assignment_processor import (
+    MessageRequestModeManager,
+    QueryAssignmentProcessor,
+)
 from sluice.broker.processors.query_message_processor import QueryMessageProcessor
 from sluice.broker.processors.send_message_processor import SendMessageProcessor
 from sluice.broker.producer_manager import ProducerManager
@@ -72,6 +80,9 @@ class BrokerController:
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.hold_service = PullRequestHoldService(config.max_held_pulls)
+        self.pop_polling = PopLongPollingService(config.max_pop_polling_size, config.pop_polling_size)
+        self.pop_revive: PopReviveService = None  # type: ignore[assignment]
+        self.request_modes = MessageRequestModeManager(config.store.store_path_config)
         self.loop_lag = LoopLagProbe()
         self.stats = BrokerStats()
         self.dispatcher = RequestDispatcher()
@@ -121,9 +132,14 @@ class BrokerController:
             self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
             self.transaction_service = TransactionalMessageService(self)
             self.transaction_service.load()  # before the first END_TRANSACTION can arrive
+            self.request_modes.load()
+            self.pop_revive = PopReviveService(self)
+            await loop.run_in_executor(None, self.pop_revive.load)  # before the first pop or ack
+            self.store.arrival_listeners.append(self.pop_polling.notify_message_arriving)
             for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerManageProcessor(self),
                               ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self),
-                              EndTransactionProcessor(self)):
+                              EndTransactionProcessor(self), PopMessageProcessor(self), AckMessageProcessor(self),
+                              QueryAssignmentProcessor(self)):
                 self.dispatcher.register_processor(processor)
             await self.server.start(sock=sock)
         except BaseException:
@@ -133,6 +149,7 @@ class BrokerController:
         self.schedule_service.start()
         self.transaction_service.start()
         self.timer_service.start()
+        self.pop_revive.start()
         self.loop_lag.start(loop)
         self.running = True
         self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._scan_clients_loop())]
@@ -157,15 +174,18 @@ class BrokerController:
             await self.outer_api.unregister_broker_all(c.namesrv_addrs, c.broker_cluster_name, self.broker_addr,
                                                        c.broker_name, c.broker_id)
         self.hold_service.wake_all()
+        self.pop_polling.wake_all()
         await asyncio.sleep(0)
         await self.server.stop()
         await self.schedule_service.stop()
         await self.transaction_service.stop()
         await self.timer_service.stop()
+        await self.pop_revive.stop()
         await self.client.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.topic_config_manager.close)
         await loop.run_in_executor(None, self.subscription_group_manager.close)
+        await loop.run_in_executor(None, self.request_modes.close)
         await loop.run_in_executor(None, self.store.shutdown)
         await loop.run_in_executor(None, self.timer_service.close)
         log.info("broker %s stopped", c.broker_name)

@@ -8,6 +8,7 @@ import logging
 import zlib
 from typing import Any
 
+from sluice.common import fastjson
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -58,3 +59,13 @@ class BrokerOuterAPI:
                 log.info("cannot unregister from name server %s: %s", addr, exc)
 
         await asyncio.gather(*(one(a) for a in namesrv_addrs))
+
+    async def get_topic_route(self, namesrv_addr: str, topic: str) -> dict[str, Any] | None:
+        """A topic's route as a name server has it (None: it knows no such topic); raises ``RemotingError`` when
+        it does not answer."""
+        resp = await self.client.invoke(namesrv_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                              {"topic": topic}), self.timeout_ms)
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return None
+        route = fastjson.loads(resp.body)
+        return route if isinstance(route, dict) else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, field
@@ -279,6 +279,14 @@ class BrokerConfig(_Config):
     max_reconsume_times: NonNegative = 16
     retry_queue_nums: NonNegative = 1
     schedule_poll_interval: Millis = 100
+    # POP (RocketMQ 5's consumption): checkpoints go to this many revive queues; a pop reads the group's retry
+    # topic first this often (percent); at most this many pops wait for messages (per topic, in all); the request
+    # mode QUERY_ASSIGNMENT reports for a topic and group no SET_MESSAGE_REQUEST_MODE named.
+    revive_queue_num: Annotated[int, Meta(ge=1, le=64)] = 8
+    pop_from_retry_probability: Annotated[int, Meta(ge=0, le=100)] = 20
+    pop_polling_size: Positive = 1024
+    max_pop_polling_size: Positive = 100_000
+    default_message_request_mode: Literal["PULL", "POP"] = "PULL"
     # SQL92 property filters (MessageSelector.bySql, the key=value filter): off as in RocketMQ; when off, a
     # consumer that subscribes with one is refused (SYSTEM_ERROR at its start and at each pull).
     enable_property_filter: bool = False

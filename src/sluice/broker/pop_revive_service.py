@@ -1,0 +1,377 @@
+"""POP invisibility (RocketMQ's PopReviveService and its revive log).
+
+Every pop of a queue writes a *checkpoint* (CK: the group, the queue, the offsets popped, pop time and invisible
+time) to the revive topic ``rmq_sys_REVIVE_LOG_<cluster>``; every ack writes an *ack* record there. The broker
+keeps the checkpoints not yet settled in memory; once a checkpoint's revive time (pop time + invisible time)
+passes, each of its messages not acknowledged is put again into the POP retry topic ``%RETRY%<group>_<topic>``
+with ``reconsumeTimes`` + 1 (past the group's ``retryMaxTimes``: into ``%DLQ%<group>``), and the checkpoint is
+settled.
+
+Unlike RocketMQ, which hands checkpoints to its timer wheel and reads them back when due, Sluice reads the
+revive log only when it starts: from the revive offset it committed (under ``CID_RMQ_SYS_REVIVE_GROUP``, the
+oldest record of a checkpoint not yet settled) to the end, replaying checkpoints and acks. So after a crash
+every popped-but-unacknowledged message comes back once its time is up, and none twice unless its revive was
+under way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sluice.common.extra_info import PROPERTY_FIRST_POP_TIME, pop_retry_topic
+from sluice.common.message import MessageExt, MessageExtBrokerInner
+from sluice.common.message_codec import decode_records
+from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic
+from sluice.common.properties import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.store.results import GetMessageStatus, PutMessageResult
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+CK_TAG = "ck"
+ACK_TAG = "ack"
+REVIVED_TAG = "rv"  # a checkpoint whose messages were put back (Sluice's own: RocketMQ's timer ordering avoids it)
+# How often a checkpoint whose messages could not be put again is retried.
+REVIVE_RETRY_SECONDS = 1.0
+
+
+def revive_topic(cluster: str) -> str:
+    return f"rmq_sys_REVIVE_LOG_{cluster}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+CheckPointKey = tuple[str, str, int, int, int, str]  # topic, group, queue id, start offset, pop time, broker
+
+
+@dataclass(slots=True)
+class CheckPoint:
+    """One pop of one queue (RocketMQ's PopCheckPoint): offsets ``start_offset + diffs[i]`` are invisible until
+    ``revive_time`` unless acknowledged (bit i of ``acked``)."""
+
+    topic: str  # the queue's topic: the POP retry topic for a retried message
+    group: str
+    queue_id: int
+    start_offset: int
+    pop_time: int
+    invisible_time: int
+    broker_name: str
+    diffs: list[int]
+    revive_qid: int
+    acked: int = 0
+    revive_offset: int = -1  # where its record lies in its revive queue (a lower bound until written)
+
+    @property
+    def key(self) -> CheckPointKey:
+        return (self.topic, self.group, self.queue_id, self.start_offset, self.pop_time, self.broker_name)
+
+    @property
+    def revive_time(self) -> int:
+        return self.pop_time + self.invisible_time
+
+    @property
+    def settled(self) -> bool:
+        return self.acked == (1 << len(self.diffs)) - 1
+
+    def index_of(self, offset: int) -> int:
+        """Which of its messages lies at ``offset`` (-1: none)."""
+        try:
+            return self.diffs.index(offset - self.start_offset)
+        except ValueError:
+            return -1
+
+    def unacked_offsets(self) -> list[int]:
+        return [self.start_offset + d for i, d in enumerate(self.diffs) if not self.acked >> i & 1]
+
+    def to_json(self) -> bytes:
+        return json.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": 0,
+                           "n": len(self.diffs), "q": self.queue_id, "t": self.topic, "c": self.group,
+                           "d": self.diffs, "bn": self.broker_name, "reviveTime": self.revive_time},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes, revive_qid: int, revive_offset: int) -> CheckPoint:
+        d = json.loads(body)
+        return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), int(d["it"]), str(d["bn"]),
+                   [int(x) for x in d["d"]], revive_qid, int(d.get("bm", 0)), revive_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class AckRecord:
+    """An ack of one popped message (RocketMQ's AckMsg), naming its checkpoint."""
+
+    topic: str
+    group: str
+    queue_id: int
+    start_offset: int
+    pop_time: int
+    broker_name: str
+    ack_offset: int
+
+    @property
+    def key(self) -> CheckPointKey:
+        return (self.topic, self.group, self.queue_id, self.start_offset, self.pop_time, self.broker_name)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"ao": self.ack_offset, "so": self.start_offset, "c": self.group, "t": self.topic,
+                           "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes) -> AckRecord:
+        d = json.loads(body)
+        return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), str(d["bn"]), int(d["ao"]))
+
+
+class PopReviveService:
+    """The checkpoints of a broker's pops, their acks, and the revive of what nobody acknowledged in time."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.topic = revive_topic(broker.config.broker_cluster_name)
+        self.queue_num = broker.config.revive_queue_num
+        self.checkpoints: dict[CheckPointKey, CheckPoint] = {}
+        self._due: list[tuple[int, CheckPointKey]] = []  # (revive time, key), stale entries skipped
+        self._next_qid = 0
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self.revived = 0  # messages put back (stats, tests)
+        self.dead = 0  # of them, into a DLQ
+
+    # == lifecycle ===================================================================================
+    def load(self) -> None:
+        """Replay the revive log from the committed revive offsets (at start, before any pop)."""
+        b = self.broker
+        b.ensure_system_topic(self.topic, self.queue_num, PERM_READ | PERM_WRITE)
+        store = b.store
+        cks = acks = 0
+        for qid in range(self.queue_num):
+            offset = max(store.consumer_offsets.query_offset(REVIVE_GROUP, self.topic, qid),
+                         store.get_min_offset_in_queue(self.topic, qid))
+            while True:
+                r = store.get_messages(REVIVE_GROUP, self.topic, qid, offset, 32)
+                if r.status is not GetMessageStatus.FOUND:
+                    if r.status is GetMessageStatus.NO_MATCHED_MESSAGE and r.next_begin_offset > offset:
+                        offset = r.next_begin_offset
+                        continue
+                    break
+                for msg, q in zip(decode_records(b"".join(r.buffers)), r.queue_offsets, strict=True):
+                    try:
+                        if msg.tags == CK_TAG:
+                            self._track(CheckPoint.from_json(msg.body, qid, q))
+                            cks += 1
+                        elif msg.tags == ACK_TAG:
+                            self._apply_ack(AckRecord.from_json(msg.body))
+                            acks += 1
+                        elif msg.tags == REVIVED_TAG:
+                            self.checkpoints.pop(CheckPoint.from_json(msg.body, qid, q).key, None)
+                    except (ValueError, KeyError, TypeError) as exc:  # not ours: skip it, never stop here
+                        log.error("revive log %s queue %d offset %d: unreadable record skipped: %s", self.topic, qid,
+                                  q, exc)
+                r.release()
+                offset = r.next_begin_offset
+        if cks:
+            log.info("revive log replayed: %d checkpoints, %d acks, %d checkpoints open", cks, acks,
+                     len(self.checkpoints))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._commit_revive_offsets()
+
+    # == checkpoints and acks ========================================================================
+    def next_revive_qid(self) -> int:
+        qid = self._next_qid
+        self._next_qid = (qid + 1) % self.queue_num
+        return qid
+
+    def _track(self, ck: CheckPoint) -> None:
+        self.checkpoints[ck.key] = ck
+        heapq.heappush(self._due, (ck.revive_time, ck.key))
+
+    def _apply_ack(self, ack: AckRecord) -> CheckPoint | None:
+        """Mark an acked message in its checkpoint; the checkpoint, None when there is none to ack in."""
+        ck = self.checkpoints.get(ack.key)
+        if ck is None:
+            return None
+        i = ck.index_of(ack.ack_offset)
+        if i < 0:
+            return None
+        ck.acked |= 1 << i
+        if ck.settled:
+            del self.checkpoints[ck.key]
+        return ck
+
+    def checkpoint_record(self, ck: CheckPoint, tag: str = CK_TAG) -> MessageExtBrokerInner:
+        return self._record(ck.revive_qid, tag, ck.to_json(),
+                            f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{ck.broker_name}@{tag}")
+
+    def ack_record(self, ack: AckRecord, revive_qid: int) -> MessageExtBrokerInner:
+        return self._record(revive_qid, ACK_TAG, ack.to_json(),
+                            f"{ack.topic}@{ack.queue_id}@{ack.ack_offset}@{ack.group}@{ack.pop_time}@"
+                            f"{ack.broker_name}@ack")
+
+    def _record(self, qid: int, tag: str, body: bytes, key: str) -> MessageExtBrokerInner:
+        b = self.broker
+        return MessageExtBrokerInner(self.topic, body, qid, 0, {PROPERTY_TAGS: tag, "UNIQ_KEY": key},
+                                     0, now_ms(), b.broker_addr, b.broker_addr)
+
+    def open(self, ck: CheckPoint) -> None:
+        """Track a checkpoint about to be written (its messages are invisible from now on)."""
+        ck.revive_offset = self.broker.store.get_max_offset_in_queue(self.topic, ck.revive_qid)
+        self._track(ck)
+        self._wake.set()
+
+    def written(self, ck: CheckPoint, r: PutMessageResult) -> None:
+        """Its record is stored (``r``): note where, for the revive offset."""
+        if r.ok:
+            ck.revive_offset = r.queue_offset
+
+    def forget(self, ck: CheckPoint) -> None:
+        """A checkpoint whose record could not be written: its messages were not handed out."""
+        self.checkpoints.pop(ck.key, None)
+
+    def find(self, topic: str, group: str, queue_id: int, start_offset: int, pop_time: int,
+             broker_name: str) -> CheckPoint | None:
+        return self.checkpoints.get((topic, group, queue_id, start_offset, pop_time, broker_name))
+
+    def ack(self, ck: CheckPoint, offset: int) -> bool:
+        """Mark ``offset`` of ``ck`` acknowledged in memory; False if it was already (or is not one of it)."""
+        i = ck.index_of(offset)
+        if i < 0 or ck.acked >> i & 1:
+            return False
+        ck.acked |= 1 << i
+        if ck.settled:
+            self.checkpoints.pop(ck.key, None)
+        return True
+
+    def unack(self, ck: CheckPoint, offset: int) -> None:
+        """Undo ``ack`` (its record could not be written): the message comes back when its time is up."""
+        i = ck.index_of(offset)
+        if i >= 0 and ck.acked >> i & 1:
+            ck.acked &= ~(1 << i)
+            if ck.key not in self.checkpoints and ck.revive_time > 0:
+                self._track(ck)
+
+    # == revive ======================================================================================
+    async def _run(self) -> None:
+        while True:
+            try:
+                delay = await self.revive_due()
+            except Exception:
+                log.exception("pop revive failed")
+                delay = REVIVE_RETRY_SECONDS
+            self._commit_revive_offsets()
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def revive_due(self, now: int | None = None) -> float:
+        """Put back the messages of every checkpoint whose time is up; the seconds until the next one is."""
+        due = self._due
+        now = now_ms() if now is None else now
+        batch: list[CheckPoint] = []
+        while due and due[0][0] <= now:
+            _, key = heapq.heappop(due)
+            ck = self.checkpoints.get(key)
+            if ck is not None and ck.revive_time <= now:
+                batch.append(ck)
+        for ck in batch:
+            if not await self._revive(ck):
+                heapq.heappush(due, (now + int(REVIVE_RETRY_SECONDS * 1000), ck.key))
+        if not due:
+            return 1.0
+        return max(0.0, min(1.0, (due[0][0] - now_ms()) / 1000))
+
+    async def _revive(self, ck: CheckPoint) -> bool:
+        b = self.broker
+        if self.checkpoints.get(ck.key) is not ck:
+            return True
+        msgs: list[MessageExtBrokerInner] = []
+        for offset in ck.unacked_offsets():
+            msg = self._load(ck, offset)
+            if msg is not None:
+                msgs.append(self._again(ck, msg))
+        if msgs:  # with the mark that they are back, for a replay of the revive log
+            r = await b.store.put_async([*msgs, self.checkpoint_record(ck, REVIVED_TAG)])
+            if not r.ok:
+                log.warning("pop revive of %s queue %d (group %s) failed: %s %s", ck.topic, ck.queue_id, ck.group,
+                            r.status.name, r.remark)
+                return False
+            self.revived += len(msgs)
+            self.dead += sum(1 for m in msgs if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX))
+        if self.checkpoints.get(ck.key) is ck:
+            del self.checkpoints[ck.key]
+        return True
+
+    def _load(self, ck: CheckPoint, offset: int) -> MessageExt | None:
+        r = self.broker.store.get_messages(ck.group, ck.topic, ck.queue_id, offset, 1)
+        try:
+            if r.status is not GetMessageStatus.FOUND or not r.queue_offsets or r.queue_offsets[0] != offset:
+                log.warning("pop revive: %s queue %d offset %d is gone (%s); not put back", ck.topic, ck.queue_id,
+                            offset, r.status.name)
+                return None
+            return decode_records(b"".join(r.buffers))[0]
+        finally:
+            r.release()
+
+    def _again(self, ck: CheckPoint, msg: MessageExt) -> MessageExtBrokerInner:
+        """The message as it comes back: in the POP retry topic, or the group's DLQ past its retries."""
+        b = self.broker
+        props = dict(msg.properties)
+        original = ck.topic
+        if original.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            original = props.get(PROPERTY_RETRY_TOPIC, original)
+            retry = ck.topic
+        else:
+            retry = pop_retry_topic(ck.topic, ck.group)
+        props.setdefault(PROPERTY_RETRY_TOPIC, original)
+        if msg.reconsume_times == 0 or PROPERTY_FIRST_POP_TIME not in props:
+            props[PROPERTY_FIRST_POP_TIME] = str(ck.pop_time)
+        sub = b.subscription_group_manager.find(ck.group)
+        max_times = sub.retry_max_times if sub is not None else b.config.max_reconsume_times
+        if msg.reconsume_times >= max_times:
+            topic = dlq_topic(ck.group)
+        else:
+            topic = retry
+        b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+        return MessageExtBrokerInner(topic, msg.body, 0, msg.flag, props, msg.sys_flag, msg.born_timestamp,
+                                     msg.born_host, b.broker_addr, msg.reconsume_times + 1)
+
+    def _commit_revive_offsets(self) -> None:
+        """Each revive queue's committed offset: its oldest record of a checkpoint not settled (the end when
+        none is), where the next start replays from."""
+        store = self.broker.store
+        oldest: dict[int, int] = {}
+        for ck in self.checkpoints.values():
+            if ck.revive_offset < oldest.get(ck.revive_qid, 1 << 62):
+                oldest[ck.revive_qid] = ck.revive_offset
+        for qid in range(self.queue_num):
+            offset = oldest.get(qid, store.get_max_offset_in_queue(self.topic, qid))
+            store.consumer_offsets.commit_offset(REVIVE_GROUP, self.topic, qid, offset)
+
+    def stats(self) -> dict[str, Any]:
+        return {"open_checkpoints": len(self.checkpoints), "revived": self.revived, "dead": self.dead}
+
+
+__all__ = ["ACK_TAG", "CK_TAG", "REVIVED_TAG", "REVIVE_GROUP", "AckRecord", "CheckPoint", "PopReviveService",
+           "revive_topic"]

@@ -1,0 +1,183 @@
+"""ACK_MESSAGE and BATCH_ACK_MESSAGE: a popped message is done (NSQ's FIN), written to the revive log before
+SUCCESS; and CHANGE_MESSAGE_INVISIBLETIME (NSQ's TOUCH, or REQ with a delay): a new checkpoint for the message
+from now, and an ack of its old one, in one put.
+
+A receipt the broker holds no open checkpoint for — its message already acknowledged, or put back once its
+invisible time passed, or a receipt this broker never made — is answered NO_MESSAGE with a remark saying so:
+never an ack of another message.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sluice.broker.pop_revive_service import AckRecord, CheckPoint, now_ms
+from sluice.broker.processors.pop_message_processor import check_invisible_time, put_all
+from sluice.common.extra_info import Receipt, ReceiptError, real_topic, retry_flag
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.remoting.errors import BadRequestError
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+    from sluice.common.message import MessageExtBrokerInner
+
+log = logging.getLogger(__name__)
+
+
+class AckRefused(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class AckMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def _open_checkpoint(self, group: str, topic: str, queue_id: int, offset: int, extra_info: str,
+                         upper_inclusive: bool = True) -> tuple[Receipt, CheckPoint]:
+        """The receipt and the open checkpoint a request names; ``AckRefused`` says why there is none."""
+        b = self.broker
+        tc = b.topic_config_manager.get(topic)
+        if tc is None:
+            raise AckRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
+            raise AckRefused(ResponseCode.MESSAGE_ILLEGAL, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                                           f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
+        low = b.store.get_min_offset_in_queue(topic, queue_id)
+        high = b.store.get_max_offset_in_queue(topic, queue_id)
+        if offset < low or offset > high or (offset == high and not upper_inclusive):
+            raise AckRefused(ResponseCode.NO_MESSAGE, f"offset {offset} is not within [{low}, {high}] of {topic} "
+                                                      f"queue {queue_id}")
+        try:
+            receipt = Receipt.parse(extra_info)
+        except ReceiptError as exc:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER, f"invalid receipt handle (extraInfo): {exc}") from None
+        if receipt.broker_name != b.config.broker_name:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER,
+                             f"the receipt handle is of broker {receipt.broker_name!r}, this is "
+                             f"{b.config.broker_name!r}")
+        if receipt.queue_id != queue_id or receipt.queue_offset != offset or receipt.retry != retry_flag(topic):
+            raise AckRefused(ResponseCode.INVALID_PARAMETER,
+                             f"the receipt handle is of {receipt.retry}/{receipt.queue_id}/{receipt.queue_offset}, "
+                             f"not of topic {topic} queue {queue_id} offset {offset}")
+        if receipt.orderly:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER, "orderly (FIFO) pop is not supported yet")
+        ck = b.pop_revive.find(topic, group, queue_id, receipt.ck_offset, receipt.pop_time, receipt.broker_name)
+        i = -1 if ck is None else ck.index_of(offset)
+        if ck is None or i < 0 or ck.acked >> i & 1:
+            raise AckRefused(ResponseCode.NO_MESSAGE,
+                             f"receipt handle expired or unknown: {topic} queue {queue_id} offset {offset} of group "
+                             f"{group} was acknowledged already, or put back for redelivery once its invisible time "
+                             f"passed")
+        return receipt, ck
+
+    async def ack_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
+        queue_id, offset = req.ext_int("queueId"), req.ext_int("offset")
+        try:
+            receipt, ck = self._open_checkpoint(group, topic, queue_id, offset, req.ext_str("extraInfo"))
+        except AckRefused as exc:
+            return req.response(exc.code, exc.remark)
+        return await self._ack(req, [(receipt.revive_qid, ck, offset)])
+
+    async def _ack(self, req: RemotingCommand, acks: list[tuple[int, CheckPoint, int]]) -> RemotingCommand:
+        """Mark each (revive queue, checkpoint, offset) acked, then write the ack records (undone if that fails)."""
+        b = self.broker
+        done: list[tuple[int, CheckPoint, int]] = []
+        records: list[MessageExtBrokerInner] = []
+        for qid, ck, offset in acks:
+            if b.pop_revive.ack(ck, offset):
+                done.append((qid, ck, offset))
+                records.append(b.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset,
+                                                                 ck.pop_time, ck.broker_name, offset), qid))
+        if not records:
+            return req.response(ResponseCode.SUCCESS)
+        (r,) = await put_all(b.store, [records])
+        if not r.ok:
+            for _, ck, offset in done:
+                b.pop_revive.unack(ck, offset)
+            return req.response(ResponseCode.SYSTEM_ERROR, f"cannot write the ack: {r.status.name} {r.remark}")
+        return req.response(ResponseCode.SUCCESS)
+
+    async def batch_ack_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """A JSON body ``{"brokerName", "acks": [{c, t, r, so, q, rq, pt, it, b}]}``: per checkpoint, the offsets
+        ``so + i`` for each bit i of ``b`` (a base64 java.util.BitSet)."""
+        b = self.broker
+        try:
+            body = json.loads(req.body) if req.body else {}
+            items = body.get("acks") or [] if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise ValueError("acks is not a list")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRequestError(f"the batch ack body is not valid JSON: {exc}") from None
+        if not items:
+            return req.response(ResponseCode.NO_MESSAGE, "no ack in the batch")
+        acks: list[tuple[int, CheckPoint, int]] = []
+        for item in items:
+            try:
+                group, topic, retry, start, queue_id, revive_qid, pop_time, bits = _batch_ack_fields(item)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise BadRequestError(f"malformed batch ack entry: {exc}") from None
+            real = real_topic(retry, topic, group)
+            ck = b.pop_revive.find(real, group, queue_id, start, pop_time, b.config.broker_name)
+            for offset in (start + i for i in bits):
+                if ck is not None and ck.index_of(offset) >= 0:
+                    acks.append((revive_qid, ck, offset))
+        if not acks:
+            return req.response(ResponseCode.NO_MESSAGE, "receipt handles expired or unknown: nothing acknowledged")
+        return await self._ack(req, acks)
+
+    async def change_message_invisibletime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
+        queue_id, offset = req.ext_int("queueId"), req.ext_int("offset")
+        invisible = req.ext_int("invisibleTime")
+        check_invisible_time(invisible)
+        try:
+            receipt, old = self._open_checkpoint(group, topic, queue_id, offset, req.ext_str("extraInfo"),
+                                                 upper_inclusive=False)
+        except AckRefused as exc:
+            return req.response(exc.code, exc.remark)
+        now = now_ms()
+        new = CheckPoint(topic, group, queue_id, offset, now, invisible, b.config.broker_name, [0],
+                         receipt.revive_qid)
+        b.pop_revive.open(new)
+        b.pop_revive.ack(old, offset)
+        records = [b.pop_revive.checkpoint_record(new),
+                   b.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset, old.pop_time,
+                                                     old.broker_name, offset), receipt.revive_qid)]
+        (r,) = await put_all(b.store, [records])
+        if not r.ok:
+            b.pop_revive.forget(new)
+            b.pop_revive.unack(old, offset)
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"cannot write the new checkpoint: {r.status.name} {r.remark}")
+        b.pop_revive.written(new, r)
+        return req.response(ResponseCode.SUCCESS, None, {"popTime": str(now), "invisibleTime": str(invisible),
+                                                          "reviveQid": str(receipt.revive_qid)})
+
+
+def _batch_ack_fields(item: Any) -> tuple[str, str, str, int, int, int, int, list[int]]:
+    def get(short: str, long: str) -> Any:
+        v = item.get(short, item.get(long))
+        if v is None:
+            raise KeyError(short)
+        return v
+
+    raw = base64.b64decode(str(get("b", "bitSet")), validate=True)
+    bits = [i * 8 + j for i, byte in enumerate(raw) for j in range(8) if byte >> j & 1]
+    retry = str(get("r", "retry"))
+    if retry not in ("0", "1", "2"):
+        raise ValueError(f"retry {retry!r} is not 0, 1 or 2")
+    return (str(get("c", "consumerGroup")), str(get("t", "topic")), retry, int(get("so", "startOffset")),
+            int(get("q", "queueId")), int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), bits)
+
+
+__all__ = ["AckMessageProcessor"]

@@ -1,0 +1,310 @@
+"""POP_MESSAGE: messages handed out invisible for a while, each with a receipt, instead of a queue pulled from an
+offset (RocketMQ 5's PopMessageProcessor; FIN / REQ / TOUCH in NSQ's words are ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME with a delay and CHANGE_MESSAGE_INVISIBLETIME).
+
+A pop reads the group's queues from its consumer offset (a queue id of -1: every queue, from a random one; the
+group's POP retry topic first one time in five, or when the topic has nothing), writes one checkpoint per queue it
+read to the revive log (``PopReviveService``), then moves the group's offset past what it handed out: an
+unacknowledged message comes back through the retry topic, not through the offset. A pop that finds nothing
+waits up to its poll time for a message to arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from sluice.broker.expression_message_filter import ExpressionMessageFilter
+from sluice.broker.pop_long_polling_service import PollingFull
+from sluice.broker.pop_revive_service import CheckPoint, now_ms
+from sluice.broker.processors.pull_message_processor import SubscriptionParseError, tag_codes_of
+from sluice.common.errors import InvalidSubscriptionError
+from sluice.common.extra_info import PROPERTY_POP_CK, OffsetInfo, Receipt, pop_retry_topic, retry_flag
+from sluice.common.message_codec import decode_records, encode_record
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
+from sluice.common.properties import encode_properties
+from sluice.common.structs import perm_readable
+from sluice.filter import compile_expression, is_tag_type
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+from sluice.remoting.errors import BadRequestError
+from sluice.store.message_store import MessageStore, RecordFilter
+from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageResult
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
+    from sluice.common.message import MessageExtBrokerInner
+
+log = logging.getLogger(__name__)
+
+MAX_POP_MESSAGES = 32  # one checkpoint's bit map
+MAX_INVISIBLE_TIME = 12 * 3600 * 1000  # the gRPC proxy's bound (RocketMQ's broker takes any)
+INIT_MODE_MIN = 0
+INIT_MODE_MAX = 1
+# Store statuses after which a pop moves the group's offset to next_begin_offset and reads on.
+_SKIP = (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL,
+         GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.OFFSET_FOUND_NULL,
+         GetMessageStatus.MESSAGE_WAS_REMOVING)
+
+
+@dataclass(frozen=True, slots=True)
+class PopMessageRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    max_msg_nums: int
+    invisible_time: int
+    poll_time: int
+    born_time: int
+    init_mode: int
+    exp_type: str
+    exp: str
+    order: bool
+
+    @classmethod
+    def parse(cls, req: RemotingCommand) -> PopMessageRequestHeader:
+        h = cls(req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId", -1),
+                req.ext_int("maxMsgNums", MAX_POP_MESSAGES), req.ext_int("invisibleTime"), req.ext_int("pollTime", 0),
+                req.ext_int("bornTime", 0), req.ext_int("initMode", INIT_MODE_MAX),
+                req.ext_fields.get("expType") or "TAG", req.ext_fields.get("exp") or "*", req.ext_bool("order"))
+        if h.max_msg_nums > MAX_POP_MESSAGES or h.max_msg_nums < 1:
+            raise BadRequestError(f"maxMsgNums {h.max_msg_nums} is not within 1..{MAX_POP_MESSAGES}")
+        check_invisible_time(h.invisible_time)
+        if h.poll_time < 0:
+            raise BadRequestError(f"pollTime {h.poll_time} is negative")
+        return h
+
+
+def _settle(fut: asyncio.Future[bool], value: bool) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def check_invisible_time(ms: int) -> None:
+    if not 0 <= ms <= MAX_INVISIBLE_TIME:
+        raise BadRequestError(f"invisibleTime {ms} ms is not within 0..{MAX_INVISIBLE_TIME} ms")
+
+
+@dataclass(slots=True)
+class _Read:
+    """What one queue gave a pop."""
+
+    topic: str
+    queue_id: int
+    start: int
+    result: GetMessageResult
+    ck: CheckPoint | None = None
+
+
+async def put_all(store: MessageStore, puts: list[list[MessageExtBrokerInner]]) -> list[PutMessageResult]:
+    """Store several puts in one call (one flush wait); each one's result."""
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    results: list[PutMessageResult | None] = [None] * len(puts)
+    left = len(puts)
+
+    def done(i: int, r: PutMessageResult) -> None:
+        nonlocal left
+        results[i] = r
+        left -= 1
+        if left == 0 and not fut.done():
+            fut.set_result(None)
+
+    store.put_then(puts, done)
+    if left:
+        await fut
+    return [r for r in results if r is not None]
+
+
+class PopMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self._busy: set[tuple[str, str, int]] = set()  # queues a pop is writing the checkpoint of
+
+    async def pop_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = PopMessageRequestHeader.parse(req)
+        b = self.broker
+        if not perm_readable(b.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] peeking message is forbidden")
+        tc = b.topic_config_manager.get(h.topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        if not perm_readable(tc.perm):
+            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] peeking message is forbidden")
+        if h.queue_id >= tc.read_queue_nums:
+            return req.response(ResponseCode.INVALID_PARAMETER,
+                                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                                f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
+        group = b.subscription_group_manager.find(h.consumer_group)
+        if group is None:
+            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{h.consumer_group}] does not exist")
+        if not group.consume_enable:
+            return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
+        if h.order:
+            return req.response(ResponseCode.INVALID_PARAMETER, "orderly (FIFO) pop is not supported yet")
+        codes: frozenset[int] | None = None
+        record_filter: RecordFilter | None = None
+        try:
+            if is_tag_type(h.exp_type):
+                codes = tag_codes_of(h.exp)
+            elif not b.config.enable_property_filter:
+                return req.response(ResponseCode.SYSTEM_ERROR,
+                                    f"The broker does not support consumer to filter message by {h.exp_type}")
+            else:
+                record_filter = ExpressionMessageFilter(compile_expression(h.exp_type, h.exp))
+        except (SubscriptionParseError, InvalidSubscriptionError) as exc:
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                f"parse the consumer's subscription failed: {str(exc).splitlines()[0]}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + h.poll_time / 1000
+        retry = pop_retry_topic(h.topic, h.consumer_group)
+        while True:
+            resp = await self._pop(req, h, group, tc.read_queue_nums, retry, codes, record_filter)
+            if resp is not None:
+                return resp
+            left = deadline - loop.time()
+            if left <= 0:
+                return self._empty(req, h, ResponseCode.POLLING_TIMEOUT, "POLLING_TIMEOUT")
+            arrived: asyncio.Future[bool] = loop.create_future()
+            try:
+                held = b.pop_polling.hold((h.topic, retry), h.queue_id, left, partial(_settle, arrived))
+            except PollingFull as exc:
+                return self._empty(req, h, ResponseCode.POLLING_FULL, str(exc))
+            try:
+                if not await arrived:
+                    return self._empty(req, h, ResponseCode.POLLING_TIMEOUT, "POLLING_TIMEOUT")
+            finally:
+                held.drop()
+
+    def _empty(self, req: RemotingCommand, h: PopMessageRequestHeader, code: int, remark: str) -> RemotingCommand:
+        return req.response(code, remark, {"popTime": str(now_ms()), "invisibleTime": str(h.invisible_time),
+                                           "reviveQid": "0", "restNum": "0"})
+
+    async def _pop(self, req: RemotingCommand, h: PopMessageRequestHeader, group: SubscriptionGroupConfig,
+                   queue_nums: int, retry: str, codes: frozenset[int] | None,
+                   record_filter: RecordFilter | None) -> RemotingCommand | None:
+        """One try: the answer with what was found, or None when nothing was."""
+        b = self.broker
+        rand = random.randrange(100)
+        first = [h.queue_id] if h.queue_id >= 0 else [(rand + i) % queue_nums for i in range(queue_nums)]
+        plan = [(h.topic, q, codes, record_filter) for q in first]
+        retry_tc = b.topic_config_manager.get(retry)
+        if retry_tc is not None:
+            retry_plan = [(retry, q, None, None) for q in range(retry_tc.read_queue_nums)]
+            plan = retry_plan + plan if rand < b.config.pop_from_retry_probability else plan + retry_plan
+        budget = h.max_msg_nums
+        reads: list[_Read] = []
+        rest = 0
+        for topic, qid, tag_codes, flt in plan:
+            if budget <= 0:
+                break
+            key = (topic, h.consumer_group, qid)
+            if key in self._busy:
+                continue
+            offset = self._pop_offset(h, topic, qid)
+            r = b.store.get_messages(h.consumer_group, topic, qid, offset, budget, tag_codes, flt)
+            if r.status is GetMessageStatus.FOUND:
+                reads.append(_Read(topic, qid, offset, r))
+                budget -= r.message_count
+                rest += r.max_offset - r.next_begin_offset
+            elif r.status in _SKIP and r.next_begin_offset != offset:
+                b.store.consumer_offsets.commit_offset(h.consumer_group, topic, qid, r.next_begin_offset)
+        if not reads:
+            return None
+        pop_time = now_ms()
+        revive_qid = b.pop_revive.next_revive_qid()
+        for rd in reads:
+            rd.ck = CheckPoint(rd.topic, h.consumer_group, rd.queue_id, rd.start, pop_time, h.invisible_time,
+                               b.config.broker_name, [q - rd.start for q in rd.result.queue_offsets], revive_qid)
+            b.pop_revive.open(rd.ck)
+            self._busy.add((rd.topic, h.consumer_group, rd.queue_id))
+        try:
+            results = await put_all(b.store, [[b.pop_revive.checkpoint_record(rd.ck)] for rd in reads if rd.ck])
+        finally:
+            for rd in reads:
+                self._busy.discard((rd.topic, h.consumer_group, rd.queue_id))
+        kept: list[_Read] = []
+        failure: PutMessageResult | None = None
+        for rd, r in zip(reads, results, strict=True):
+            assert rd.ck is not None
+            if r.ok:
+                b.pop_revive.written(rd.ck, r)
+                b.store.consumer_offsets.commit_offset(h.consumer_group, rd.topic, rd.queue_id,
+                                                       rd.result.next_begin_offset)
+                kept.append(rd)
+            else:  # not handed out: the offset stays, the messages are read again
+                b.pop_revive.forget(rd.ck)
+                rd.result.release()
+                failure = r
+        if not kept:
+            assert failure is not None
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"cannot write the pop checkpoint: {failure.status.name} {failure.remark}")
+        return self._found(req, h, kept, pop_time, revive_qid, rest)
+
+    def _found(self, req: RemotingCommand, h: PopMessageRequestHeader, reads: list[_Read], pop_time: int,
+               revive_qid: int, rest: int) -> RemotingCommand:
+        b = self.broker
+        info = OffsetInfo()
+        parts: list[bytes | memoryview] = []
+        count = 0
+        for rd in reads:
+            r = rd.result
+            info.add(rd.topic, rd.queue_id, rd.start, r.queue_offsets)
+            count += r.message_count
+            if not rd.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                parts.extend(r.buffers)
+                continue
+            # A retried message leaves with its receipt and the topic it was popped from (RocketMQ's way).
+            for msg in decode_records(b"".join(r.buffers)):
+                props = dict(msg.properties)
+                props.setdefault(PROPERTY_POP_CK, str(Receipt(
+                    rd.start, pop_time, h.invisible_time, revive_qid, retry_flag(rd.topic), b.config.broker_name,
+                    rd.queue_id, msg.queue_offset)))
+                parts.append(encode_record(
+                    topic=h.topic.encode(), body=msg.body, properties=encode_properties(props),
+                    queue_id=msg.queue_id, flag=msg.flag, queue_offset=msg.queue_offset,
+                    physical_offset=msg.commit_log_offset, sys_flag=msg.sys_flag,
+                    born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                    store_timestamp=msg.store_timestamp, store_host=msg.store_host,
+                    reconsume_times=msg.reconsume_times,
+                    prepared_transaction_offset=msg.prepared_transaction_offset))
+            r.release()
+        b.stats.record_get(count)
+        resp = req.response(ResponseCode.SUCCESS, "FOUND", {
+            "popTime": str(pop_time), "invisibleTime": str(h.invisible_time), "reviveQid": str(revive_qid),
+            "restNum": str(rest), "startOffsetInfo": info.start_offset_info(),
+            "msgOffsetInfo": info.msg_offset_info()})
+        resp.body_parts = parts
+        return resp
+
+    def _pop_offset(self, h: PopMessageRequestHeader, topic: str, qid: int) -> int:
+        """Where the group's pop of a queue starts: its offset, or for a group new to the queue the oldest
+        message (init mode MIN, and always in a retry topic) or else the newest one, unless the whole queue is
+        still in memory (RocketMQ's getInitOffset)."""
+        b = self.broker
+        offsets = b.store.consumer_offsets
+        reset = offsets.take_reset_offset(h.consumer_group, topic, qid)
+        if reset is not None:
+            return reset
+        offset = offsets.query_offset(h.consumer_group, topic, qid)
+        if offset >= 0:
+            return offset
+        store = b.store
+        low = store.get_min_offset_in_queue(topic, qid)
+        if h.init_mode == INIT_MODE_MIN or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            offset = low
+        else:
+            high = store.get_max_offset_in_queue(topic, qid)
+            offset = 0 if low <= 0 < high and not b.swapped_out(topic, qid, 0) else max(high - 1, 0)
+        offsets.commit_offset(h.consumer_group, topic, qid, offset)
+        return offset
+
+
+__all__ = ["MAX_INVISIBLE_TIME", "PopMessageProcessor", "PopMessageRequestHeader", "check_invisible_time", "put_all"]

@@ -1,0 +1,286 @@
+"""The SimpleConsumer (RocketMQ 5's, over the remoting POP protocol): no queues to own and no offsets to commit.
+
+``receive`` pops messages, which stay invisible to the group's other consumers for ``invisible_duration``; each
+must then be settled: ``ack`` (done; NSQ's FIN), ``change_invisible_duration`` (more time; NSQ's TOUCH) or
+``nack`` (again after a delay; NSQ's REQ). A message neither acknowledged nor given more time before its
+invisible duration passes comes back, with ``reconsume_times`` + 1 — to this consumer or another one of the
+group — and into ``%DLQ%<group>`` after the group's ``retryMaxTimes``. ``listen`` is a push-style loop on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sluice.client.message_selector import MessageSelector
+from sluice.client.mq_client import MQClientInstance, client_config
+from sluice.client.subscription import build_subscription, matches
+from sluice.common.config import ClientConfig
+from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.common.extra_info import (
+    PROPERTY_FIRST_POP_TIME,
+    PROPERTY_POP_CK,
+    OffsetInfo,
+    Receipt,
+    ReceiptError,
+    real_topic,
+    retry_flag,
+)
+from sluice.common.message import MessageExt
+from sluice.common.message_codec import decode_records
+from sluice.common.naming import validate_group, validate_topic
+from sluice.remoting.codes import RequestCode, ResponseCode
+
+log = logging.getLogger(__name__)
+
+MAX_RECEIVE = 32
+# RocketMQ's push consumer in POP mode retries a failed message after these many seconds (by reconsume times).
+NACK_BACKOFF = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+
+Listener = Callable[[MessageExt], Any]
+
+
+def receipt_of(msg: MessageExt) -> Receipt:
+    """The receipt handle a received message carries (``ClientError`` for a message not received by POP)."""
+    text = msg.properties.get(PROPERTY_POP_CK)
+    if text is None:
+        raise ClientError("the message has no receipt handle: it was not received by a SimpleConsumer")
+    try:
+        return Receipt.parse(text)
+    except ReceiptError as exc:
+        raise ClientError(f"the message's receipt handle is malformed: {exc}") from None
+
+
+class SimpleConsumer:
+    """``c = SimpleConsumer("group", namesrv=...); c.subscribe("topic"); await c.start();
+    for m in await c.receive(16): ...; await c.ack(m)``."""
+
+    def __init__(self, group: str, namesrv: str | None = None, *, invisible_duration: float = 60.0,
+                 await_duration: float = 15.0, consume_from_first: bool = False, config: ClientConfig | None = None,
+                 **settings: Any) -> None:
+        validate_group(group)
+        _check_duration("invisible_duration", invisible_duration)
+        if await_duration < 0:
+            raise ClientError(f"await_duration must be >= 0, not {await_duration}")
+        self.group = group
+        self.config = client_config(config, namesrv, settings, "consumer")
+        self.invisible_duration = invisible_duration
+        self.await_duration = await_duration
+        self.init_mode = 0 if consume_from_first else 1
+        self.client = MQClientInstance(self.config)
+        self.subscriptions: dict[str, MessageSelector] = {}
+        self._turn = itertools.count()
+        self.started = False
+
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Receive from ``topic`` the messages ``expression`` selects (tags ``"a || b"``, or a MessageSelector)."""
+        validate_topic(topic)
+        self.subscriptions[topic] = expression if isinstance(expression, MessageSelector) else \
+            MessageSelector.by_tag(expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscriptions.pop(topic, None)
+
+    async def start(self) -> SimpleConsumer:
+        if not self.started:
+            await self.client.start()
+            self.started = True
+        return self
+
+    async def shutdown(self) -> None:
+        if self.started:
+            self.started = False
+            await self.client.shutdown()
+
+    async def __aenter__(self) -> SimpleConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # == receive =====================================================================================
+    async def receive(self, max_messages: int = MAX_RECEIVE, invisible_duration: float | None = None,
+                      wait: float | None = None) -> list[MessageExt]:
+        """Up to ``max_messages`` (1..32) messages of the subscribed topics, waiting up to ``wait`` seconds
+        (``await_duration``) for one to arrive; each is invisible to the group for ``invisible_duration``
+        seconds unless settled before."""
+        if not self.started:
+            raise ClientError("start() the consumer first")
+        if not 1 <= max_messages <= MAX_RECEIVE:
+            raise ClientError(f"max_messages must be within 1..{MAX_RECEIVE}, not {max_messages}")
+        invisible = self.invisible_duration if invisible_duration is None else invisible_duration
+        _check_duration("invisible_duration", invisible)
+        wait = self.await_duration if wait is None else wait
+        if not self.subscriptions:
+            raise ClientError("subscribe() to a topic first")
+        places = await self._places()
+        if not places:
+            await asyncio.sleep(min(wait, 1.0))
+            return []
+        start = next(self._turn) % len(places)
+        order = places[start:] + places[:start]
+        for i, (topic, broker) in enumerate(order):
+            last = i == len(order) - 1
+            msgs = await self._pop(topic, broker, max_messages, invisible, wait if last else 0.0)
+            if msgs:
+                return msgs
+        return []
+
+    async def _places(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for topic in self.subscriptions:
+            route = await self.client.get_route(topic)
+            if route is None:
+                continue
+            names = {q.broker_name for q in route.queue_datas if q.perm & 4}
+            out += [(topic, b.broker_name) for b in route.broker_datas if b.broker_name in names and b.master_addr]
+        return out
+
+    async def _pop(self, topic: str, broker: str, max_messages: int, invisible: float,
+                   wait: float) -> list[MessageExt]:
+        addr = self.client.find_broker_addr(broker)
+        if addr is None:
+            return []
+        selector = self.subscriptions[topic]
+        sub = build_subscription(topic, selector)
+        poll_ms = int(wait * 1000)
+        ext = {"consumerGroup": self.group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_messages),
+               "invisibleTime": str(int(invisible * 1000)), "pollTime": str(poll_ms),
+               "bornTime": str(int(time.time() * 1000)), "initMode": str(self.init_mode),
+               "expType": selector.expression_type, "exp": selector.expression, "order": "false", "bname": broker}
+        resp = await self.client.api.invoke(addr, RequestCode.POP_MESSAGE, ext, timeout_ms=poll_ms + 10_000)
+        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        e = resp.ext_fields
+        try:
+            pop_time, invisible_ms = int(e["popTime"]), int(e["invisibleTime"])
+            revive_qid = int(e["reviveQid"])
+            info = OffsetInfo.parse(e.get("startOffsetInfo") or "", e.get("msgOffsetInfo") or "")
+        except (KeyError, ValueError) as exc:
+            raise ClientError(f"broker {addr} answered a pop with a malformed header: {exc}") from None
+        msgs = decode_records(resp.body)
+        kept: list[MessageExt] = []
+        dropped: list[MessageExt] = []
+        for m in msgs:
+            props = m.properties
+            if PROPERTY_POP_CK not in props:
+                key = (retry_flag(m.topic), m.queue_id)
+                start = info.start.get(key)
+                if start is None:
+                    raise ClientError(f"broker {addr} answered a pop without the offsets of {m.topic} "
+                                      f"queue {m.queue_id}")
+                props[PROPERTY_POP_CK] = str(Receipt(start, pop_time, invisible_ms, revive_qid, key[0], broker,
+                                                     m.queue_id, m.queue_offset))
+            props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
+            m.topic = topic
+            (kept if sub.expression_type != "TAG" or matches(sub, m.tags) else dropped).append(m)
+        for m in dropped:  # a tag-hash collision the broker could not tell apart: not ours, settle it
+            await self._settle_quietly(m)
+        return kept
+
+    async def _settle_quietly(self, msg: MessageExt) -> None:
+        try:
+            await self.ack(msg)
+        except ClientError as exc:
+            log.debug("acking a message filtered out failed: %s", exc)
+
+    # == settle ======================================================================================
+    async def ack(self, msg: MessageExt) -> None:
+        """The message is done: it will not come back (``BrokerResponseError`` NO_MESSAGE when its receipt
+        expired: it was already put back for redelivery)."""
+        r = receipt_of(msg)
+        addr = self._addr_of(r)
+        ext = {"consumerGroup": self.group, "topic": real_topic(r.retry, msg.topic, self.group),
+               "queueId": str(r.queue_id), "extraInfo": str(r), "offset": str(r.queue_offset), "bname": r.broker_name}
+        await self.client.api.invoke_ok(addr, RequestCode.ACK_MESSAGE, ext)
+
+    async def change_invisible_duration(self, msg: MessageExt, duration: float) -> None:
+        """The message stays invisible ``duration`` seconds from now (then comes back unless settled); its
+        receipt handle is renewed in place."""
+        _check_duration("duration", duration)
+        r = receipt_of(msg)
+        addr = self._addr_of(r)
+        ext = {"consumerGroup": self.group, "topic": real_topic(r.retry, msg.topic, self.group),
+               "queueId": str(r.queue_id), "extraInfo": str(r), "offset": str(r.queue_offset),
+               "invisibleTime": str(int(duration * 1000)), "bname": r.broker_name}
+        resp = await self.client.api.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        e = resp.ext_fields
+        try:
+            renewed = Receipt(r.queue_offset, int(e["popTime"]), int(e["invisibleTime"]), int(e["reviveQid"]),
+                              r.retry, r.broker_name, r.queue_id, r.queue_offset)
+        except (KeyError, ValueError) as exc:
+            raise ClientError(f"broker {addr} answered with a malformed header: {exc}") from None
+        msg.properties[PROPERTY_POP_CK] = str(renewed)
+
+    async def nack(self, msg: MessageExt, delay: float | None = None) -> None:
+        """Consume the message again after ``delay`` seconds (by default RocketMQ's backoff for its reconsume
+        times: 10 s, 30 s, 1 min ...)."""
+        if delay is None:
+            delay = NACK_BACKOFF[min(msg.reconsume_times, len(NACK_BACKOFF) - 1)]
+        await self.change_invisible_duration(msg, delay)
+
+    def _addr_of(self, r: Receipt) -> str:
+        addr = self.client.find_broker_addr(r.broker_name)
+        if addr is None:
+            raise ClientError(f"no address known for broker {r.broker_name} of the receipt handle")
+        return addr
+
+    # == push style ==================================================================================
+    async def listen(self, listener: Listener, *, max_in_flight: int = 32, stop: asyncio.Event | None = None) -> None:
+        """Receive and hand each message to ``listener`` (a function or coroutine function) until ``stop`` is set
+        (or the task is cancelled), at most ``max_in_flight`` at once (NSQ's RDY): a listener that returns acks
+        the message, one that raises nacks it with the backoff."""
+        if max_in_flight < 1:
+            raise ClientError(f"max_in_flight must be >= 1, not {max_in_flight}")
+        running: set[asyncio.Task[None]] = set()
+        stop = stop or asyncio.Event()
+
+        async def handle(m: MessageExt) -> None:
+            try:
+                try:
+                    result = listener(m)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    log.info("listener failed on %s (reconsumed %d times): %s", m.msg_id, m.reconsume_times, exc)
+                    await self.nack(m)
+                else:
+                    await self.ack(m)
+            except ClientError as exc:
+                log.warning("settling %s failed: %s", m.msg_id, exc)
+
+        loop = asyncio.get_running_loop()
+        try:
+            while not stop.is_set():
+                free = max_in_flight - len(running)
+                if free <= 0:
+                    await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                try:
+                    msgs = await self.receive(min(free, MAX_RECEIVE), wait=min(self.await_duration, 1.0))
+                except ClientError as exc:
+                    log.warning("receive failed: %s", exc)
+                    await asyncio.sleep(1.0)
+                    continue
+                for m in msgs:
+                    t = loop.create_task(handle(m))
+                    running.add(t)
+                    t.add_done_callback(running.discard)
+        finally:
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+
+def _check_duration(name: str, seconds: float) -> None:
+    if not 0 <= seconds <= 12 * 3600:
+        raise ClientError(f"{name} must be within 0 .. 43200 s, not {seconds}")
+
+
+__all__ = ["NACK_BACKOFF", "SimpleConsumer", "receipt_of"]

@@ -1,0 +1,232 @@
+"""POP consumption (RocketMQ 5's, NSQ's in-flight model): received messages are invisible until acknowledged,
+given more time, or their invisible time passes — then they come back, one more reconsume each, and into the
+group's DLQ past its retries. Checkpoints and acks go through the store, so a restarted broker still knows
+which messages are out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from sluice import BrokerResponseError, Message, Producer, SimpleConsumer
+from sluice.common.extra_info import PROPERTY_POP_CK, Receipt
+from sluice.remoting import RemotingCommand, RequestCode, ResponseCode
+from sluice.remoting.client import RemotingClient
+from tests.integration.helpers import wait_until
+
+
+def produce(namesrv: str, topic: str, n: int, prefix: str = "m") -> set[bytes]:
+    bodies = {f"{prefix}-{i}".encode() for i in range(n)}
+    with Producer("pop-pg", namesrv=namesrv) as p:
+        for b in sorted(bodies):
+            assert p.send(Message(topic, b, tags="t")).status.name == "SEND_OK"
+    return bodies
+
+
+def receive_all(c: SimpleConsumer, n: int, invisible: float = 30.0, timeout: float = 60.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += c.receive(32, invisible, wait=1.0)
+    return got
+
+
+def consumer(cluster, group: str, topic: str, **kw) -> SimpleConsumer:
+    c = SimpleConsumer(group, namesrv=cluster.namesrv_addr, consume_from_first=True, **kw)
+    c.subscribe(topic)
+    return c.start()
+
+
+def test_received_messages_are_invisible_until_acked_and_each_goes_to_one_consumer(cluster):
+    cluster.create_topic("PopT", 4)
+    sent = produce(cluster.namesrv_addr, "PopT", 100)
+    a, b = consumer(cluster, "pop-g", "PopT"), consumer(cluster, "pop-g", "PopT")
+    try:
+        got_a = receive_all(a, 50, timeout=10)
+        got_b = receive_all(b, 100 - len(got_a), timeout=30)
+        bodies = [m.body for m in got_a + got_b]
+        assert sorted(bodies) == sorted(sent)  # every message once: none handed to both
+        for m in got_a:
+            a.ack(m)
+        for m in got_b:
+            b.ack(m)
+        assert a.receive(32, wait=0.3) == [] and b.receive(32, wait=0.3) == []
+        assert cluster.brokers[0].pop_revive.checkpoints == {}
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def test_an_unacked_message_comes_back_after_its_invisible_time_with_one_more_reconsume(cluster):
+    cluster.create_topic("PopBack", 2)
+    produce(cluster.namesrv_addr, "PopBack", 3)
+    c = consumer(cluster, "pop-back", "PopBack")
+    try:
+        first = receive_all(c, 3, invisible=1.0)
+        assert len(first) == 3 and all(m.reconsume_times == 0 for m in first)
+        c.ack(first[0])
+        t0 = time.monotonic()
+        again = receive_all(c, 2, invisible=30.0, timeout=30)
+        assert time.monotonic() - t0 >= 0.5
+        assert sorted(m.body for m in again) == sorted(m.body for m in first[1:])
+        assert all(m.reconsume_times == 1 and m.topic == "PopBack" for m in again)
+        assert {m.msg_id for m in again} == {m.msg_id for m in first[1:]}  # the same message ids
+        for m in again:
+            assert Receipt.parse(m.properties[PROPERTY_POP_CK]).retry == "1"
+            c.ack(m)
+        assert c.receive(32, wait=1.5) == []
+    finally:
+        c.shutdown()
+
+
+def test_change_invisible_duration_keeps_a_message_out_and_nack_brings_it_back_after_the_delay(cluster):
+    cluster.create_topic("PopTouch", 1)
+    produce(cluster.namesrv_addr, "PopTouch", 2)
+    c = consumer(cluster, "pop-touch", "PopTouch")
+    try:
+        touched, nacked = sorted(receive_all(c, 2, invisible=1.0), key=lambda m: m.body)
+        old = touched.properties[PROPERTY_POP_CK]
+        c.change_invisible_duration(touched, 30.0)  # TOUCH
+        assert touched.properties[PROPERTY_POP_CK] != old
+        c.nack(nacked, 0.5)  # REQ with a delay
+        back = receive_all(c, 1, timeout=30)
+        assert [m.body for m in back] == [nacked.body]
+        assert c.receive(32, wait=1.5) == []  # the touched one stays out well past its first second
+        c.ack(touched)  # with its renewed receipt
+        with pytest.raises(BrokerResponseError) as err:  # the old receipt no longer acks anything
+            touched.properties[PROPERTY_POP_CK] = old
+            c.ack(touched)
+        assert err.value.code == ResponseCode.NO_MESSAGE
+        c.ack(back[0])
+    finally:
+        c.shutdown()
+
+
+def test_past_its_retries_a_message_goes_to_the_dlq(cluster):
+    cluster.create_topic("PopDlq", 1)
+    produce(cluster.namesrv_addr, "PopDlq", 1)
+    cluster.brokers[0].subscription_group_manager.find("pop-dlq").retry_max_times = 2
+    c = consumer(cluster, "pop-dlq", "PopDlq")
+    try:
+        seen = []
+        for _ in range(3):
+            got = receive_all(c, 1, invisible=0.2, timeout=30)
+            assert len(got) == 1
+            seen.append(got[0].reconsume_times)
+        assert seen == [0, 1, 2]
+        assert c.receive(32, wait=2.0) == []
+        wait_until(lambda: cluster.brokers[0].pop_revive.dead == 1, 30, "the message in the DLQ")
+        assert cluster.brokers[0].store.get_max_offset_in_queue("%DLQ%pop-dlq", 0) == 1
+    finally:
+        c.shutdown()
+
+
+def test_a_forged_or_foreign_receipt_is_refused_and_never_acks_another_message(cluster):
+    cluster.create_topic("PopForge", 1)
+    produce(cluster.namesrv_addr, "PopForge", 2)
+    c = consumer(cluster, "pop-forge", "PopForge")
+    try:
+        m1, m2 = sorted(receive_all(c, 2), key=lambda m: m.queue_offset)
+        r2 = Receipt.parse(m2.properties[PROPERTY_POP_CK])
+        forged = [f"{r2.ck_offset + 1} {r2.pop_time} {r2.invisible_time} {r2.revive_qid} 0 broker-a 0 "
+                  f"{m1.queue_offset}",
+                  "not a receipt", f"{r2.ck_offset} {r2.pop_time + 1} 30000 0 0 broker-a 0 {m2.queue_offset}",
+                  str(r2).replace("broker-a", "broker-z")]
+
+        async def ack(extra: str, offset: int) -> RemotingCommand:
+            rc = RemotingClient()
+            try:
+                return await rc.invoke(cluster.brokers[0].broker_addr, RemotingCommand.request(
+                    RequestCode.ACK_MESSAGE, {"consumerGroup": "pop-forge", "topic": "PopForge", "queueId": "0",
+                                              "extraInfo": extra, "offset": str(offset)}), 5000)
+            finally:
+                await rc.close()
+
+        codes = []
+        for extra in forged:
+            offset = int(extra.split()[-1]) if extra[0].isdigit() else m2.queue_offset
+            resp = cluster.loop.run(ack(extra, offset))
+            assert resp.code != ResponseCode.SUCCESS and resp.remark
+            codes.append(resp.code)
+        # a checkpoint that does not exist, garbage, a pop time off by one, another broker's: all refused
+        assert ResponseCode.INVALID_PARAMETER in codes and ResponseCode.NO_MESSAGE in codes
+        ck = next(iter(cluster.brokers[0].pop_revive.checkpoints.values()))
+        assert ck.acked == 0
+        c.ack(m1)
+        c.ack(m2)
+    finally:
+        c.shutdown()
+
+
+def test_an_empty_receive_waits_for_a_message_to_arrive(cluster):
+    cluster.create_topic("PopWait", 2)
+    c = consumer(cluster, "pop-wait", "PopWait")
+    try:
+        assert c.receive(1, wait=0.0) == []
+
+        async def later() -> None:
+            await asyncio.sleep(0.5)
+            await asyncio.get_running_loop().run_in_executor(None, produce, cluster.namesrv_addr, "PopWait", 1,
+                                                             "late")
+
+        fut = asyncio.run_coroutine_threadsafe(later(), cluster.loop.loop)
+        t0 = time.monotonic()
+        got = c.receive(32, wait=20.0)
+        assert [m.body for m in got] == [b"late-0"] and time.monotonic() - t0 < 15
+        fut.result(30)
+        c.ack(got[0])
+    finally:
+        c.shutdown()
+
+
+def test_unacked_messages_come_back_after_a_broker_restart(cluster):
+    cluster.create_topic("PopRestart", 2)
+    sent = produce(cluster.namesrv_addr, "PopRestart", 20)
+    c = consumer(cluster, "pop-restart", "PopRestart")
+    try:
+        got = receive_all(c, 20, invisible=2.0)
+        assert len(got) == 20
+        for m in got[:5]:
+            c.ack(m)
+    finally:
+        c.shutdown()
+    broker = cluster.restart_broker(cluster.brokers[0])
+    assert len(broker.pop_revive.checkpoints) >= 1
+    c = consumer(cluster, "pop-restart", "PopRestart")
+    try:
+        back = receive_all(c, 15, timeout=60)
+        assert sorted(m.body for m in back) == sorted(m.body for m in got[5:])
+        assert {m.body for m in back} | {m.body for m in got[:5]} == sent
+        for m in back:
+            c.ack(m)
+        assert c.receive(32, wait=3.0) == []
+    finally:
+        c.shutdown()
+
+
+def test_listen_acks_what_the_listener_takes_and_retries_what_it_raises_on(cluster):
+    cluster.create_topic("PopListen", 2)
+    sent = produce(cluster.namesrv_addr, "PopListen", 30)
+    c = consumer(cluster, "pop-listen", "PopListen", invisible_duration=30.0)
+    seen: list[tuple[bytes, int]] = []
+    failed_once: set[bytes] = set()
+
+    def listener(m) -> None:
+        seen.append((m.body, m.reconsume_times))
+        if m.body.endswith(b"7") and m.body not in failed_once:
+            failed_once.add(m.body)
+            raise RuntimeError("try again")
+
+    try:
+        import sluice.client.aio.simple_consumer as sc
+
+        sc.NACK_BACKOFF = (0.2,) + sc.NACK_BACKOFF[1:]  # type: ignore[misc]
+        c.listen(listener, max_in_flight=8)
+        wait_until(lambda: {b for b, _ in seen} == sent and len(seen) == 30 + len(failed_once), 60,
+                   "every message taken, the failed ones twice")
+        assert failed_once == {b for b in sent if b.endswith(b"7")}
+    finally:
+        c.shutdown()
+        sc.NACK_BACKOFF = (10,) + sc.NACK_BACKOFF[1:]  # type: ignore[misc]
