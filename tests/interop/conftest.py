@@ -304,10 +304,14 @@ class Sluice:
         return self.on_loop(lambda: self.broker.consumer_manager.consumer_ids(group))
 
     def unsupported_requests(self) -> dict[str, dict[str, int]]:
-        """Request codes answered REQUEST_CODE_NOT_SUPPORTED so far, per server."""
-        seen = {"namesrv": dict(self.cluster.namesrv.dispatcher.unsupported_seen)}
-        seen |= {b.config.broker_name: dict(b.dispatcher.unsupported_seen) for b in self.cluster.brokers}
-        return {server: {_code_name(c): n for c, n in codes.items()} for server, codes in seen.items() if codes}
+        return unsupported_requests(self.cluster)
+
+
+def unsupported_requests(cluster: Cluster) -> dict[str, dict[str, int]]:
+    """Request codes answered REQUEST_CODE_NOT_SUPPORTED so far, per server."""
+    seen = {"namesrv": dict(cluster.namesrv.dispatcher.unsupported_seen)}
+    seen |= {b.config.broker_name: dict(b.dispatcher.unsupported_seen) for b in cluster.brokers}
+    return {server: {_code_name(c): n for c, n in codes.items()} for server, codes in seen.items() if codes}
 
 
 def _code_name(code: int) -> str:

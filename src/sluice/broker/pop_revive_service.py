@@ -170,7 +170,9 @@ class PopReviveService:
                 for msg, q in zip(decode_records(b"".join(r.buffers)), r.queue_offsets, strict=True):
                     try:
                         if msg.tags == CK_TAG:
-                            self._track(CheckPoint.from_json(msg.body, qid, q))
+                            ck = CheckPoint.from_json(msg.body, qid, q)
+                            self._track(ck)
+                            self._popped_past(ck)
                             cks += 1
                         elif msg.tags == ACK_TAG:
                             self._apply_ack(AckRecord.from_json(msg.body))
@@ -185,6 +187,14 @@ class PopReviveService:
         if cks:
             log.info("revive log replayed: %d checkpoints, %d acks, %d checkpoints open", cks, acks,
                      len(self.checkpoints))
+
+    def _popped_past(self, ck: CheckPoint) -> None:
+        """A replayed checkpoint: the group's pop offset is past its messages (the offsets file may be older than
+        the crash; without this every pop since it was written would be handed out again)."""
+        offsets = self.broker.store.consumer_offsets
+        end = ck.start_offset + max(ck.diffs, default=-1) + 1
+        if offsets.query_offset(ck.group, ck.topic, ck.queue_id) < end:
+            offsets.commit_offset(ck.group, ck.topic, ck.queue_id, end)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())

@@ -35,6 +35,8 @@ from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
 from sluice.common.naming import validate_group, validate_topic
 from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +155,7 @@ class SimpleConsumer:
                "invisibleTime": str(int(invisible * 1000)), "pollTime": str(poll_ms),
                "bornTime": str(int(time.time() * 1000)), "initMode": str(self.init_mode),
                "expType": selector.expression_type, "exp": selector.expression, "order": "false", "bname": broker}
-        resp = await self.client.api.invoke(addr, RequestCode.POP_MESSAGE, ext, timeout_ms=poll_ms + 10_000)
+        resp = await self._invoke(addr, RequestCode.POP_MESSAGE, ext, poll_ms + 10_000)
         if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
             return []
         if resp.code != ResponseCode.SUCCESS:
@@ -199,7 +201,7 @@ class SimpleConsumer:
         addr = self._addr_of(r)
         ext = {"consumerGroup": self.group, "topic": real_topic(r.retry, msg.topic, self.group),
                "queueId": str(r.queue_id), "extraInfo": str(r), "offset": str(r.queue_offset), "bname": r.broker_name}
-        await self.client.api.invoke_ok(addr, RequestCode.ACK_MESSAGE, ext)
+        await self._invoke(addr, RequestCode.ACK_MESSAGE, ext)
 
     async def change_invisible_duration(self, msg: MessageExt, duration: float) -> None:
         """The message stays invisible ``duration`` seconds from now (then comes back unless settled); its
@@ -210,7 +212,7 @@ class SimpleConsumer:
         ext = {"consumerGroup": self.group, "topic": real_topic(r.retry, msg.topic, self.group),
                "queueId": str(r.queue_id), "extraInfo": str(r), "offset": str(r.queue_offset),
                "invisibleTime": str(int(duration * 1000)), "bname": r.broker_name}
-        resp = await self.client.api.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        resp = await self._invoke(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
         e = resp.ext_fields
         try:
             renewed = Receipt(r.queue_offset, int(e["popTime"]), int(e["invisibleTime"]), int(e["reviveQid"]),
@@ -225,6 +227,16 @@ class SimpleConsumer:
         if delay is None:
             delay = NACK_BACKOFF[min(msg.reconsume_times, len(NACK_BACKOFF) - 1)]
         await self.change_invisible_duration(msg, delay)
+
+    async def _invoke(self, addr: str, code: int, ext: dict[str, str], timeout_ms: int = 3_000) -> RemotingCommand:
+        """One request; a broker that cannot be reached or answers an error raises ``ClientError``."""
+        try:
+            resp = await self.client.api.invoke(addr, code, ext, timeout_ms=timeout_ms)
+        except RemotingError as exc:
+            raise ClientError(f"broker {addr}: {exc}") from exc
+        if resp.code != ResponseCode.SUCCESS and code != RequestCode.POP_MESSAGE:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        return resp
 
     def _addr_of(self, r: Receipt) -> str:
         addr = self.client.find_broker_addr(r.broker_name)

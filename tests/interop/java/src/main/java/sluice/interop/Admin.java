@@ -17,6 +17,7 @@ import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.common.message.MessageRequestMode;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
@@ -131,6 +132,15 @@ final class Admin {
             case "searchOffset":
                 return admin.searchOffset(new MessageQueue(r.getString("topic"), r.getString("broker"),
                     r.getIntValue("queueId")), r.getLongValue("timestamp"));
+            case "setMessageRequestMode":  // to every broker of the topic's route, as RocketMQ's PopConsumer example
+                for (BrokerData b : admin.examineTopicRouteInfo(r.getString("topic")).getBrokerDatas()) {
+                    for (String addr : b.getBrokerAddrs().values()) {
+                        admin.setMessageRequestMode(addr, r.getString("topic"), r.getString("group"),
+                            MessageRequestMode.valueOf(r.getString("mode")), r.getIntValue("popShareQueueNum"),
+                            10_000);
+                    }
+                }
+                return null;
             case "raw":
                 return raw(admin, r);
             default:

@@ -9,6 +9,7 @@ import java.util.Arrays;
  * java -cp ... sluice.interop.Main produce       --namesrv H:P --topic T --group G --mode sync|async|oneway|batch|orderly --out F
  * java -cp ... sluice.interop.Main push-consume  --namesrv H:P --topic T --group G [--expression E] [--model broadcasting]
  *                                                [--orderly] [--reconsume-later N] [--max-reconsume-times N] --out F
+ * java -cp ... sluice.interop.Main pop-consume   --namesrv H:P --topic T --group G [--fail-once-suffix S] --out F
  * java -cp ... sluice.interop.Main lite-pull     --namesrv H:P --topic T --group G [--assign] [--seek Q:OFFSET,...] --out F
  * java -cp ... sluice.interop.Main admin         --namesrv H:P          (JSON requests on stdin, JSON answers on stdout)
  * java -cp ... sluice.interop.Main bench         --namesrv H:P --topic T --mode sync|async|batch|consume ...
@@ -25,7 +26,7 @@ public final class Main {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length == 0) {
-            System.err.println("usage: Main produce|push-consume|lite-pull|admin|bench|transact [--option value ...]");
+            System.err.println("usage: Main produce|push-consume|pop-consume|lite-pull|admin|bench|transact [--option value ...]");
             System.exit(2);
         }
         Args args = Args.parse(Arrays.copyOfRange(argv, 1, argv.length));
@@ -37,6 +38,9 @@ public final class Main {
                     break;
                 case "push-consume":
                     code = PushConsume.run(args);
+                    break;
+                case "pop-consume":
+                    code = PopConsume.run(args);
                     break;
                 case "lite-pull":
                     code = LitePull.run(args);
