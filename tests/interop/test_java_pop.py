@@ -31,6 +31,8 @@ POP_CODES = (RequestCode.QUERY_ASSIGNMENT, RequestCode.POP_MESSAGE, RequestCode.
 
 @pytest.fixture
 def java(java_build: JavaBuild, tmp_path: Path) -> Iterator[JavaClients]:
+    """Java client programs, as ``tests/interop/conftest.py``'s but without its ``sluice`` broker: each test here
+    starts the broker it needs."""
     clients = JavaClients(java_build, tmp_path / "java")
     try:
         yield clients

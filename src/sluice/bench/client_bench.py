@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sluice.bench.pacer import pace
-from sluice.client.aio import Producer, PushConsumer
+from sluice.client.aio import Producer, PushConsumer, SimpleConsumer
 from sluice.client.message import ConsumeStatus, Message
 from sluice.common.message import MessageExt
 from sluice.common.runtime import tune_gc_for_throughput
@@ -226,6 +226,51 @@ async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
             "tps": round(got / elapsed, 1) if elapsed else 0.0, "delivery_latency": percentiles_ms(lat)}
 
 
+async def bench_pop(opts: BenchOptions) -> dict[str, Any]:
+    """Pop the topic from its first offset with a SimpleConsumer, ``batch`` (at most 32) messages a receive,
+    ``concurrency`` receivers, every message acknowledged (one ACK_MESSAGE each, concurrently); the rate runs from
+    the first message to the last ack, until ``count``, ``duration`` or a drained backlog as ``consume``."""
+    got = 0
+    progress = Progress("pop", opts.progress_every)
+    t0 = t_last = 0.0
+    consumer = SimpleConsumer(opts.group, namesrv=opts.namesrv, consume_from_first=True, await_duration=1.0,
+                              **opts.extra)
+    consumer.subscribe(opts.topic)
+    batch = max(1, min(opts.batch if opts.batch > 1 else 32, 32))
+    stop = asyncio.Event()
+
+    async def receiver() -> None:
+        nonlocal got, t0, t_last
+        idle_since = time.perf_counter()
+        while not stop.is_set():
+            msgs = await consumer.receive(batch, 60.0, wait=1.0)
+            now = time.perf_counter()
+            if not msgs:
+                if t0 and now - idle_since > CONSUME_IDLE_END:
+                    stop.set()
+                continue
+            if not t0:
+                t0 = now
+            await asyncio.gather(*(consumer.ack(m) for m in msgs))
+            t_last = idle_since = time.perf_counter()
+            got += len(msgs)
+            progress.count = got
+            if _done(opts, got, t0):
+                stop.set()
+
+    await consumer.start()
+    progress.start()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(receiver() for _ in range(max(1, min(opts.concurrency, 16))))),
+                               (opts.duration or 600) + 60)
+    finally:
+        progress.stop()
+        await consumer.shutdown()
+    elapsed = t_last - t0 if t0 else 0.0
+    return {"bench": "pop", "messages": got, "seconds": round(elapsed, 3), "batch": batch,
+            "tps": round(got / elapsed, 1) if elapsed else 0.0}
+
+
 # == end to end =====================================================================================
 async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
     """Produce at ``rate`` msgs/s for ``duration`` s while consuming; latency = born timestamp → listener."""
@@ -304,7 +349,7 @@ def embedded_cluster(flush: str = "async", config: str | None = None) -> Iterato
                 proc.stdout.close()
 
 
-BENCHES = {"produce": bench_produce, "consume": bench_consume, "e2e": bench_e2e}
+BENCHES = {"produce": bench_produce, "consume": bench_consume, "pop": bench_pop, "e2e": bench_e2e}
 
 
 def run_bench(name: str, opts: BenchOptions, embedded: bool = False, flush: str = "async") -> dict[str, Any]:

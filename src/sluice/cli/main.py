@@ -95,17 +95,19 @@ def _add_spark_bench(bench: argparse._SubParsersAction) -> None:
 def _add_client_bench(bench: argparse._SubParsersAction) -> None:
     helps = {"produce": "send messages as fast as the broker takes them: TPS, MB/s, send RT percentiles",
              "consume": "consume a topic with a clustering PushConsumer: TPS and delivery latency",
+             "pop": "pop a topic with a SimpleConsumer (--batch per receive, max 32), acking each message: TPS",
              "e2e": "produce at a fixed rate while consuming: end-to-end latency percentiles"}
     for name, text in helps.items():
         b = bench.add_parser(name, help=text)
         b.add_argument("--namesrv", default="127.0.0.1:9876", help="name server address")
         b.add_argument("--topic", default="BenchmarkTest")
-        b.add_argument("--group", default="benchmark_consumer", help="consumer group (consume, e2e)")
+        b.add_argument("--group", default="benchmark_consumer", help="consumer group (consume, pop, e2e)")
         b.add_argument("--size", type=int, default=128, help="message body bytes")
         b.add_argument("--count", type=int, help="stop after this many messages")
         b.add_argument("--duration", type=float, help="stop after this many seconds (default 10)")
-        b.add_argument("--concurrency", type=int, default=64, help="concurrent senders (produce)")
-        b.add_argument("--batch", type=int, default=1, help="messages per send (produce)")
+        b.add_argument("--concurrency", type=int, default=64,
+                       help="concurrent senders (produce), receivers (pop, at most 16)")
+        b.add_argument("--batch", type=int, default=1, help="messages per send (produce), per receive (pop)")
         b.add_argument("--mode", default="sync", choices=("sync", "async", "oneway"), help="send mode (produce)")
         b.add_argument("--rate", type=float, default=5000, help="messages per second (e2e)")
         b.add_argument("--json", action="store_true", help="one JSON line of results")
