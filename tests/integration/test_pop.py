@@ -230,3 +230,21 @@ def test_listen_acks_what_the_listener_takes_and_retries_what_it_raises_on(clust
     finally:
         c.shutdown()
         sc.NACK_BACKOFF = (10,) + sc.NACK_BACKOFF[1:]  # type: ignore[misc]
+
+
+def test_ack_many_settles_a_receive_in_one_batch_ack_and_skips_the_expired(cluster):
+    cluster.create_topic("PopBatchAck", 2)
+    produce(cluster.namesrv_addr, "PopBatchAck", 40)
+    c = consumer(cluster, "pop-bat", "PopBatchAck")
+    try:
+        got = receive_all(c, 40)
+        first, rest = got[:1], got[1:]
+        c.ack(first[0])
+        c.ack_many(rest)  # a retried message's receipt would name the retry topic: the broker finds it by r
+        assert c.receive(32, wait=2.0) == []
+        assert cluster.brokers[0].pop_revive.checkpoints == {}
+        with pytest.raises(BrokerResponseError) as err:  # all already acknowledged: nothing open to ack
+            c.ack_many(rest)
+        assert err.value.code == ResponseCode.NO_MESSAGE
+    finally:
+        c.shutdown()

@@ -228,7 +228,7 @@ async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
 
 async def bench_pop(opts: BenchOptions) -> dict[str, Any]:
     """Pop the topic from its first offset with a SimpleConsumer, ``batch`` (at most 32) messages a receive,
-    ``concurrency`` receivers, every message acknowledged (one ACK_MESSAGE each, concurrently); the rate runs from
+    ``concurrency`` receivers, every message acknowledged (one BATCH_ACK_MESSAGE a receive); the rate runs from
     the first message to the last ack, until ``count``, ``duration`` or a drained backlog as ``consume``."""
     got = 0
     progress = Progress("pop", opts.progress_every)
@@ -251,7 +251,7 @@ async def bench_pop(opts: BenchOptions) -> dict[str, Any]:
                 continue
             if not t0:
                 t0 = now
-            await asyncio.gather(*(consumer.ack(m) for m in msgs))
+            await consumer.ack_many(msgs)
             t_last = idle_since = time.perf_counter()
             got += len(msgs)
             progress.count = got

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from sluice.common.extra_info import PROPERTY_FIRST_POP_TIME, pop_retry_topic
 from sluice.common.message import MessageExt, MessageExtBrokerInner
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 CK_TAG = "ck"
 ACK_TAG = "ack"
+BATCH_ACK_TAG = "bAck"
 REVIVED_TAG = "rv"  # a checkpoint whose messages were put back (Sluice's own: RocketMQ's timer ordering avoids it)
 # How often a checkpoint whose messages could not be put again is retried.
 REVIVE_RETRY_SECONDS = 1.0
@@ -96,21 +98,20 @@ class CheckPoint:
         return [self.start_offset + d for i, d in enumerate(self.diffs) if not self.acked >> i & 1]
 
     def to_json(self) -> bytes:
-        return json.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": 0,
-                           "n": len(self.diffs), "q": self.queue_id, "t": self.topic, "c": self.group,
-                           "d": self.diffs, "bn": self.broker_name, "reviveTime": self.revive_time},
-                          separators=(",", ":")).encode()
+        return orjson.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": 0,
+                             "n": len(self.diffs), "q": self.queue_id, "t": self.topic, "c": self.group,
+                             "d": self.diffs, "bn": self.broker_name, "reviveTime": self.revive_time})
 
     @classmethod
     def from_json(cls, body: bytes, revive_qid: int, revive_offset: int) -> CheckPoint:
-        d = json.loads(body)
+        d = orjson.loads(body)
         return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), int(d["it"]), str(d["bn"]),
                    [int(x) for x in d["d"]], revive_qid, int(d.get("bm", 0)), revive_offset)
 
 
 @dataclass(frozen=True, slots=True)
 class AckRecord:
-    """An ack of one popped message (RocketMQ's AckMsg), naming its checkpoint."""
+    """Acks of popped messages of one checkpoint (RocketMQ's AckMsg, or BatchAckMsg for several), naming it."""
 
     topic: str
     group: str
@@ -118,21 +119,25 @@ class AckRecord:
     start_offset: int
     pop_time: int
     broker_name: str
-    ack_offset: int
+    offsets: tuple[int, ...]
 
     @property
     def key(self) -> CheckPointKey:
         return (self.topic, self.group, self.queue_id, self.start_offset, self.pop_time, self.broker_name)
 
     def to_json(self) -> bytes:
-        return json.dumps({"ao": self.ack_offset, "so": self.start_offset, "c": self.group, "t": self.topic,
-                           "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name},
-                          separators=(",", ":")).encode()
+        d: dict[str, Any] = {"ao": self.offsets[0] if len(self.offsets) == 1 else -1, "so": self.start_offset,
+                             "c": self.group, "t": self.topic, "q": self.queue_id, "pt": self.pop_time,
+                             "bn": self.broker_name}
+        if len(self.offsets) > 1:
+            d["aol"] = list(self.offsets)
+        return orjson.dumps(d)
 
     @classmethod
     def from_json(cls, body: bytes) -> AckRecord:
-        d = json.loads(body)
-        return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), str(d["bn"]), int(d["ao"]))
+        d = orjson.loads(body)
+        offsets = tuple(int(o) for o in d["aol"]) if "aol" in d else (int(d["ao"]),)
+        return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), str(d["bn"]), offsets)
 
 
 class PopReviveService:
@@ -174,7 +179,7 @@ class PopReviveService:
                             self._track(ck)
                             self._popped_past(ck)
                             cks += 1
-                        elif msg.tags == ACK_TAG:
+                        elif msg.tags in (ACK_TAG, BATCH_ACK_TAG):
                             self._apply_ack(AckRecord.from_json(msg.body))
                             acks += 1
                         elif msg.tags == REVIVED_TAG:
@@ -216,32 +221,28 @@ class PopReviveService:
         self.checkpoints[ck.key] = ck
         heapq.heappush(self._due, (ck.revive_time, ck.key))
 
-    def _apply_ack(self, ack: AckRecord) -> CheckPoint | None:
-        """Mark an acked message in its checkpoint; the checkpoint, None when there is none to ack in."""
+    def _apply_ack(self, ack: AckRecord) -> None:
+        """Mark acked messages in their checkpoint (none when it is settled already or unknown)."""
         ck = self.checkpoints.get(ack.key)
         if ck is None:
-            return None
-        i = ck.index_of(ack.ack_offset)
-        if i < 0:
-            return None
-        ck.acked |= 1 << i
+            return
+        for offset in ack.offsets:
+            i = ck.index_of(offset)
+            if i >= 0:
+                ck.acked |= 1 << i
         if ck.settled:
             del self.checkpoints[ck.key]
-        return ck
 
     def checkpoint_record(self, ck: CheckPoint, tag: str = CK_TAG) -> MessageExtBrokerInner:
-        return self._record(ck.revive_qid, tag, ck.to_json(),
-                            f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{ck.broker_name}@{tag}")
+        return self._record(ck.revive_qid, tag, ck.to_json())
 
     def ack_record(self, ack: AckRecord, revive_qid: int) -> MessageExtBrokerInner:
-        return self._record(revive_qid, ACK_TAG, ack.to_json(),
-                            f"{ack.topic}@{ack.queue_id}@{ack.ack_offset}@{ack.group}@{ack.pop_time}@"
-                            f"{ack.broker_name}@ack")
+        return self._record(revive_qid, ACK_TAG if len(ack.offsets) == 1 else BATCH_ACK_TAG, ack.to_json())
 
-    def _record(self, qid: int, tag: str, body: bytes, key: str) -> MessageExtBrokerInner:
-        b = self.broker
-        return MessageExtBrokerInner(self.topic, body, qid, 0, {PROPERTY_TAGS: tag, "UNIQ_KEY": key},
-                                     0, now_ms(), b.broker_addr, b.broker_addr)
+    def _record(self, qid: int, tag: str, body: bytes) -> MessageExtBrokerInner:
+        b = self.broker  # (no keys: nobody looks a revive record up by key, and the index would grow per ack)
+        return MessageExtBrokerInner(self.topic, body, qid, 0, {PROPERTY_TAGS: tag}, 0, now_ms(), b.broker_addr,
+                                     b.broker_addr)
 
     def open(self, ck: CheckPoint) -> None:
         """Track a checkpoint about to be written (its messages are invisible from now on)."""
@@ -383,5 +384,5 @@ class PopReviveService:
         return {"open_checkpoints": len(self.checkpoints), "revived": self.revived, "dead": self.dead}
 
 
-__all__ = ["ACK_TAG", "CK_TAG", "REVIVED_TAG", "REVIVE_GROUP", "AckRecord", "CheckPoint", "PopReviveService",
-           "revive_topic"]
+__all__ = ["ACK_TAG", "BATCH_ACK_TAG", "CK_TAG", "REVIVED_TAG", "REVIVE_GROUP", "AckRecord", "CheckPoint",
+           "PopReviveService", "revive_topic"]

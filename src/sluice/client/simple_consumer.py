@@ -30,6 +30,9 @@ class SimpleConsumer(_loop.SyncFacade):
     def ack(self, msg: MessageExt) -> None:
         _loop.run(self.aio.ack(msg))
 
+    def ack_many(self, msgs: list[MessageExt]) -> None:
+        _loop.run(self.aio.ack_many(msgs))
+
     def change_invisible_duration(self, msg: MessageExt, duration: float) -> None:
         _loop.run(self.aio.change_invisible_duration(msg, duration))
 

@@ -24,7 +24,6 @@ from sluice.remoting.errors import BadRequestError
 
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
-    from sluice.common.message import MessageExtBrokerInner
 
 log = logging.getLogger(__name__)
 
@@ -88,21 +87,23 @@ class AckMessageProcessor:
         return await self._ack(req, [(receipt.revive_qid, ck, offset)])
 
     async def _ack(self, req: RemotingCommand, acks: list[tuple[int, CheckPoint, int]]) -> RemotingCommand:
-        """Mark each (revive queue, checkpoint, offset) acked, then write the ack records (undone if that fails)."""
+        """Mark each (revive queue, checkpoint, offset) acked, then write one ack record per checkpoint (undone
+        if that fails)."""
         b = self.broker
-        done: list[tuple[int, CheckPoint, int]] = []
-        records: list[MessageExtBrokerInner] = []
+        done: dict[int, tuple[int, CheckPoint, list[int]]] = {}  # id(checkpoint) → (revive queue, it, offsets)
         for qid, ck, offset in acks:
             if b.pop_revive.ack(ck, offset):
-                done.append((qid, ck, offset))
-                records.append(b.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset,
-                                                                 ck.pop_time, ck.broker_name, offset), qid))
-        if not records:
+                done.setdefault(id(ck), (qid, ck, []))[2].append(offset)
+        if not done:
             return req.response(ResponseCode.SUCCESS)
+        records = [b.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time,
+                                                     ck.broker_name, tuple(offsets)), qid)
+                   for qid, ck, offsets in done.values()]
         (r,) = await put_all(b.store, [records])
         if not r.ok:
-            for _, ck, offset in done:
-                b.pop_revive.unack(ck, offset)
+            for _, ck, offsets in done.values():
+                for offset in offsets:
+                    b.pop_revive.unack(ck, offset)
             return req.response(ResponseCode.SYSTEM_ERROR, f"cannot write the ack: {r.status.name} {r.remark}")
         return req.response(ResponseCode.SUCCESS)
 
@@ -152,7 +153,7 @@ class AckMessageProcessor:
         b.pop_revive.ack(old, offset)
         records = [b.pop_revive.checkpoint_record(new),
                    b.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset, old.pop_time,
-                                                     old.broker_name, offset), receipt.revive_qid)]
+                                                     old.broker_name, (offset,)), receipt.revive_qid)]
         (r,) = await put_all(b.store, [records])
         if not r.ok:
             b.pop_revive.forget(new)

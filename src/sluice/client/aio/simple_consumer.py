@@ -10,8 +10,10 @@ group — and into ``%DLQ%<group>`` after the group's ``retryMaxTimes``. ``liste
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -203,6 +205,32 @@ class SimpleConsumer:
                "queueId": str(r.queue_id), "extraInfo": str(r), "offset": str(r.queue_offset), "bname": r.broker_name}
         await self._invoke(addr, RequestCode.ACK_MESSAGE, ext)
 
+    async def ack_many(self, msgs: list[MessageExt]) -> None:
+        """Acknowledge several messages in one BATCH_ACK_MESSAGE per broker (what one ``ack`` each does, cheaper).
+        Receipts that expired are skipped; ``BrokerResponseError`` NO_MESSAGE when none of a broker's was open."""
+        per_broker: dict[str, dict[tuple[str, int, int, int, int, int], list[int]]] = {}
+        for m in msgs:
+            r = receipt_of(m)
+            key = (r.retry, r.queue_id, r.ck_offset, r.pop_time, r.invisible_time, r.revive_qid)
+            per_broker.setdefault(r.broker_name, {}).setdefault(key, []).append(r.queue_offset)
+        topic_of = {receipt_of(m).broker_name: m.topic for m in msgs}
+        for broker, groups in per_broker.items():
+            acks = []
+            for (retry, queue_id, start, pop_time, invisible, revive_qid), offsets in groups.items():
+                bits = 0
+                for o in offsets:
+                    if o < start:
+                        raise ClientError(f"receipt offset {o} lies before its checkpoint's {start}")
+                    bits |= 1 << (o - start)
+                raw = bits.to_bytes((bits.bit_length() + 7) // 8, "little")  # java.util.BitSet.toByteArray
+                acks.append({"c": self.group, "t": topic_of[broker], "r": retry, "so": start, "q": queue_id,
+                             "rq": revive_qid, "pt": pop_time, "it": invisible, "b": base64.b64encode(raw).decode()})
+            body = json.dumps({"acks": acks, "brokerName": broker}, separators=(",", ":")).encode()
+            addr = self.client.find_broker_addr(broker)
+            if addr is None:
+                raise ClientError(f"no address known for broker {broker} of the receipt handles")
+            await self._invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, body=body)
+
     async def change_invisible_duration(self, msg: MessageExt, duration: float) -> None:
         """The message stays invisible ``duration`` seconds from now (then comes back unless settled); its
         receipt handle is renewed in place."""
@@ -228,10 +256,11 @@ class SimpleConsumer:
             delay = NACK_BACKOFF[min(msg.reconsume_times, len(NACK_BACKOFF) - 1)]
         await self.change_invisible_duration(msg, delay)
 
-    async def _invoke(self, addr: str, code: int, ext: dict[str, str], timeout_ms: int = 3_000) -> RemotingCommand:
+    async def _invoke(self, addr: str, code: int, ext: dict[str, str], timeout_ms: int = 3_000,
+                      body: bytes = b"") -> RemotingCommand:
         """One request; a broker that cannot be reached or answers an error raises ``ClientError``."""
         try:
-            resp = await self.client.api.invoke(addr, code, ext, timeout_ms=timeout_ms)
+            resp = await self.client.api.invoke(addr, code, ext, body, timeout_ms=timeout_ms)
         except RemotingError as exc:
             raise ClientError(f"broker {addr}: {exc}") from exc
         if resp.code != ResponseCode.SUCCESS and code != RequestCode.POP_MESSAGE:
