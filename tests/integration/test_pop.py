@@ -248,3 +248,56 @@ def test_ack_many_settles_a_receive_in_one_batch_ack_and_skips_the_expired(clust
         assert err.value.code == ResponseCode.NO_MESSAGE
     finally:
         c.shutdown()
+
+
+def produce_ordered(namesrv: str, topic: str, n: int) -> list[bytes]:
+    bodies = [f"o-{i}".encode() for i in range(n)]
+    with Producer("pop-pg", namesrv=namesrv) as p:
+        for b in bodies:
+            assert p.send(Message(topic, b), sharding_key="one-group").status.name == "SEND_OK"
+    return bodies
+
+
+def test_an_orderly_receive_blocks_the_queue_and_an_unacked_message_comes_back_before_the_rest(cluster):
+    cluster.create_topic("PopFifo", 1)
+    bodies = produce_ordered(cluster.namesrv_addr, "PopFifo", 8)
+    c = consumer(cluster, "pop-fifo", "PopFifo", orderly=True)
+    try:
+        first = c.receive(4, invisible_duration=1.0, wait=5.0)
+        assert [m.body for m in first] == bodies[:4]
+        assert all(Receipt.parse(m.properties[PROPERTY_POP_CK]).orderly for m in first)
+        assert c.receive(4, wait=0.3) == []  # blocked while they are in flight
+        for m in (first[0], first[2], first[3]):
+            c.ack(m)
+        again = receive_all(c, 5, timeout=30)
+        assert [m.body for m in again] == [bodies[1], *bodies[4:]]  # the unacked one first, the acked never again
+        assert [m.reconsume_times for m in again] == [1, 0, 0, 0, 0]
+        c.change_invisible_duration(again[0], 30.0)  # TOUCH keeps the queue blocked past the first second
+        for m in again[1:]:
+            c.ack(m)
+        assert c.receive(4, wait=1.5) == []
+        c.ack(again[0])
+        assert c.receive(4, wait=0.5) == []
+        assert cluster.brokers[0].store.consumer_offsets.query_offset("pop-fifo", "PopFifo", 0) == 8
+    finally:
+        c.shutdown()
+
+
+def test_an_orderly_message_past_its_retries_goes_to_the_dlq_and_the_queue_moves_on(cluster):
+    cluster.create_topic("PopFifoDlq", 1)
+    bodies = produce_ordered(cluster.namesrv_addr, "PopFifoDlq", 2)
+    cluster.brokers[0].subscription_group_manager.find("pop-fifo-dlq").retry_max_times = 1
+    c = consumer(cluster, "pop-fifo-dlq", "PopFifoDlq", orderly=True)
+    try:
+        seen = []
+        for _ in range(2):
+            got: list = []
+            wait_until(lambda: got.extend(c.receive(1, 0.2, wait=1.0)) or got, 30, "a message")  # noqa: B023
+            seen.append((got[0].body, got[0].reconsume_times))
+        nxt: list = []
+        wait_until(lambda: nxt.extend(c.receive(1, 30.0, wait=1.0)) or nxt, 30, "the next message")
+        assert seen == [(bodies[0], 0), (bodies[0], 1)] and [m.body for m in nxt] == [bodies[1]]
+        assert cluster.brokers[0].store.get_max_offset_in_queue("%DLQ%pop-fifo-dlq", 0) == 1
+        c.ack(nxt[0])
+    finally:
+        c.shutdown()

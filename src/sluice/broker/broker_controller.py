@@ -15,6 +15,7 @@ from sluice.broker.broker_stats import log as stats_log
 from sluice.broker.client_channel_info import ClientChannelInfo
 from sluice.broker.consumer_filter_manager import ConsumerFilterManager
 from sluice.broker.consumer_manager import ConsumerManager
+from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
 from sluice.broker.pop_long_polling_service import PopLongPollingService
 from sluice.broker.pop_revive_service import PopReviveService
 from sluice.broker.processors.ack_message_processor import AckMessageProcessor
@@ -83,6 +84,7 @@ class BrokerController:
         self.pop_polling = PopLongPollingService(config.max_pop_polling_size, config.pop_polling_size)
         self.pop_revive: PopReviveService = None  # type: ignore[assignment]
         self.request_modes = MessageRequestModeManager(config.store.store_path_config)
+        self.order_info = ConsumerOrderInfoManager(config.store.store_path_config)
         self.loop_lag = LoopLagProbe()
         self.stats = BrokerStats()
         self.dispatcher = RequestDispatcher()
@@ -133,6 +135,7 @@ class BrokerController:
             self.transaction_service = TransactionalMessageService(self)
             self.transaction_service.load()  # before the first END_TRANSACTION can arrive
             self.request_modes.load()
+            self.order_info.load()
             self.pop_revive = PopReviveService(self)
             await loop.run_in_executor(None, self.pop_revive.load)  # before the first pop or ack
             self.store.arrival_listeners.append(self.pop_polling.notify_message_arriving)
@@ -186,6 +189,7 @@ class BrokerController:
         await loop.run_in_executor(None, self.topic_config_manager.close)
         await loop.run_in_executor(None, self.subscription_group_manager.close)
         await loop.run_in_executor(None, self.request_modes.close)
+        await loop.run_in_executor(None, self.order_info.close)
         await loop.run_in_executor(None, self.store.shutdown)
         await loop.run_in_executor(None, self.timer_service.close)
         log.info("broker %s stopped", c.broker_name)

@@ -97,6 +97,19 @@ def encode_record(
     return b"".join((header, body, _U8.pack(len(topic)), topic, _I16.pack(len(properties)), properties))
 
 
+def split_records(buf: bytes) -> list[bytes]:
+    """Stored records laid end to end (a pull or pop body), one bytes each, by their TOTALSIZE words."""
+    out: list[bytes] = []
+    pos, end = 0, len(buf)
+    while pos + 4 <= end:
+        (size,) = _I32.unpack_from(buf, pos)
+        if size < 4 or pos + size > end:
+            raise MessageFormatError(f"record at {pos} of {size} bytes overruns the {end}-byte buffer")
+        out.append(buf[pos:pos + size])
+        pos += size
+    return out
+
+
 def py_check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bool = True) -> int:
     """Validate the record at ``buf[pos:]`` without decoding it. ``0 <= pos <= limit <= len(buf)`` (the
     compiled twin raises ``ValueError`` otherwise).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.broker.pop_revive_service import AckRecord, CheckPoint, now_ms
 from sluice.broker.processors.pop_message_processor import check_invisible_time, put_all
-from sluice.common.extra_info import Receipt, ReceiptError, real_topic, retry_flag
+from sluice.common.extra_info import ORDER_REVIVE_QUEUE, Receipt, ReceiptError, real_topic, retry_flag
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -39,9 +39,9 @@ class AckMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def _open_checkpoint(self, group: str, topic: str, queue_id: int, offset: int, extra_info: str,
-                         upper_inclusive: bool = True) -> tuple[Receipt, CheckPoint]:
-        """The receipt and the open checkpoint a request names; ``AckRefused`` says why there is none."""
+    def _receipt(self, topic: str, queue_id: int, offset: int, extra_info: str,
+                 upper_inclusive: bool = True) -> Receipt:
+        """The receipt a request names, checked against the request; ``AckRefused`` says what is wrong."""
         b = self.broker
         tc = b.topic_config_manager.get(topic)
         if tc is None:
@@ -66,22 +66,39 @@ class AckMessageProcessor:
             raise AckRefused(ResponseCode.INVALID_PARAMETER,
                              f"the receipt handle is of {receipt.retry}/{receipt.queue_id}/{receipt.queue_offset}, "
                              f"not of topic {topic} queue {queue_id} offset {offset}")
-        if receipt.orderly:
-            raise AckRefused(ResponseCode.INVALID_PARAMETER, "orderly (FIFO) pop is not supported yet")
-        ck = b.pop_revive.find(topic, group, queue_id, receipt.ck_offset, receipt.pop_time, receipt.broker_name)
+        return receipt
+
+    def _open_checkpoint(self, group: str, topic: str, queue_id: int, offset: int, receipt: Receipt) -> CheckPoint:
+        """The open checkpoint of a receipt; ``AckRefused`` when there is none to settle."""
+        ck = self.broker.pop_revive.find(topic, group, queue_id, receipt.ck_offset, receipt.pop_time,
+                                         receipt.broker_name)
         i = -1 if ck is None else ck.index_of(offset)
         if ck is None or i < 0 or ck.acked >> i & 1:
-            raise AckRefused(ResponseCode.NO_MESSAGE,
-                             f"receipt handle expired or unknown: {topic} queue {queue_id} offset {offset} of group "
-                             f"{group} was acknowledged already, or put back for redelivery once its invisible time "
-                             f"passed")
-        return receipt, ck
+            raise _expired(group, topic, queue_id, offset)
+        return ck
+
+    def _ack_orderly(self, group: str, topic: str, queue_id: int, pop_time: int, offset: int) -> None:
+        """Settle a message of an orderly pop: the group's offset moves to the first one not acknowledged, and a
+        pop waiting on the queue looks again."""
+        b = self.broker
+        ok, new_offset = b.order_info.ack((topic, group, queue_id), pop_time, offset)
+        if not ok:
+            raise _expired(group, topic, queue_id, offset)
+        if new_offset is not None:
+            offsets = b.store.consumer_offsets
+            if offsets.query_offset(group, topic, queue_id) < new_offset:
+                offsets.commit_offset(group, topic, queue_id, new_offset)
+        b.pop_polling.notify_message_arriving(topic, queue_id, -1)
 
     async def ack_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
         queue_id, offset = req.ext_int("queueId"), req.ext_int("offset")
         try:
-            receipt, ck = self._open_checkpoint(group, topic, queue_id, offset, req.ext_str("extraInfo"))
+            receipt = self._receipt(topic, queue_id, offset, req.ext_str("extraInfo"))
+            if receipt.orderly:
+                self._ack_orderly(group, topic, queue_id, receipt.pop_time, offset)
+                return req.response(ResponseCode.SUCCESS)
+            ck = self._open_checkpoint(group, topic, queue_id, offset, receipt)
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
         return await self._ack(req, [(receipt.revive_qid, ck, offset)])
@@ -121,17 +138,28 @@ class AckMessageProcessor:
         if not items:
             return req.response(ResponseCode.NO_MESSAGE, "no ack in the batch")
         acks: list[tuple[int, CheckPoint, int]] = []
+        orderly = 0
         for item in items:
             try:
                 group, topic, retry, start, queue_id, revive_qid, pop_time, bits = _batch_ack_fields(item)
             except (KeyError, TypeError, ValueError) as exc:
                 raise BadRequestError(f"malformed batch ack entry: {exc}") from None
             real = real_topic(retry, topic, group)
+            if revive_qid == ORDER_REVIVE_QUEUE:
+                for offset in (start + i for i in bits):
+                    try:
+                        self._ack_orderly(group, real, queue_id, pop_time, offset)
+                        orderly += 1
+                    except AckRefused:
+                        pass
+                continue
             ck = b.pop_revive.find(real, group, queue_id, start, pop_time, b.config.broker_name)
             for offset in (start + i for i in bits):
                 if ck is not None and ck.index_of(offset) >= 0:
                     acks.append((revive_qid, ck, offset))
         if not acks:
+            if orderly:
+                return req.response(ResponseCode.SUCCESS)
             return req.response(ResponseCode.NO_MESSAGE, "receipt handles expired or unknown: nothing acknowledged")
         return await self._ack(req, acks)
 
@@ -142,8 +170,17 @@ class AckMessageProcessor:
         invisible = req.ext_int("invisibleTime")
         check_invisible_time(invisible)
         try:
-            receipt, old = self._open_checkpoint(group, topic, queue_id, offset, req.ext_str("extraInfo"),
-                                                 upper_inclusive=False)
+            receipt = self._receipt(topic, queue_id, offset, req.ext_str("extraInfo"), upper_inclusive=False)
+            if receipt.orderly:
+                now = now_ms()
+                info = b.order_info.change_invisible((topic, group, queue_id), receipt.pop_time, offset,
+                                                     now + invisible)
+                if info is None:
+                    raise _expired(group, topic, queue_id, offset)
+                return req.response(ResponseCode.SUCCESS, None, {
+                    "popTime": str(info.pop_time), "invisibleTime": str(now + invisible - info.pop_time),
+                    "reviveQid": str(ORDER_REVIVE_QUEUE)})
+            old = self._open_checkpoint(group, topic, queue_id, offset, receipt)
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
         now = now_ms()
@@ -163,6 +200,12 @@ class AckMessageProcessor:
         b.pop_revive.written(new, r)
         return req.response(ResponseCode.SUCCESS, None, {"popTime": str(now), "invisibleTime": str(invisible),
                                                           "reviveQid": str(receipt.revive_qid)})
+
+
+def _expired(group: str, topic: str, queue_id: int, offset: int) -> AckRefused:
+    return AckRefused(ResponseCode.NO_MESSAGE,
+                      f"receipt handle expired or unknown: {topic} queue {queue_id} offset {offset} of group {group} "
+                      f"was acknowledged already, or put back for redelivery once its invisible time passed")
 
 
 def _batch_ack_fields(item: Any) -> tuple[str, str, str, int, int, int, int, list[int]]:

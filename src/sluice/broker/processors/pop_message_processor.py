@@ -18,16 +18,26 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from sluice.broker.consumer_order_info_manager import OrderInfo
 from sluice.broker.expression_message_filter import ExpressionMessageFilter
 from sluice.broker.pop_long_polling_service import PollingFull
 from sluice.broker.pop_revive_service import CheckPoint, now_ms
 from sluice.broker.processors.pull_message_processor import SubscriptionParseError, tag_codes_of
 from sluice.common.errors import InvalidSubscriptionError
-from sluice.common.extra_info import PROPERTY_POP_CK, OffsetInfo, Receipt, pop_retry_topic, retry_flag
-from sluice.common.message_codec import decode_records, encode_record
-from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
-from sluice.common.properties import encode_properties
+from sluice.common.extra_info import (
+    ORDER_REVIVE_QUEUE,
+    PROPERTY_POP_CK,
+    OffsetInfo,
+    Receipt,
+    pop_retry_topic,
+    retry_flag,
+)
+from sluice.common.message import MessageExtBrokerInner
+from sluice.common.message_codec import decode_records, encode_record, split_records
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic
+from sluice.common.properties import PROPERTY_RETRY_TOPIC, encode_properties
 from sluice.common.structs import perm_readable
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.filter import compile_expression, is_tag_type
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -39,7 +49,6 @@ from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageR
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
     from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
-    from sluice.common.message import MessageExtBrokerInner
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +75,15 @@ class PopMessageRequestHeader:
     exp_type: str
     exp: str
     order: bool
+    attempt_id: str = ""
 
     @classmethod
     def parse(cls, req: RemotingCommand) -> PopMessageRequestHeader:
         h = cls(req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId", -1),
                 req.ext_int("maxMsgNums", MAX_POP_MESSAGES), req.ext_int("invisibleTime"), req.ext_int("pollTime", 0),
                 req.ext_int("bornTime", 0), req.ext_int("initMode", INIT_MODE_MAX),
-                req.ext_fields.get("expType") or "TAG", req.ext_fields.get("exp") or "*", req.ext_bool("order"))
+                req.ext_fields.get("expType") or "TAG", req.ext_fields.get("exp") or "*", req.ext_bool("order"),
+                req.ext_fields.get("attemptId") or "")
         if h.max_msg_nums > MAX_POP_MESSAGES or h.max_msg_nums < 1:
             raise BadRequestError(f"maxMsgNums {h.max_msg_nums} is not within 1..{MAX_POP_MESSAGES}")
         check_invisible_time(h.invisible_time)
@@ -84,6 +95,17 @@ class PopMessageRequestHeader:
 def _settle(fut: asyncio.Future[bool], value: bool) -> None:
     if not fut.done():
         fut.set_result(value)
+
+
+def _drop(rd: _Read, offsets: set[int]) -> None:
+    """Take the records at ``offsets`` out of what ``rd`` read."""
+    r = rd.result
+    records = split_records(b"".join(r.buffers))
+    r.release()
+    kept = [(off, rec) for off, rec in zip(r.queue_offsets, records, strict=True) if off not in offsets]
+    rd.result = GetMessageResult(r.status, r.next_begin_offset, r.min_offset, r.max_offset,
+                                 [memoryview(b"".join(rec for _, rec in kept))] if kept else [],
+                                 [off for off, _ in kept])
 
 
 def check_invisible_time(ms: int) -> None:
@@ -146,8 +168,6 @@ class PopMessageProcessor:
                                 f"subscription group [{h.consumer_group}] does not exist")
         if not group.consume_enable:
             return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
-        if h.order:
-            return req.response(ResponseCode.INVALID_PARAMETER, "orderly (FIFO) pop is not supported yet")
         codes: frozenset[int] | None = None
         record_filter: RecordFilter | None = None
         try:
@@ -165,26 +185,32 @@ class PopMessageProcessor:
         deadline = loop.time() + h.poll_time / 1000
         retry = pop_retry_topic(h.topic, h.consumer_group)
         while True:
-            resp = await self._pop(req, h, group, tc.read_queue_nums, retry, codes, record_filter)
+            if h.order:
+                resp, unblocked_at = await self._pop_orderly(req, h, group, tc.read_queue_nums, codes, record_filter)
+            else:
+                resp = await self._pop(req, h, group, tc.read_queue_nums, retry, codes, record_filter)
+                unblocked_at = 0
             if resp is not None:
                 return resp
             left = deadline - loop.time()
             if left <= 0:
                 return self._empty(req, h, ResponseCode.POLLING_TIMEOUT, "POLLING_TIMEOUT")
+            if unblocked_at:  # a blocked queue's in-flight messages come back then: look again
+                left = min(left, max(0.001, (unblocked_at - now_ms()) / 1000))
             arrived: asyncio.Future[bool] = loop.create_future()
             try:
                 held = b.pop_polling.hold((h.topic, retry), h.queue_id, left, partial(_settle, arrived))
             except PollingFull as exc:
                 return self._empty(req, h, ResponseCode.POLLING_FULL, str(exc))
             try:
-                if not await arrived:
+                if not await arrived and loop.time() >= deadline:
                     return self._empty(req, h, ResponseCode.POLLING_TIMEOUT, "POLLING_TIMEOUT")
             finally:
                 held.drop()
 
     def _empty(self, req: RemotingCommand, h: PopMessageRequestHeader, code: int, remark: str) -> RemotingCommand:
         return req.response(code, remark, {"popTime": str(now_ms()), "invisibleTime": str(h.invisible_time),
-                                           "reviveQid": "0", "restNum": "0"})
+                                           "reviveQid": str(ORDER_REVIVE_QUEUE if h.order else 0), "restNum": "0"})
 
     async def _pop(self, req: RemotingCommand, h: PopMessageRequestHeader, group: SubscriptionGroupConfig,
                    queue_nums: int, retry: str, codes: frozenset[int] | None,
@@ -247,6 +273,120 @@ class PopMessageProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"cannot write the pop checkpoint: {failure.status.name} {failure.remark}")
         return self._found(req, h, kept, pop_time, revive_qid, rest)
+
+    async def _pop_orderly(self, req: RemotingCommand, h: PopMessageRequestHeader, group: SubscriptionGroupConfig,
+                           queue_nums: int, codes: frozenset[int] | None,
+                           record_filter: RecordFilter | None) -> tuple[RemotingCommand | None, int]:
+        """One orderly try: the answer (None when nothing could be popped) and, when queues were blocked, the
+        earliest time one is not. No retry topic, no checkpoint: the group's offset stays on the first message not
+        acknowledged, which comes back first."""
+        b = self.broker
+        now = now_ms()
+        rand = random.randrange(100)
+        queues = [h.queue_id] if h.queue_id >= 0 else [(rand + i) % queue_nums for i in range(queue_nums)]
+        budget = h.max_msg_nums
+        reads: list[_Read] = []
+        rest = unblocked_at = 0
+        for qid in queues:
+            if budget <= 0:
+                break
+            key = (h.topic, h.consumer_group, qid)
+            if key in self._busy:
+                continue
+            until = b.order_info.blocked_until(key, now, h.attempt_id)
+            if until:
+                unblocked_at = until if not unblocked_at else min(unblocked_at, until)
+                continue
+            offset = self._pop_offset(h, h.topic, qid)
+            r = b.store.get_messages(h.consumer_group, h.topic, qid, offset, budget, codes, record_filter)
+            if r.status is GetMessageStatus.FOUND:
+                reads.append(_Read(h.topic, qid, offset, r))
+                budget -= r.message_count
+                rest += r.max_offset - r.next_begin_offset
+            elif r.status in _SKIP and r.next_begin_offset != offset:
+                b.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, qid, r.next_begin_offset)
+        if not reads:
+            return None, unblocked_at
+        pop_time = now_ms()
+        counts: dict[tuple[int, int], int] = {}  # (queue id, offset) → earlier pops
+        dead: list[tuple[_Read, int]] = []  # (read, offset) past the group's retries
+        for rd in list(reads):
+            key = (h.topic, h.consumer_group, rd.queue_id)
+            # What the last pop handed out and got acknowledged, after the one that came back: not again.
+            last = b.order_info.table.get(key)
+            done = set() if last is None else \
+                {off for i, off in enumerate(last.offsets) if last.acked >> i & 1} & set(rd.result.queue_offsets)
+            if done:
+                _drop(rd, done)
+            offsets = rd.result.queue_offsets
+            every = sorted({*offsets, *done})
+            if not offsets:  # all of it was acknowledged already: move on past it
+                b.order_info.forget(key)
+                self.commit_forward(h.consumer_group, h.topic, rd.queue_id, every[-1] + 1)
+                reads.remove(rd)
+                continue
+            acked = sum(1 << i for i, off in enumerate(every) if off in done)
+            before = b.order_info.popped(key, OrderInfo(pop_time, h.invisible_time, every, h.attempt_id, acked))
+            for off, n in zip(every, before, strict=True):
+                counts[(rd.queue_id, off)] = n
+                if n > group.retry_max_times and off not in done:
+                    dead.append((rd, off))
+        if not reads:
+            return None, now_ms() + 1
+        if dead:
+            reads = await self._dead_letter_orderly(h, reads, dead, counts, pop_time)
+            if not reads:
+                return None, now_ms() + 1
+        info = OffsetInfo()
+        order_count: list[str] = []
+        for rd in reads:
+            info.add(rd.topic, rd.queue_id, rd.start, rd.result.queue_offsets)
+            popped_before = [counts[(rd.queue_id, off)] for off in rd.result.queue_offsets]
+            order_count += [f"0 qo{rd.queue_id}%{off} {n}" for off, n in zip(rd.result.queue_offsets, popped_before,
+                                                                               strict=True)]
+            order_count.append(f"0 {rd.queue_id} {min(popped_before)}")
+        resp = self._found(req, h, reads, pop_time, ORDER_REVIVE_QUEUE, rest)
+        resp.ext_fields["orderCountInfo"] = ";".join(order_count)
+        return resp, 0
+
+    async def _dead_letter_orderly(self, h: PopMessageRequestHeader, reads: list[_Read], dead: list[tuple[_Read, int]],
+                                   counts: dict[tuple[int, int], int], pop_time: int) -> list[_Read]:
+        """Move the messages popped past the group's retries into its DLQ, acknowledged; the reads without them."""
+        b = self.broker
+        topic = dlq_topic(h.consumer_group)
+        b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+        moved: list[MessageExtBrokerInner] = []
+        for rd, off in dead:
+            i = rd.result.queue_offsets.index(off)
+            msg = decode_records(split_records(b"".join(rd.result.buffers))[i])[0]
+            props = dict(msg.properties)
+            props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+            moved.append(MessageExtBrokerInner(topic, msg.body, 0, msg.flag, props, msg.sys_flag, msg.born_timestamp,
+                                               msg.born_host, b.broker_addr, counts[(rd.queue_id, off)]))
+        for rd in reads:
+            _drop(rd, {off for r, off in dead if r is rd})
+        keep = [rd for rd in reads if rd.result.queue_offsets]
+        key_busy = [(h.topic, h.consumer_group, rd.queue_id) for rd in reads]
+        self._busy.update(key_busy)
+        try:
+            (r,) = await put_all(b.store, [moved])
+        finally:
+            self._busy.difference_update(key_busy)
+        if not r.ok:  # stay in order: they come back once the pop's invisible time passes
+            log.warning("cannot move %d messages of %s past their retries to %s: %s %s", len(moved), h.topic, topic,
+                        r.status.name, r.remark)
+            return keep
+        b.pop_revive.dead += len(moved)
+        for rd, off in dead:
+            ok, new_offset = b.order_info.ack((h.topic, h.consumer_group, rd.queue_id), pop_time, off)
+            if ok and new_offset is not None:
+                self.commit_forward(h.consumer_group, h.topic, rd.queue_id, new_offset)
+        return keep
+
+    def commit_forward(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        offsets = self.broker.store.consumer_offsets
+        if offsets.query_offset(group, topic, queue_id) < offset:
+            offsets.commit_offset(group, topic, queue_id, offset)
 
     def _found(self, req: RemotingCommand, h: PopMessageRequestHeader, reads: list[_Read], pop_time: int,
                revive_qid: int, rest: int) -> RemotingCommand:

@@ -62,11 +62,14 @@ def receipt_of(msg: MessageExt) -> Receipt:
 
 class SimpleConsumer:
     """``c = SimpleConsumer("group", namesrv=...); c.subscribe("topic"); await c.start();
-    for m in await c.receive(16): ...; await c.ack(m)``."""
+    for m in await c.receive(16): ...; await c.ack(m)``.
+
+    ``orderly``: FIFO — a queue is handed out again only once every message received from it is settled or its
+    invisible duration passed, and an unsettled message comes back before anything after it."""
 
     def __init__(self, group: str, namesrv: str | None = None, *, invisible_duration: float = 60.0,
-                 await_duration: float = 15.0, consume_from_first: bool = False, config: ClientConfig | None = None,
-                 **settings: Any) -> None:
+                 await_duration: float = 15.0, consume_from_first: bool = False, orderly: bool = False,
+                 config: ClientConfig | None = None, **settings: Any) -> None:
         validate_group(group)
         _check_duration("invisible_duration", invisible_duration)
         if await_duration < 0:
@@ -76,6 +79,7 @@ class SimpleConsumer:
         self.invisible_duration = invisible_duration
         self.await_duration = await_duration
         self.init_mode = 0 if consume_from_first else 1
+        self.orderly = orderly
         self.client = MQClientInstance(self.config)
         self.subscriptions: dict[str, MessageSelector] = {}
         self._turn = itertools.count()
@@ -156,7 +160,8 @@ class SimpleConsumer:
         ext = {"consumerGroup": self.group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_messages),
                "invisibleTime": str(int(invisible * 1000)), "pollTime": str(poll_ms),
                "bornTime": str(int(time.time() * 1000)), "initMode": str(self.init_mode),
-               "expType": selector.expression_type, "exp": selector.expression, "order": "false", "bname": broker}
+               "expType": selector.expression_type, "exp": selector.expression,
+               "order": "true" if self.orderly else "false", "bname": broker}
         resp = await self._invoke(addr, RequestCode.POP_MESSAGE, ext, poll_ms + 10_000)
         if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
             return []
@@ -167,6 +172,7 @@ class SimpleConsumer:
             pop_time, invisible_ms = int(e["popTime"]), int(e["invisibleTime"])
             revive_qid = int(e["reviveQid"])
             info = OffsetInfo.parse(e.get("startOffsetInfo") or "", e.get("msgOffsetInfo") or "")
+            order_counts = _order_counts(e.get("orderCountInfo") or "")
         except (KeyError, ValueError) as exc:
             raise ClientError(f"broker {addr} answered a pop with a malformed header: {exc}") from None
         msgs = decode_records(resp.body)
@@ -183,6 +189,9 @@ class SimpleConsumer:
                 props[PROPERTY_POP_CK] = str(Receipt(start, pop_time, invisible_ms, revive_qid, key[0], broker,
                                                      m.queue_id, m.queue_offset))
             props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
+            times = order_counts.get(f"{retry_flag(m.topic)}@qo{m.queue_id}%{m.queue_offset}")
+            if times:
+                m.reconsume_times = times
             m.topic = topic
             (kept if sub.expression_type != "TAG" or matches(sub, m.tags) else dropped).append(m)
         for m in dropped:  # a tag-hash collision the broker could not tell apart: not ours, settle it
@@ -317,6 +326,17 @@ class SimpleConsumer:
         finally:
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+
+
+def _order_counts(text: str) -> dict[str, int]:
+    """An orderly pop's ``orderCountInfo``: "<retry>@qo<queue>%<offset>" → how often it was popped before."""
+    out: dict[str, int] = {}
+    for entry in filter(None, text.split(";")):
+        parts = entry.split(" ")
+        if len(parts) != 3 or not parts[2].isdigit():
+            raise ClientError(f"malformed orderCountInfo entry {entry[:60]!r}")
+        out[f"{parts[0]}@{parts[1]}"] = int(parts[2])
+    return out
 
 
 def _check_duration(name: str, seconds: float) -> None:
