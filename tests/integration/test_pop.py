@@ -301,3 +301,67 @@ def test_an_orderly_message_past_its_retries_goes_to_the_dlq_and_the_queue_moves
         c.ack(nxt[0])
     finally:
         c.shutdown()
+
+
+def test_a_receipt_renewed_many_times_in_a_row_still_settles_its_message(cluster):
+    cluster.create_topic("PopRenew", 1)
+    produce(cluster.namesrv_addr, "PopRenew", 3)
+    c = consumer(cluster, "pop-renew", "PopRenew")
+    try:
+        got = receive_all(c, 3)
+        for _ in range(20):  # faster than a millisecond each, at times: every checkpoint still its own
+            c.change_invisible_duration(got[0], 30.0)
+        for m in got:
+            c.ack(m)
+        assert cluster.brokers[0].pop_revive.checkpoints == {}
+        revive = cluster.brokers[0].pop_revive
+        assert len(revive._due) <= 2 * len(revive.checkpoints) + 1024
+    finally:
+        c.shutdown()
+
+
+def test_ack_many_settles_messages_of_several_topics(cluster):
+    cluster.create_topic("PopMany1", 1)
+    cluster.create_topic("PopMany2", 1)
+    produce(cluster.namesrv_addr, "PopMany1", 3)
+    produce(cluster.namesrv_addr, "PopMany2", 3)
+    c = consumer(cluster, "pop-many", "PopMany1")
+    c.subscribe("PopMany2")
+    try:
+        got = receive_all(c, 6)
+        assert {m.topic for m in got} == {"PopMany1", "PopMany2"}
+        c.ack_many(got)
+        assert cluster.brokers[0].pop_revive.checkpoints == {}
+    finally:
+        c.shutdown()
+
+
+def test_bad_pop_and_batch_ack_requests_get_a_clear_answer_quickly(cluster):
+    cluster.create_topic("PopBad", 1)
+    produce(cluster.namesrv_addr, "PopBad", 1)
+    addr = cluster.brokers[0].broker_addr
+
+    async def call(code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+        rc = RemotingClient()
+        try:
+            return await rc.invoke(addr, RemotingCommand.request(code, ext, body), 10_000)
+        finally:
+            await rc.close()
+
+    long_group = "g" * 120  # its retry topic %RETRY%<group>_<topic> would not be a topic name
+    resp = cluster.loop.run(call(RequestCode.POP_MESSAGE, {"consumerGroup": long_group, "topic": "PopBad",
+                                                           "queueId": "-1", "maxMsgNums": "1",
+                                                           "invisibleTime": "1000", "pollTime": "0"}))
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "longer than 127" in resp.remark
+    for ext in ({"maxMsgNums": "33"}, {"invisibleTime": "-1"}, {"invisibleTime": str(13 * 3600 * 1000)}):
+        resp = cluster.loop.run(call(RequestCode.POP_MESSAGE, {"consumerGroup": "pop-bad", "topic": "PopBad",
+                                                               "queueId": "-1", "maxMsgNums": "1",
+                                                               "invisibleTime": "1000", **ext}))
+        assert resp.code != ResponseCode.SUCCESS and resp.remark
+    huge = '{"acks":[{"c":"pop-bad","t":"PopBad","r":"0","so":0,"q":0,"rq":0,"pt":1,"it":1,"b":"' + \
+        "/" * 1_000_000 + '"}]}'
+    t0 = time.monotonic()
+    for body in (huge.encode(), b'{"acks":["x"]}', b"[1,2]", b"not json"):
+        resp = cluster.loop.run(call(RequestCode.BATCH_ACK_MESSAGE, {}, body))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark
+    assert time.monotonic() - t0 < 5

@@ -31,7 +31,7 @@ from sluice.common.message_codec import decode_records
 from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic
 from sluice.common.properties import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
-from sluice.store.results import GetMessageStatus, PutMessageResult
+from sluice.store.results import GetMessageStatus, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
@@ -74,6 +74,7 @@ class CheckPoint:
     revive_qid: int
     acked: int = 0
     revive_offset: int = -1  # where its record lies in its revive queue (a lower bound until written)
+    revived: bool = False  # its unacknowledged messages were put back
 
     @property
     def key(self) -> CheckPointKey:
@@ -150,6 +151,7 @@ class PopReviveService:
         self.checkpoints: dict[CheckPointKey, CheckPoint] = {}
         self._due: list[tuple[int, CheckPointKey]] = []  # (revive time, key), stale entries skipped
         self._next_qid = 0
+        self._last_pop_time = 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.revived = 0  # messages put back (stats, tests)
@@ -162,13 +164,16 @@ class PopReviveService:
         b.ensure_system_topic(self.topic, self.queue_num, PERM_READ | PERM_WRITE)
         store = b.store
         cks = acks = 0
-        for qid in range(self.queue_num):
+        crashed = store.abnormal_start
+        # Every revive queue on disk, also those past a lowered revive_queue_num.
+        qids = sorted(set(range(self.queue_num)) | {q for t, q in store.topic_queues if t == self.topic})
+        for qid in qids:
             offset = max(store.consumer_offsets.query_offset(REVIVE_GROUP, self.topic, qid),
                          store.get_min_offset_in_queue(self.topic, qid))
             while True:
                 r = store.get_messages(REVIVE_GROUP, self.topic, qid, offset, 32)
                 if r.status is not GetMessageStatus.FOUND:
-                    if r.status is GetMessageStatus.NO_MATCHED_MESSAGE and r.next_begin_offset > offset:
+                    if r.next_begin_offset > offset:  # filtered, or records removed under it: read on
                         offset = r.next_begin_offset
                         continue
                     break
@@ -177,7 +182,9 @@ class PopReviveService:
                         if msg.tags == CK_TAG:
                             ck = CheckPoint.from_json(msg.body, qid, q)
                             self._track(ck)
-                            self._popped_past(ck)
+                            self._last_pop_time = max(self._last_pop_time, ck.pop_time)
+                            if crashed:
+                                self._popped_past(ck)
                             cks += 1
                         elif msg.tags in (ACK_TAG, BATCH_ACK_TAG):
                             self._apply_ack(AckRecord.from_json(msg.body))
@@ -194,8 +201,9 @@ class PopReviveService:
                      len(self.checkpoints))
 
     def _popped_past(self, ck: CheckPoint) -> None:
-        """A replayed checkpoint: the group's pop offset is past its messages (the offsets file may be older than
-        the crash; without this every pop since it was written would be handed out again)."""
+        """After a crash, a replayed checkpoint: the group's pop offset is past its messages (the offsets file may
+        be older than the crash; without this every pop since it was written would be handed out again). Not after
+        a clean stop: the offsets file is current then, and may hold an admin's reset backwards."""
         offsets = self.broker.store.consumer_offsets
         end = ck.start_offset + max(ck.diffs, default=-1) + 1
         if offsets.query_offset(ck.group, ck.topic, ck.queue_id) < end:
@@ -212,6 +220,11 @@ class PopReviveService:
         self._commit_revive_offsets()
 
     # == checkpoints and acks ========================================================================
+    def next_pop_time(self) -> int:
+        """The pop time of a new checkpoint: now, but never one already given (a checkpoint is known by it)."""
+        t = self._last_pop_time = max(now_ms(), self._last_pop_time + 1)
+        return t
+
     def next_revive_qid(self) -> int:
         qid = self._next_qid
         self._next_qid = (qid + 1) % self.queue_num
@@ -220,6 +233,9 @@ class PopReviveService:
     def _track(self, ck: CheckPoint) -> None:
         self.checkpoints[ck.key] = ck
         heapq.heappush(self._due, (ck.revive_time, ck.key))
+        if len(self._due) > 2 * len(self.checkpoints) + 1024:  # settled ones' entries: drop them, stay bounded
+            self._due = [(c.revive_time, k) for k, c in self.checkpoints.items()]
+            heapq.heapify(self._due)
 
     def _apply_ack(self, ack: AckRecord) -> None:
         """Mark acked messages in their checkpoint (none when it is settled already or unknown)."""
@@ -231,7 +247,7 @@ class PopReviveService:
             if i >= 0:
                 ck.acked |= 1 << i
         if ck.settled:
-            del self.checkpoints[ck.key]
+            self._drop(ck)
 
     def checkpoint_record(self, ck: CheckPoint, tag: str = CK_TAG) -> MessageExtBrokerInner:
         return self._record(ck.revive_qid, tag, ck.to_json())
@@ -252,12 +268,16 @@ class PopReviveService:
 
     def written(self, ck: CheckPoint, r: PutMessageResult) -> None:
         """Its record is stored (``r``): note where, for the revive offset."""
-        if r.ok:
+        if r.stored:
             ck.revive_offset = r.queue_offset
 
     def forget(self, ck: CheckPoint) -> None:
         """A checkpoint whose record could not be written: its messages were not handed out."""
-        self.checkpoints.pop(ck.key, None)
+        self._drop(ck)
+
+    def _drop(self, ck: CheckPoint) -> None:
+        if self.checkpoints.get(ck.key) is ck:
+            del self.checkpoints[ck.key]
 
     def find(self, topic: str, group: str, queue_id: int, start_offset: int, pop_time: int,
              broker_name: str) -> CheckPoint | None:
@@ -270,7 +290,7 @@ class PopReviveService:
             return False
         ck.acked |= 1 << i
         if ck.settled:
-            self.checkpoints.pop(ck.key, None)
+            self._drop(ck)
         return True
 
     def unack(self, ck: CheckPoint, offset: int) -> None:
@@ -278,7 +298,7 @@ class PopReviveService:
         i = ck.index_of(offset)
         if i >= 0 and ck.acked >> i & 1:
             ck.acked &= ~(1 << i)
-            if ck.key not in self.checkpoints and ck.revive_time > 0:
+            if ck.key not in self.checkpoints and not ck.revived:
                 self._track(ck)
 
     # == revive ======================================================================================
@@ -307,8 +327,14 @@ class PopReviveService:
             if ck is not None and ck.revive_time <= now:
                 batch.append(ck)
         for ck in batch:
-            if not await self._revive(ck):
-                heapq.heappush(due, (now + int(REVIVE_RETRY_SECONDS * 1000), ck.key))
+            try:
+                ok = await self._revive(ck)
+            except Exception:  # this one again later; the others of the round still go
+                log.exception("pop revive of %s queue %d (group %s) failed", ck.topic, ck.queue_id, ck.group)
+                ok = False
+            if not ok:
+                heapq.heappush(self._due, (now + int(REVIVE_RETRY_SECONDS * 1000), ck.key))
+        due = self._due
         if not due:
             return 1.0
         return max(0.0, min(1.0, (due[0][0] - now_ms()) / 1000))
@@ -324,14 +350,17 @@ class PopReviveService:
                 msgs.append(self._again(ck, msg))
         if msgs:  # with the mark that they are back, for a replay of the revive log
             r = await b.store.put_async([*msgs, self.checkpoint_record(ck, REVIVED_TAG)])
-            if not r.ok:
+            if r.status is PutMessageStatus.MESSAGE_ILLEGAL:  # never to be stored: say so once, and let it go
+                log.error("pop revive of %s queue %d (group %s): its messages cannot be put back (%s); dropped: %s",
+                          ck.topic, ck.queue_id, ck.group, r.remark, ck.unacked_offsets())
+            elif not r.stored:
                 log.warning("pop revive of %s queue %d (group %s) failed: %s %s", ck.topic, ck.queue_id, ck.group,
                             r.status.name, r.remark)
                 return False
             self.revived += len(msgs)
             self.dead += sum(1 for m in msgs if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX))
-        if self.checkpoints.get(ck.key) is ck:
-            del self.checkpoints[ck.key]
+        ck.revived = True
+        self._drop(ck)
         return True
 
     def _load(self, ck: CheckPoint, offset: int) -> MessageExt | None:

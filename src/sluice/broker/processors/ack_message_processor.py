@@ -10,6 +10,7 @@ never an ack of another message.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -21,11 +22,17 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
+
+# A batch ack's bounds: entries, and the bit set of one (a checkpoint spans at most 32 messages, but its offsets
+# may lie far apart when a filter skipped messages between them).
+MAX_BATCH_ACK_ENTRIES = 1024
+MAX_BIT_SET_BASE64 = 4096
 
 
 class AckRefused(Exception):
@@ -75,6 +82,10 @@ class AckMessageProcessor:
         i = -1 if ck is None else ck.index_of(offset)
         if ck is None or i < 0 or ck.acked >> i & 1:
             raise _expired(group, topic, queue_id, offset)
+        if receipt.revive_qid != ck.revive_qid:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER,
+                             f"the receipt handle names revive queue {receipt.revive_qid}, its checkpoint is in "
+                             f"{ck.revive_qid}")
         return ck
 
     def _ack_orderly(self, group: str, topic: str, queue_id: int, pop_time: int, offset: int) -> None:
@@ -101,26 +112,30 @@ class AckMessageProcessor:
             ck = self._open_checkpoint(group, topic, queue_id, offset, receipt)
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
-        return await self._ack(req, [(receipt.revive_qid, ck, offset)])
+        return await self._ack(req, [(ck, offset)])
 
-    async def _ack(self, req: RemotingCommand, acks: list[tuple[int, CheckPoint, int]]) -> RemotingCommand:
-        """Mark each (revive queue, checkpoint, offset) acked, then write one ack record per checkpoint (undone
-        if that fails)."""
+    async def _ack(self, req: RemotingCommand, acks: list[tuple[CheckPoint, int]]) -> RemotingCommand:
+        """Mark each (checkpoint, offset) acked, then write one ack record per checkpoint, to its own revive
+        queue (undone if that fails)."""
         b = self.broker
-        done: dict[int, tuple[int, CheckPoint, list[int]]] = {}  # id(checkpoint) → (revive queue, it, offsets)
-        for qid, ck, offset in acks:
+        done: dict[int, tuple[CheckPoint, list[int]]] = {}  # id(checkpoint) → (it, offsets)
+        for ck, offset in acks:
             if b.pop_revive.ack(ck, offset):
-                done.setdefault(id(ck), (qid, ck, []))[2].append(offset)
+                done.setdefault(id(ck), (ck, []))[1].append(offset)
         if not done:
             return req.response(ResponseCode.SUCCESS)
         records = [b.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time,
-                                                     ck.broker_name, tuple(offsets)), qid)
-                   for qid, ck, offsets in done.values()]
-        (r,) = await put_all(b.store, [records])
-        if not r.ok:
-            for _, ck, offsets in done.values():
-                for offset in offsets:
-                    b.pop_revive.unack(ck, offset)
+                                                     ck.broker_name, tuple(offsets)), ck.revive_qid)
+                   for ck, offsets in done.values()]
+
+        def written(_i: int, r: PutMessageResult) -> None:
+            if not r.stored:
+                for ck, offsets in done.values():
+                    for offset in offsets:
+                        b.pop_revive.unack(ck, offset)
+
+        (r,) = await put_all(b.store, [records], written)
+        if not r.stored:
             return req.response(ResponseCode.SYSTEM_ERROR, f"cannot write the ack: {r.status.name} {r.remark}")
         return req.response(ResponseCode.SUCCESS)
 
@@ -130,23 +145,27 @@ class AckMessageProcessor:
         b = self.broker
         try:
             body = json.loads(req.body) if req.body else {}
-            items = body.get("acks") or [] if isinstance(body, dict) else None
-            if not isinstance(items, list):
-                raise ValueError("acks is not a list")
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequestError(f"the batch ack body is not valid JSON: {exc}") from None
+        items = body.get("acks", []) if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise BadRequestError("the batch ack body is not a JSON object with an acks list")
+        if len(items) > MAX_BATCH_ACK_ENTRIES:
+            raise BadRequestError(f"a batch ack of {len(items)} entries: at most {MAX_BATCH_ACK_ENTRIES}")
         if not items:
             return req.response(ResponseCode.NO_MESSAGE, "no ack in the batch")
-        acks: list[tuple[int, CheckPoint, int]] = []
+        acks: list[tuple[CheckPoint, int]] = []
         orderly = 0
         for item in items:
+            if not isinstance(item, dict):
+                raise BadRequestError(f"batch ack entry {str(item)[:40]!r} is not a JSON object")
             try:
                 group, topic, retry, start, queue_id, revive_qid, pop_time, bits = _batch_ack_fields(item)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, binascii.Error) as exc:
                 raise BadRequestError(f"malformed batch ack entry: {exc}") from None
             real = real_topic(retry, topic, group)
             if revive_qid == ORDER_REVIVE_QUEUE:
-                for offset in (start + i for i in bits):
+                for offset in _set_bits(bits, start):
                     try:
                         self._ack_orderly(group, real, queue_id, pop_time, offset)
                         orderly += 1
@@ -154,9 +173,8 @@ class AckMessageProcessor:
                         pass
                 continue
             ck = b.pop_revive.find(real, group, queue_id, start, pop_time, b.config.broker_name)
-            for offset in (start + i for i in bits):
-                if ck is not None and ck.index_of(offset) >= 0:
-                    acks.append((revive_qid, ck, offset))
+            if ck is not None:  # only its own offsets are looked up in the bit set: never all of them
+                acks += [(ck, start + d) for d in ck.diffs if _bit(bits, d)]
         if not acks:
             if orderly:
                 return req.response(ResponseCode.SUCCESS)
@@ -183,23 +201,27 @@ class AckMessageProcessor:
             old = self._open_checkpoint(group, topic, queue_id, offset, receipt)
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
-        now = now_ms()
-        new = CheckPoint(topic, group, queue_id, offset, now, invisible, b.config.broker_name, [0],
-                         receipt.revive_qid)
+        now = b.pop_revive.next_pop_time()
+        new = CheckPoint(topic, group, queue_id, offset, now, invisible, b.config.broker_name, [0], old.revive_qid)
         b.pop_revive.open(new)
         b.pop_revive.ack(old, offset)
         records = [b.pop_revive.checkpoint_record(new),
                    b.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset, old.pop_time,
-                                                     old.broker_name, (offset,)), receipt.revive_qid)]
-        (r,) = await put_all(b.store, [records])
-        if not r.ok:
-            b.pop_revive.forget(new)
-            b.pop_revive.unack(old, offset)
+                                                     old.broker_name, (offset,)), old.revive_qid)]
+
+        def written(_i: int, r: PutMessageResult) -> None:
+            if r.stored:
+                b.pop_revive.written(new, r)
+            else:
+                b.pop_revive.forget(new)
+                b.pop_revive.unack(old, offset)
+
+        (r,) = await put_all(b.store, [records], written)
+        if not r.stored:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"cannot write the new checkpoint: {r.status.name} {r.remark}")
-        b.pop_revive.written(new, r)
         return req.response(ResponseCode.SUCCESS, None, {"popTime": str(now), "invisibleTime": str(invisible),
-                                                          "reviveQid": str(receipt.revive_qid)})
+                                                          "reviveQid": str(old.revive_qid)})
 
 
 def _expired(group: str, topic: str, queue_id: int, offset: int) -> AckRefused:
@@ -208,20 +230,31 @@ def _expired(group: str, topic: str, queue_id: int, offset: int) -> AckRefused:
                       f"was acknowledged already, or put back for redelivery once its invisible time passed")
 
 
-def _batch_ack_fields(item: Any) -> tuple[str, str, str, int, int, int, int, list[int]]:
+def _batch_ack_fields(item: dict[str, Any]) -> tuple[str, str, str, int, int, int, int, bytes]:
     def get(short: str, long: str) -> Any:
         v = item.get(short, item.get(long))
         if v is None:
             raise KeyError(short)
         return v
 
-    raw = base64.b64decode(str(get("b", "bitSet")), validate=True)
-    bits = [i * 8 + j for i, byte in enumerate(raw) for j in range(8) if byte >> j & 1]
+    text = str(get("b", "bitSet"))
+    if len(text) > MAX_BIT_SET_BASE64:
+        raise ValueError(f"a bit set of {len(text)} base64 characters: at most {MAX_BIT_SET_BASE64}")
+    raw = base64.b64decode(text, validate=True)
     retry = str(get("r", "retry"))
     if retry not in ("0", "1", "2"):
         raise ValueError(f"retry {retry!r} is not 0, 1 or 2")
     return (str(get("c", "consumerGroup")), str(get("t", "topic")), retry, int(get("so", "startOffset")),
-            int(get("q", "queueId")), int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), bits)
+            int(get("q", "queueId")), int(get("rq", "reviveQueueId")), int(get("pt", "popTime")), raw)
+
+
+def _bit(bits: bytes, i: int) -> bool:
+    """Bit ``i`` of a java.util.BitSet's toByteArray (little-endian)."""
+    return 0 <= i < len(bits) * 8 and bool(bits[i >> 3] >> (i & 7) & 1)
+
+
+def _set_bits(bits: bytes, start: int) -> list[int]:
+    return [start + i for i in range(len(bits) * 8) if bits[i >> 3] >> (i & 7) & 1]
 
 
 __all__ = ["AckMessageProcessor"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ from sluice.broker.expression_message_filter import ExpressionMessageFilter
 from sluice.broker.pop_long_polling_service import PollingFull
 from sluice.broker.pop_revive_service import CheckPoint, now_ms
 from sluice.broker.processors.pull_message_processor import SubscriptionParseError, tag_codes_of
-from sluice.common.errors import InvalidSubscriptionError
+from sluice.common.errors import InvalidNameError, InvalidSubscriptionError
 from sluice.common.extra_info import (
     ORDER_REVIVE_QUEUE,
     PROPERTY_POP_CK,
@@ -34,7 +35,7 @@ from sluice.common.extra_info import (
 )
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.message_codec import decode_records, encode_record, split_records
-from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic
 from sluice.common.properties import PROPERTY_RETRY_TOPIC, encode_properties
 from sluice.common.structs import perm_readable
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
@@ -124,8 +125,11 @@ class _Read:
     ck: CheckPoint | None = None
 
 
-async def put_all(store: MessageStore, puts: list[list[MessageExtBrokerInner]]) -> list[PutMessageResult]:
-    """Store several puts in one call (one flush wait); each one's result."""
+async def put_all(store: MessageStore, puts: list[list[MessageExtBrokerInner]],
+                  each: Callable[[int, PutMessageResult], None] | None = None) -> list[PutMessageResult]:
+    """Store several puts in one call (one flush wait); each one's result. ``each(i, result)`` runs as each is
+    answered, whatever becomes of the awaiting task (the bookkeeping of what was written must not depend on a
+    client that went away meanwhile)."""
     fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     results: list[PutMessageResult | None] = [None] * len(puts)
     left = len(puts)
@@ -134,8 +138,12 @@ async def put_all(store: MessageStore, puts: list[list[MessageExtBrokerInner]]) 
         nonlocal left
         results[i] = r
         left -= 1
-        if left == 0 and not fut.done():
-            fut.set_result(None)
+        try:
+            if each is not None:
+                each(i, r)
+        finally:
+            if left == 0 and not fut.done():
+                fut.set_result(None)
 
     store.put_then(puts, done)
     if left:
@@ -184,6 +192,12 @@ class PopMessageProcessor:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + h.poll_time / 1000
         retry = pop_retry_topic(h.topic, h.consumer_group)
+        try:  # where unacknowledged messages go back to must be a topic: refused now, not stuck later
+            validate_topic(retry)
+            validate_topic(dlq_topic(h.consumer_group))
+        except InvalidNameError as exc:
+            return req.response(ResponseCode.INVALID_PARAMETER,
+                                f"group {h.consumer_group!r} and topic {h.topic!r} cannot pop: {exc}")
         while True:
             if h.order:
                 resp, unblocked_at = await self._pop_orderly(req, h, group, tc.read_queue_nums, codes, record_filter)
@@ -243,33 +257,32 @@ class PopMessageProcessor:
                 b.store.consumer_offsets.commit_offset(h.consumer_group, topic, qid, r.next_begin_offset)
         if not reads:
             return None
-        pop_time = now_ms()
+        pop_time = b.pop_revive.next_pop_time()
         revive_qid = b.pop_revive.next_revive_qid()
         for rd in reads:
             rd.ck = CheckPoint(rd.topic, h.consumer_group, rd.queue_id, rd.start, pop_time, h.invisible_time,
                                b.config.broker_name, [q - rd.start for q in rd.result.queue_offsets], revive_qid)
             b.pop_revive.open(rd.ck)
             self._busy.add((rd.topic, h.consumer_group, rd.queue_id))
-        try:
-            results = await put_all(b.store, [[b.pop_revive.checkpoint_record(rd.ck)] for rd in reads if rd.ck])
-        finally:
-            for rd in reads:
-                self._busy.discard((rd.topic, h.consumer_group, rd.queue_id))
-        kept: list[_Read] = []
-        failure: PutMessageResult | None = None
-        for rd, r in zip(reads, results, strict=True):
+
+        def written(i: int, r: PutMessageResult) -> None:
+            rd = reads[i]
             assert rd.ck is not None
-            if r.ok:
+            self._busy.discard((rd.topic, h.consumer_group, rd.queue_id))
+            if r.stored:  # handed out from now on, answered or not: the offset moves past them
                 b.pop_revive.written(rd.ck, r)
                 b.store.consumer_offsets.commit_offset(h.consumer_group, rd.topic, rd.queue_id,
                                                        rd.result.next_begin_offset)
-                kept.append(rd)
             else:  # not handed out: the offset stays, the messages are read again
                 b.pop_revive.forget(rd.ck)
                 rd.result.release()
-                failure = r
+            if rest > 0 or not r.stored:  # pops that skipped this queue while it was busy: look again
+                b.pop_polling.notify_message_arriving(rd.topic, rd.queue_id, -1)
+
+        results = await put_all(b.store, [[b.pop_revive.checkpoint_record(rd.ck)] for rd in reads if rd.ck], written)
+        kept = [rd for rd, r in zip(reads, results, strict=True) if r.stored]
         if not kept:
-            assert failure is not None
+            failure = results[0]
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"cannot write the pop checkpoint: {failure.status.name} {failure.remark}")
         return self._found(req, h, kept, pop_time, revive_qid, rest)
@@ -307,7 +320,7 @@ class PopMessageProcessor:
                 b.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, qid, r.next_begin_offset)
         if not reads:
             return None, unblocked_at
-        pop_time = now_ms()
+        pop_time = b.pop_revive.next_pop_time()
         counts: dict[tuple[int, int], int] = {}  # (queue id, offset) → earlier pops
         dead: list[tuple[_Read, int]] = []  # (read, offset) past the group's retries
         for rd in list(reads):
@@ -372,7 +385,7 @@ class PopMessageProcessor:
             (r,) = await put_all(b.store, [moved])
         finally:
             self._busy.difference_update(key_busy)
-        if not r.ok:  # stay in order: they come back once the pop's invisible time passes
+        if not r.stored:  # stay in order: they come back once the pop's invisible time passes
             log.warning("cannot move %d messages of %s past their retries to %s: %s %s", len(moved), h.topic, topic,
                         r.status.name, r.remark)
             return keep
@@ -447,4 +460,5 @@ class PopMessageProcessor:
         return offset
 
 
-__all__ = ["MAX_INVISIBLE_TIME", "PopMessageProcessor", "PopMessageRequestHeader", "check_invisible_time", "put_all"]
+__all__ = ["MAX_INVISIBLE_TIME", "PopMessageProcessor", "PopMessageRequestHeader", "check_invisible_time",
+           "put_all"]

@@ -132,11 +132,21 @@ class SimpleConsumer:
             return []
         start = next(self._turn) % len(places)
         order = places[start:] + places[:start]
+        failure: ClientError | None = None
         for i, (topic, broker) in enumerate(order):
             last = i == len(order) - 1
-            msgs = await self._pop(topic, broker, max_messages, invisible, wait if last else 0.0)
+            try:  # (a broker that is down must not keep the others from being read)
+                msgs = await self._pop(topic, broker, max_messages, invisible, wait if last else 0.0)
+            except ClientError as exc:
+                if isinstance(exc, BrokerResponseError) or len(order) == 1:
+                    raise
+                log.warning("receive from broker %s failed: %s", broker, exc)
+                failure = exc
+                continue
             if msgs:
                 return msgs
+        if failure is not None and all(self.client.find_broker_addr(b) is None for _, b in order):
+            raise failure
         return []
 
     async def _places(self) -> list[tuple[str, str]]:
@@ -217,22 +227,21 @@ class SimpleConsumer:
     async def ack_many(self, msgs: list[MessageExt]) -> None:
         """Acknowledge several messages in one BATCH_ACK_MESSAGE per broker (what one ``ack`` each does, cheaper).
         Receipts that expired are skipped; ``BrokerResponseError`` NO_MESSAGE when none of a broker's was open."""
-        per_broker: dict[str, dict[tuple[str, int, int, int, int, int], list[int]]] = {}
+        per_broker: dict[str, dict[tuple[str, str, int, int, int, int, int], list[int]]] = {}
         for m in msgs:
             r = receipt_of(m)
-            key = (r.retry, r.queue_id, r.ck_offset, r.pop_time, r.invisible_time, r.revive_qid)
+            key = (m.topic, r.retry, r.queue_id, r.ck_offset, r.pop_time, r.invisible_time, r.revive_qid)
             per_broker.setdefault(r.broker_name, {}).setdefault(key, []).append(r.queue_offset)
-        topic_of = {receipt_of(m).broker_name: m.topic for m in msgs}
         for broker, groups in per_broker.items():
             acks = []
-            for (retry, queue_id, start, pop_time, invisible, revive_qid), offsets in groups.items():
+            for (topic, retry, queue_id, start, pop_time, invisible, revive_qid), offsets in groups.items():
                 bits = 0
                 for o in offsets:
                     if o < start:
                         raise ClientError(f"receipt offset {o} lies before its checkpoint's {start}")
                     bits |= 1 << (o - start)
                 raw = bits.to_bytes((bits.bit_length() + 7) // 8, "little")  # java.util.BitSet.toByteArray
-                acks.append({"c": self.group, "t": topic_of[broker], "r": retry, "so": start, "q": queue_id,
+                acks.append({"c": self.group, "t": topic, "r": retry, "so": start, "q": queue_id,
                              "rq": revive_qid, "pt": pop_time, "it": invisible, "b": base64.b64encode(raw).decode()})
             body = json.dumps({"acks": acks, "brokerName": broker}, separators=(",", ":")).encode()
             addr = self.client.find_broker_addr(broker)
