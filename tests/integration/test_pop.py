@@ -365,3 +365,46 @@ def test_bad_pop_and_batch_ack_requests_get_a_clear_answer_quickly(cluster):
         resp = cluster.loop.run(call(RequestCode.BATCH_ACK_MESSAGE, {}, body))
         assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark
     assert time.monotonic() - t0 < 5
+
+
+def test_peek_shows_what_a_pop_would_hand_out_and_notification_says_whether_there_is_any(cluster):
+    cluster.create_topic("PopPeek", 2)
+    addr = cluster.brokers[0].broker_addr
+
+    async def call(code: int, ext: dict[str, str]) -> RemotingCommand:
+        rc = RemotingClient()
+        try:
+            return await rc.invoke(addr, RemotingCommand.request(code, ext), 20_000)
+        finally:
+            await rc.close()
+
+    group = {"consumerGroup": "pop-peek", "topic": "PopPeek", "queueId": "-1"}
+    resp = cluster.loop.run(call(RequestCode.PEEK_MESSAGE, {**group, "maxMsgNums": "32"}))
+    assert resp.code == ResponseCode.PULL_NOT_FOUND
+    resp = cluster.loop.run(call(RequestCode.NOTIFICATION, {**group, "pollTime": "200", "bornTime": "0"}))
+    assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["hasMsg"] == "false"
+
+    async def notified_later() -> RemotingCommand:  # a notification held until a message arrives
+        waiting = asyncio.ensure_future(call(RequestCode.NOTIFICATION, {**group, "pollTime": "15000",
+                                                                        "bornTime": "0"}))
+        while cluster.brokers[0].pop_polling.waiting("PopPeek", -1) == 0:
+            await asyncio.sleep(0.01)
+        polling = await call(RequestCode.POLLING_INFO, group)
+        assert polling.code == ResponseCode.SUCCESS and polling.ext_fields["pollingNum"] == "1"
+        await asyncio.get_running_loop().run_in_executor(None, produce, cluster.namesrv_addr, "PopPeek", 3)
+        return await waiting
+
+    resp = cluster.loop.run(notified_later())
+    assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["hasMsg"] == "true"
+    resp = cluster.loop.run(call(RequestCode.PEEK_MESSAGE, {**group, "maxMsgNums": "32"}))
+    assert resp.code == ResponseCode.SUCCESS
+    from sluice.common.message_codec import decode_records
+
+    assert sorted(m.body for m in decode_records(resp.body)) == [b"m-0", b"m-1", b"m-2"]
+    c = consumer(cluster, "pop-peek", "PopPeek")
+    try:  # peeking handed nothing out
+        got = receive_all(c, 3)
+        assert sorted(m.body for m in got) == [b"m-0", b"m-1", b"m-2"]
+        c.ack_many(got)
+    finally:
+        c.shutdown()

@@ -78,6 +78,10 @@ class PopLongPollingService:
             if pop.queue_id < 0 or pop.topics[0] != topic or pop.queue_id == queue_id:
                 pop.fire(True)
 
+    def waiting(self, topic: str, queue_id: int) -> int:
+        """Pops held on ``topic``'s queue ``queue_id`` (-1: on the whole topic)."""
+        return sum(1 for pop in self.held.get(topic, ()) if pop.topics[0] == topic and pop.queue_id == queue_id)
+
     def wake_all(self) -> None:
         for waiting in list(self.held.values()):
             for pop in list(waiting):

@@ -159,23 +159,12 @@ class PopMessageProcessor:
     async def pop_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = PopMessageRequestHeader.parse(req)
         b = self.broker
-        if not perm_readable(b.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] peeking message is forbidden")
+        refused = self._readable(req, h.topic, h.queue_id, h.consumer_group)
+        if refused is not None:
+            return refused
         tc = b.topic_config_manager.get(h.topic)
-        if tc is None:
-            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
-        if not perm_readable(tc.perm):
-            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] peeking message is forbidden")
-        if h.queue_id >= tc.read_queue_nums:
-            return req.response(ResponseCode.INVALID_PARAMETER,
-                                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
-                                f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
         group = b.subscription_group_manager.find(h.consumer_group)
-        if group is None:
-            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group [{h.consumer_group}] does not exist")
-        if not group.consume_enable:
-            return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
+        assert tc is not None and group is not None
         codes: frozenset[int] | None = None
         record_filter: RecordFilter | None = None
         try:
@@ -221,6 +210,111 @@ class PopMessageProcessor:
                     return self._empty(req, h, ResponseCode.POLLING_TIMEOUT, "POLLING_TIMEOUT")
             finally:
                 held.drop()
+
+    def peek_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """The messages a pop would hand out next, handed to nobody (RocketMQ's PeekMessageProcessor)."""
+        b = self.broker
+        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
+        queue_id, max_nums = req.ext_int("queueId", -1), req.ext_int("maxMsgNums", MAX_POP_MESSAGES)
+        if not 1 <= max_nums <= MAX_POP_MESSAGES:
+            raise BadRequestError(f"maxMsgNums {max_nums} is not within 1..{MAX_POP_MESSAGES}")
+        refused = self._readable(req, topic, queue_id, group)
+        if refused is not None:
+            return refused
+        tc = b.topic_config_manager.get(topic)
+        assert tc is not None
+        rand = random.randrange(max(1, tc.read_queue_nums))
+        queues = [queue_id] if queue_id >= 0 else [(rand + i) % tc.read_queue_nums for i in range(tc.read_queue_nums)]
+        parts: list[bytes | memoryview] = []
+        rest = 0
+        budget = max_nums
+        for qid in queues:
+            offset = max(b.store.consumer_offsets.query_offset(group, topic, qid),
+                         b.store.get_min_offset_in_queue(topic, qid))
+            r = b.store.get_messages(group, topic, qid, offset, budget) if budget > 0 else None
+            if r is not None and r.status is GetMessageStatus.FOUND:
+                parts += [bytes(v) for v in r.buffers]
+                budget -= r.message_count
+                rest += r.max_offset - r.next_begin_offset
+                r.release()
+            else:
+                rest += max(0, b.store.get_max_offset_in_queue(topic, qid) - offset)
+        if not parts:
+            return req.response(ResponseCode.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", {"restNum": str(rest)})
+        resp = req.response(ResponseCode.SUCCESS, "FOUND", {"restNum": str(rest)})
+        resp.body_parts = parts
+        return resp
+
+    async def notification(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Whether the group has messages to pop in the topic (or its retry topic), waiting up to ``pollTime``
+        for one to arrive (RocketMQ's NotificationProcessor)."""
+        b = self.broker
+        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
+        queue_id, poll_ms = req.ext_int("queueId", -1), req.ext_int("pollTime", 0)
+        refused = self._readable(req, topic, queue_id, group)
+        if refused is not None:
+            return refused
+        retry = pop_retry_topic(topic, group)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, poll_ms) / 1000
+        while True:
+            if self._has_messages(group, topic, queue_id) or self._has_messages(group, retry, -1):
+                return req.response(ResponseCode.SUCCESS, None, {"hasMsg": "true", "pollingFull": "false"})
+            left = deadline - loop.time()
+            if left <= 0:
+                return req.response(ResponseCode.SUCCESS, None, {"hasMsg": "false", "pollingFull": "false"})
+            arrived: asyncio.Future[bool] = loop.create_future()
+            try:
+                held = b.pop_polling.hold((topic, retry), queue_id, left, partial(_settle, arrived))
+            except PollingFull:
+                return req.response(ResponseCode.SUCCESS, None, {"hasMsg": "false", "pollingFull": "true"})
+            try:
+                await arrived
+            finally:
+                held.drop()
+
+    def polling_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """How many pops wait for messages of the topic's queue (RocketMQ's PollingInfoProcessor)."""
+        b = self.broker
+        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
+        queue_id = req.ext_int("queueId", -1)
+        refused = self._readable(req, topic, queue_id, group)
+        if refused is not None:
+            return refused
+        return req.response(ResponseCode.SUCCESS, None, {"pollingNum": str(b.pop_polling.waiting(topic, queue_id))})
+
+    def _readable(self, req: RemotingCommand, topic: str, queue_id: int, group: str) -> RemotingCommand | None:
+        b = self.broker
+        if not perm_readable(b.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] peeking message is forbidden")
+        tc = b.topic_config_manager.get(topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not perm_readable(tc.perm):
+            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
+        if queue_id >= tc.read_queue_nums:
+            return req.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                                                f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
+        g = b.subscription_group_manager.find(group)
+        if g is None:
+            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{group}] does not exist")
+        if not g.consume_enable:
+            return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        return None
+
+    def _has_messages(self, group: str, topic: str, queue_id: int) -> bool:
+        b = self.broker
+        tc = b.topic_config_manager.get(topic)
+        if tc is None:
+            return False
+        for qid in [queue_id] if queue_id >= 0 else range(tc.read_queue_nums):
+            offset = b.store.consumer_offsets.query_offset(group, topic, qid)
+            if offset < 0:
+                offset = b.store.get_min_offset_in_queue(topic, qid)
+            if b.store.get_max_offset_in_queue(topic, qid) > offset:
+                return True
+        return False
 
     def _empty(self, req: RemotingCommand, h: PopMessageRequestHeader, code: int, remark: str) -> RemotingCommand:
         return req.response(code, remark, {"popTime": str(now_ms()), "invisibleTime": str(h.invisible_time),
