@@ -439,7 +439,7 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
     log = tmp_path / "dev.log"
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--store", str(tmp_path / "store"),
-                                 "--namesrv-port", "0", "--broker-port", "0"],
+                                 "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -451,6 +451,7 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
         text = "".join(banner)
         ns = re.search(r"name server\s+(\S+)", text).group(1)
         broker = re.search(r"broker\s+(\S+)", text).group(1)
+        assert re.search(r"gRPC\s+127\.0\.0\.1:\d+ \(RocketMQ 5 clients\)", text), text
 
         def cli(*argv: str) -> str:
             done = subprocess.run([sys.executable, "-m", "sluice.cli.main", *argv, "--namesrv", ns],

@@ -91,19 +91,21 @@ def _setup_step(what: str, argv: list[str], timeout: float, download: bool = Fal
         raise RuntimeError(f"{what} failed (exit code {r.returncode}):\n{out}")
 
 
-def _usable(python: Path) -> bool:
-    """The venv's Python imports the client, of the required version."""
-    version = ROCKETMQ_REQUIREMENT.split("==")[1]
-    check = f"import importlib.metadata as m, rocketmq.client; assert m.version('rocketmq') == {version!r}"
+def _usable(python: Path, requirement: str, check: str) -> bool:
+    """The venv's Python imports the client (``check``), of the required version."""
+    dist, version = requirement.split("==")
+    probe = f"import importlib.metadata as m; {check}; assert m.version({dist!r}) == {version!r}"
     try:
-        _setup_step("loading the cached client", [str(python), "-c", check], 60)
+        _setup_step("loading the cached client", [str(python), "-c", probe], 60)
     except RuntimeError:
         return False
     return True
 
 
-def ensure_rocketmq_venv(venv: Path) -> Path:
-    """The venv's Python, after creating the venv and installing the wheel unless a usable one is there.
+def ensure_rocketmq_venv(venv: Path, requirement: str = ROCKETMQ_REQUIREMENT,
+                         check: str = "import rocketmq.client") -> Path:
+    """The venv's Python, after creating the venv and installing ``requirement`` unless a usable one is there
+    (``check``: the statement that proves it loads).
 
     Raises WheelUnavailable when pip cannot get the wheel, RuntimeError for any other failure."""
     python = venv / "bin" / "python"
@@ -111,18 +113,17 @@ def ensure_rocketmq_venv(venv: Path) -> Path:
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs on one machine build it once
-        if python.exists() and _usable(python):  # built by an earlier run (or handed over ready-made)
+        if python.exists() and _usable(python, requirement, check):  # built earlier (or handed over ready-made)
             return python
         if not os.environ.get("SLUICE_INTEROP_VENV"):  # ours: start afresh; a venv the user named is kept
             shutil.rmtree(venv, ignore_errors=True)
         ready.unlink(missing_ok=True)
         _setup_step(f"creating the virtualenv {venv}", [sys.executable, "-m", "venv", str(venv)], 300)
-        _setup_step(f"pip install {ROCKETMQ_REQUIREMENT} into {venv}",
-                    [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                     ROCKETMQ_REQUIREMENT], 600, download=True)
-        _setup_step("loading librocketmq.so (a system library missing? see `ldd` of it)",
-                    [str(python), "-c", "import rocketmq.client"], 60)
-        ready.write_text(ROCKETMQ_REQUIREMENT + "\n")
+        _setup_step(f"pip install {requirement} into {venv}",
+                    [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", requirement],
+                    600, download=True)
+        _setup_step(f"loading {requirement} (a system library missing?)", [str(python), "-c", check], 60)
+        ready.write_text(requirement + "\n")
         return python
 
 

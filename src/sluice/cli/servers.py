@@ -174,8 +174,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
     nscfg.kv_config_path = os.path.join(store, "namesrv", "kvConfig.json")
     bcfg = broker_config(args, data, where)
     bcfg.auto_create_topic_enable = True
+    if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
+        raise ConfigError(f"--grpc-port {args.grpc_port}: a port is 0 to 65535")
     ns = NamesrvController(nscfg)
     broker: BrokerController | None = None
+    front: list[Any] = []
 
     async def start() -> None:
         nonlocal broker
@@ -185,19 +188,54 @@ def cmd_dev(args: argparse.Namespace) -> int:
         try:
             await broker.start()
             await broker.register_broker_all()  # routes exist before "ready": clients may send at once
+            grpc_line = ""
+            if not args.no_grpc:
+                from sluice.proxy.messaging_service import serve
+
+                server, service, port = await serve(bcfg.namesrv_addr, nscfg.host, args.grpc_port)
+                front[:] = [server, service]
+                grpc_line = f"\n  gRPC         {nscfg.host}:{port} (RocketMQ 5 clients)"
         except BaseException:
+            if broker is not None:
+                await broker.stop()
             await ns.stop()
             raise
         print(f"sluice dev ready\n  name server  {bcfg.namesrv_addr}\n  broker       {broker.broker_addr} "
-              f"({bcfg.broker_name}, {bcfg.store.flush_disk_type.value})\n  store        {store}\n"
+              f"({bcfg.broker_name}, {bcfg.store.flush_disk_type.value}){grpc_line}\n  store        {store}\n"
               f"Ctrl-C stops it.", flush=True)
 
     async def stop() -> None:
+        if front:
+            from sluice.proxy.messaging_service import stop as stop_front
+
+            await stop_front(*front)
         if broker is not None:
             await broker.stop()
         await ns.stop()
 
     return run_until_signalled(start, stop)
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    """The gRPC front for RocketMQ 5 clients, in front of the brokers a name server routes to."""
+    from sluice.proxy.messaging_service import serve, stop
+
+    setup_logging(args.log_level)
+    if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
+        raise ConfigError(f"--port {args.grpc_port}: a port is 0 to 65535")
+    running: list[Any] = []
+
+    async def start() -> None:
+        server, service, port = await serve(args.namesrv, args.host, args.grpc_port)
+        running[:] = [server, service]
+        print(f"sluice proxy (gRPC, RocketMQ 5 clients) ready on {args.host}:{port}, name server {args.namesrv}",
+              flush=True)
+
+    async def halt() -> None:
+        if running:
+            await stop(*running)
+
+    return run_until_signalled(start, halt)
 
 
 def add_server_commands(sub: Any) -> None:
@@ -213,6 +251,9 @@ def add_server_commands(sub: Any) -> None:
     dev.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
     dev.add_argument("--broker-port", type=int, default=10911, help="broker port (default 10911)")
     dev.add_argument("--host", default="127.0.0.1", help="address to bind and announce (default 127.0.0.1)")
+    dev.add_argument("--grpc-port", type=int, default=8081,
+                     help="port of the gRPC front for RocketMQ 5 clients (default 8081; 0: any free port)")
+    dev.add_argument("--no-grpc", action="store_true", help="no gRPC front")
     dev.set_defaults(func=cmd_dev)
 
     ns = sub.add_parser("namesrv", help="run a name server")
@@ -230,3 +271,11 @@ def add_server_commands(sub: Any) -> None:
     br.add_argument("--host", help="address to bind and announce (default 127.0.0.1)")
     br.add_argument("--broker-name", help="broker name (default broker-a)")
     br.set_defaults(func=cmd_broker)
+
+    px = sub.add_parser("proxy", help="run the gRPC front for RocketMQ 5 clients (apache.rocketmq.v2)")
+    px.add_argument("--namesrv", default="127.0.0.1:9876", help="name server address(es), host:port;host:port")
+    px.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    px.add_argument("--port", dest="grpc_port", type=int, default=8081, help="port (default 8081)")
+    px.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS,
+                    help="log lines at this level and above (default info)")
+    px.set_defaults(func=cmd_proxy)

@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.client.message import PullStatus
 from sluice.common import fastjson
 from sluice.common.backoff import RNG
-from sluice.common.errors import BrokerResponseError, ClientError, NameServerUnavailableError
+from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
+from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError, NameServerUnavailableError
+from sluice.common.extra_info import (
+    PROPERTY_FIRST_POP_TIME,
+    PROPERTY_POP_CK,
+    OffsetInfo,
+    Receipt,
+    real_topic,
+    retry_flag,
+)
+from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
 from sluice.common.structs import HeartbeatData, MessageQueue, SubscriptionData, TopicRouteData
+from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
 
 _PULL_FLAG_SUBSCRIPTION = 0x4  # the subscription travels with the pull (no registered consumer needed)
 
@@ -294,3 +310,94 @@ class MQClientAPI:
     async def delete_kv_config(self, namespace: str, key: str) -> None:
         for addr in self.namesrv_addrs:
             await self.invoke_ok(addr, RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+
+    # == POP =========================================================================================
+    async def pop_message(self, addr: str, broker_name: str, group: str, topic: str, expression_type: str,
+                          expression: str, max_nums: int, invisible_ms: int, poll_ms: int, init_mode: int = 1,
+                          orderly: bool = False, attempt_id: str = "") -> list[MessageExt]:
+        """One POP_MESSAGE (queue id -1: the whole topic on that broker); the messages popped, each with its
+        receipt in ``POP_CK``, its topic the one asked for, its reconsume times, its body inflated. [] when the
+        poll time passed with nothing."""
+        ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
+               "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(int(time.time() * 1000)),
+               "initMode": str(init_mode), "expType": expression_type, "exp": expression,
+               "order": "true" if orderly else "false", "bname": broker_name}
+        if attempt_id:
+            ext["attemptId"] = attempt_id
+        resp = await self.invoke(addr, RequestCode.POP_MESSAGE, ext, timeout_ms=poll_ms + 10_000)
+        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        e = resp.ext_fields
+        try:
+            pop_time, invisible = int(e["popTime"]), int(e["invisibleTime"])
+            revive_qid = int(e["reviveQid"])
+            info = OffsetInfo.parse(e.get("startOffsetInfo") or "", e.get("msgOffsetInfo") or "")
+            order_counts = _order_counts(e.get("orderCountInfo") or "")
+        except (KeyError, ValueError) as exc:
+            raise ClientError(f"broker {addr} answered a pop with a malformed header: {exc}") from None
+        msgs = decode_records(resp.body)
+        for m in msgs:
+            props = m.properties
+            if PROPERTY_POP_CK not in props:
+                key = (retry_flag(m.topic), m.queue_id)
+                start = info.start.get(key)
+                if start is None:
+                    raise ClientError(f"broker {addr} answered a pop without the offsets of {m.topic} "
+                                      f"queue {m.queue_id}")
+                props[PROPERTY_POP_CK] = str(Receipt(start, pop_time, invisible, revive_qid, key[0], broker_name,
+                                                     m.queue_id, m.queue_offset))
+            props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
+            times = order_counts.get(f"{retry_flag(m.topic)}@qo{m.queue_id}%{m.queue_offset}")
+            if times:
+                m.reconsume_times = times
+            m.topic = topic
+        if any(m.sys_flag & COMPRESSED_FLAG for m in msgs):
+            await asyncio.to_thread(inflate_bodies, msgs)
+        return msgs
+
+    async def ack_message(self, addr: str, group: str, topic: str, receipt: Receipt) -> None:
+        """ACK_MESSAGE of one receipt (``topic`` the one it was popped from); ``BrokerResponseError`` NO_MESSAGE
+        when the receipt expired."""
+        ext = {"consumerGroup": group, "topic": real_topic(receipt.retry, topic, group),
+               "queueId": str(receipt.queue_id), "extraInfo": str(receipt), "offset": str(receipt.queue_offset),
+               "bname": receipt.broker_name}
+        await self.invoke_ok(addr, RequestCode.ACK_MESSAGE, ext)
+
+    async def change_invisible_time(self, addr: str, group: str, topic: str, receipt: Receipt,
+                                    invisible_ms: int) -> Receipt:
+        """CHANGE_MESSAGE_INVISIBLETIME: the message stays invisible ``invisible_ms`` from now; its new receipt."""
+        ext = {"consumerGroup": group, "topic": real_topic(receipt.retry, topic, group),
+               "queueId": str(receipt.queue_id), "extraInfo": str(receipt), "offset": str(receipt.queue_offset),
+               "invisibleTime": str(invisible_ms), "bname": receipt.broker_name}
+        resp = await self.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        e = resp.ext_fields
+        try:
+            return Receipt(receipt.queue_offset, int(e["popTime"]), int(e["invisibleTime"]), int(e["reviveQid"]),
+                           receipt.retry, receipt.broker_name, receipt.queue_id, receipt.queue_offset)
+        except (KeyError, ValueError) as exc:
+            raise ClientError(f"broker {addr} answered with a malformed header: {exc}") from None
+
+
+def _order_counts(text: str) -> dict[str, int]:
+    """An orderly pop's ``orderCountInfo``: "<retry>@qo<queue>%<offset>" → how often it was popped before."""
+    out: dict[str, int] = {}
+    for entry in filter(None, text.split(";")):
+        parts = entry.split(" ")
+        if len(parts) != 3 or not parts[2].isdigit():
+            raise ValueError(f"malformed orderCountInfo entry {entry[:60]!r}")
+        out[f"{parts[0]}@{parts[1]}"] = int(parts[2])
+    return out
+
+
+def inflate_bodies(msgs: list[MessageExt]) -> None:
+    """Inflate the bodies their producers zlib-compressed (sys flag 0x1); a body that does not inflate is
+    delivered as stored, with a warning."""
+    for m in msgs:
+        if m.sys_flag & COMPRESSED_FLAG:
+            try:
+                m.body = inflate(m.body, MAX_INFLATED_BODY_SIZE, f"the body of message {m.msg_id}")
+                m.sys_flag &= ~COMPRESSED_FLAG
+            except MessageFormatError as exc:
+                log.warning("%s; delivered as stored", exc)

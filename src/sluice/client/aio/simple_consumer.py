@@ -15,7 +15,6 @@ import inspect
 import itertools
 import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,19 +24,13 @@ from sluice.client.subscription import build_subscription, matches
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.extra_info import (
-    PROPERTY_FIRST_POP_TIME,
     PROPERTY_POP_CK,
-    OffsetInfo,
     Receipt,
     ReceiptError,
-    real_topic,
-    retry_flag,
 )
 from sluice.common.message import MessageExt
-from sluice.common.message_codec import decode_records
 from sluice.common.naming import validate_group, validate_topic
-from sluice.remoting.codes import RequestCode, ResponseCode
-from sluice.remoting.command import RemotingCommand
+from sluice.remoting.codes import RequestCode
 from sluice.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
@@ -166,46 +159,18 @@ class SimpleConsumer:
             return []
         selector = self.subscriptions[topic]
         sub = build_subscription(topic, selector)
-        poll_ms = int(wait * 1000)
-        ext = {"consumerGroup": self.group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_messages),
-               "invisibleTime": str(int(invisible * 1000)), "pollTime": str(poll_ms),
-               "bornTime": str(int(time.time() * 1000)), "initMode": str(self.init_mode),
-               "expType": selector.expression_type, "exp": selector.expression,
-               "order": "true" if self.orderly else "false", "bname": broker}
-        resp = await self._invoke(addr, RequestCode.POP_MESSAGE, ext, poll_ms + 10_000)
-        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
-            return []
-        if resp.code != ResponseCode.SUCCESS:
-            raise BrokerResponseError(resp.code, resp.remark, addr)
-        e = resp.ext_fields
         try:
-            pop_time, invisible_ms = int(e["popTime"]), int(e["invisibleTime"])
-            revive_qid = int(e["reviveQid"])
-            info = OffsetInfo.parse(e.get("startOffsetInfo") or "", e.get("msgOffsetInfo") or "")
-            order_counts = _order_counts(e.get("orderCountInfo") or "")
-        except (KeyError, ValueError) as exc:
-            raise ClientError(f"broker {addr} answered a pop with a malformed header: {exc}") from None
-        msgs = decode_records(resp.body)
+            msgs = await self.client.api.pop_message(addr, broker, self.group, topic, selector.expression_type,
+                                                     selector.expression, max_messages, int(invisible * 1000),
+                                                     int(wait * 1000), self.init_mode, self.orderly)
+        except RemotingError as exc:
+            raise ClientError(f"broker {addr}: {exc}") from exc
         kept: list[MessageExt] = []
-        dropped: list[MessageExt] = []
         for m in msgs:
-            props = m.properties
-            if PROPERTY_POP_CK not in props:
-                key = (retry_flag(m.topic), m.queue_id)
-                start = info.start.get(key)
-                if start is None:
-                    raise ClientError(f"broker {addr} answered a pop without the offsets of {m.topic} "
-                                      f"queue {m.queue_id}")
-                props[PROPERTY_POP_CK] = str(Receipt(start, pop_time, invisible_ms, revive_qid, key[0], broker,
-                                                     m.queue_id, m.queue_offset))
-            props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
-            times = order_counts.get(f"{retry_flag(m.topic)}@qo{m.queue_id}%{m.queue_offset}")
-            if times:
-                m.reconsume_times = times
-            m.topic = topic
-            (kept if sub.expression_type != "TAG" or matches(sub, m.tags) else dropped).append(m)
-        for m in dropped:  # a tag-hash collision the broker could not tell apart: not ours, settle it
-            await self._settle_quietly(m)
+            if sub.expression_type != "TAG" or matches(sub, m.tags):
+                kept.append(m)
+            else:  # a tag-hash collision the broker could not tell apart: not ours, settle it
+                await self._settle_quietly(m)
         return kept
 
     async def _settle_quietly(self, msg: MessageExt) -> None:
@@ -219,10 +184,10 @@ class SimpleConsumer:
         """The message is done: it will not come back (``BrokerResponseError`` NO_MESSAGE when its receipt
         expired: it was already put back for redelivery)."""
         r = receipt_of(msg)
-        addr = self._addr_of(r)
-        ext = {"consumerGroup": self.group, "topic": real_topic(r.retry, msg.topic, self.group),
-               "queueId": str(r.queue_id), "extraInfo": str(r), "offset": str(r.queue_offset), "bname": r.broker_name}
-        await self._invoke(addr, RequestCode.ACK_MESSAGE, ext)
+        try:
+            await self.client.api.ack_message(self._addr_of(r), self.group, msg.topic, r)
+        except RemotingError as exc:
+            raise ClientError(f"broker {r.broker_name}: {exc}") from exc
 
     async def ack_many(self, msgs: list[MessageExt]) -> None:
         """Acknowledge several messages in one BATCH_ACK_MESSAGE per broker (what one ``ack`` each does, cheaper).
@@ -247,24 +212,21 @@ class SimpleConsumer:
             addr = self.client.find_broker_addr(broker)
             if addr is None:
                 raise ClientError(f"no address known for broker {broker} of the receipt handles")
-            await self._invoke(addr, RequestCode.BATCH_ACK_MESSAGE, {}, body=body)
+            try:
+                await self.client.api.invoke_ok(addr, RequestCode.BATCH_ACK_MESSAGE, {}, body)
+            except RemotingError as exc:
+                raise ClientError(f"broker {addr}: {exc}") from exc
 
     async def change_invisible_duration(self, msg: MessageExt, duration: float) -> None:
         """The message stays invisible ``duration`` seconds from now (then comes back unless settled); its
         receipt handle is renewed in place."""
         _check_duration("duration", duration)
         r = receipt_of(msg)
-        addr = self._addr_of(r)
-        ext = {"consumerGroup": self.group, "topic": real_topic(r.retry, msg.topic, self.group),
-               "queueId": str(r.queue_id), "extraInfo": str(r), "offset": str(r.queue_offset),
-               "invisibleTime": str(int(duration * 1000)), "bname": r.broker_name}
-        resp = await self._invoke(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
-        e = resp.ext_fields
         try:
-            renewed = Receipt(r.queue_offset, int(e["popTime"]), int(e["invisibleTime"]), int(e["reviveQid"]),
-                              r.retry, r.broker_name, r.queue_id, r.queue_offset)
-        except (KeyError, ValueError) as exc:
-            raise ClientError(f"broker {addr} answered with a malformed header: {exc}") from None
+            renewed = await self.client.api.change_invisible_time(self._addr_of(r), self.group, msg.topic, r,
+                                                                  int(duration * 1000))
+        except RemotingError as exc:
+            raise ClientError(f"broker {r.broker_name}: {exc}") from exc
         msg.properties[PROPERTY_POP_CK] = str(renewed)
 
     async def nack(self, msg: MessageExt, delay: float | None = None) -> None:
@@ -273,17 +235,6 @@ class SimpleConsumer:
         if delay is None:
             delay = NACK_BACKOFF[min(msg.reconsume_times, len(NACK_BACKOFF) - 1)]
         await self.change_invisible_duration(msg, delay)
-
-    async def _invoke(self, addr: str, code: int, ext: dict[str, str], timeout_ms: int = 3_000,
-                      body: bytes = b"") -> RemotingCommand:
-        """One request; a broker that cannot be reached or answers an error raises ``ClientError``."""
-        try:
-            resp = await self.client.api.invoke(addr, code, ext, body, timeout_ms=timeout_ms)
-        except RemotingError as exc:
-            raise ClientError(f"broker {addr}: {exc}") from exc
-        if resp.code != ResponseCode.SUCCESS and code != RequestCode.POP_MESSAGE:
-            raise BrokerResponseError(resp.code, resp.remark, addr)
-        return resp
 
     def _addr_of(self, r: Receipt) -> str:
         addr = self.client.find_broker_addr(r.broker_name)
@@ -335,17 +286,6 @@ class SimpleConsumer:
         finally:
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
-
-
-def _order_counts(text: str) -> dict[str, int]:
-    """An orderly pop's ``orderCountInfo``: "<retry>@qo<queue>%<offset>" → how often it was popped before."""
-    out: dict[str, int] = {}
-    for entry in filter(None, text.split(";")):
-        parts = entry.split(" ")
-        if len(parts) != 3 or not parts[2].isdigit():
-            raise ClientError(f"malformed orderCountInfo entry {entry[:60]!r}")
-        out[f"{parts[0]}@{parts[1]}"] = int(parts[2])
-    return out
 
 
 def _check_duration(name: str, seconds: float) -> None:

@@ -1,0 +1,1 @@
+"""The gRPC front (RocketMQ 5 clients): ``sluice proxy``."""

@@ -1,0 +1,124 @@
+"""The official RocketMQ 5 Python client (PyPI ``rocketmq-python-client``, gRPC) against Sluice's gRPC front:
+its Producer (normal, FIFO message groups, delivery timestamps) and its SimpleConsumer (receive, ack, change of
+invisible duration) through ``sluice.proxy`` in front of a real name server and broker.
+
+The client lives in a venv of its own (``$XDG_CACHE_HOME/sluice-interop/venv-rocketmq-python-client-<version>``),
+created on first use as the C++ client's is; the driver ``clients/rocketmq5_client.py`` runs in it as a child
+process and reports what it did as JSON lines. A wheel pip cannot get skips these tests, unless
+``$SLUICE_REQUIRE_CPP`` is set (CI): then they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.proxy.messaging_service import serve, stop
+from sluice.proxy.protocol import MESSAGES, pb
+from tests.conftest import Cluster
+from tests.interop.conftest import CLIENTS, WheelUnavailable, cpp_required, ensure_rocketmq_venv
+
+REQUIREMENT = "rocketmq-python-client==5.1.2"
+
+
+@pytest.fixture(scope="session")
+def python5() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice-interop"
+    venv = cache / ("venv-" + REQUIREMENT.replace("==", "-"))
+    try:
+        return ensure_rocketmq_venv(venv, REQUIREMENT, "import rocketmq.v5.producer")
+    except WheelUnavailable as exc:
+        if cpp_required():
+            pytest.fail(f"{REQUIREMENT} could not be downloaded and $SLUICE_REQUIRE_CPP is set: {exc}",
+                        pytrace=False)
+        pytest.skip(f"{REQUIREMENT} could not be downloaded into {venv}: {exc}")
+    except RuntimeError as exc:
+        pytest.fail(f"cannot set up {REQUIREMENT}: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def front(cluster: Cluster) -> Any:
+    """Sluice's gRPC front on a free port, in front of the cluster; its endpoint."""
+    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0))
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        cluster.loop.run(stop(server, service))
+
+
+def run(python5: Path, tmp_path: Path, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
+    env = {**os.environ, "HOME": str(tmp_path)}  # the client writes its logs under $HOME/logs
+    r = subprocess.run([str(python5), str(CLIENTS / "rocketmq5_client.py"), *args], capture_output=True, text=True,
+                       timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"the client failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_official_producer_and_simple_consumer_send_receive_and_ack_through_the_grpc_front(
+        cluster: Cluster, front: str, python5: Path, tmp_path: Path):
+    cluster.create_topic("Grpc5", 4)
+    sent = run(python5, tmp_path, front, "produce", "Grpc5", "20")
+    assert [e["body"] for e in sent] == [f"m-{i}" for i in range(20)]
+    assert len({e["message_id"] for e in sent}) == 20
+    got = run(python5, tmp_path, front, "receive", "Grpc5", "grpc5-g", "20", "--timeout", "60")
+    received = [e for e in got if e["event"] == "received"]
+    assert Counter(e["body"] for e in received) == Counter(e["body"] for e in sent)
+    by_body = {e["body"]: e for e in received}
+    for e in sent:
+        r = by_body[e["body"]]
+        i = int(e["body"].split("-")[1])
+        assert r["message_id"] == e["message_id"]  # the producer's own id, end to end
+        assert (r["tag"], r["keys"], r["properties"], r["attempt"]) == ("t", [f"key-{i}"], {"index": str(i)}, 1)
+    assert got[-1] == {"event": "done", "acked": 20}
+    assert cluster.brokers[0].pop_revive.checkpoints == {}  # every message acknowledged
+
+
+def test_a_message_group_keeps_one_queue_a_delivery_time_is_kept_and_a_nack_comes_back_as_a_new_attempt(
+        cluster: Cluster, front: str, python5: Path, tmp_path: Path):
+    cluster.create_topic("Grpc5b", 4)
+    fifo = run(python5, tmp_path, front, "produce", "Grpc5b", "6", "--group", "order-1", "--prefix", "fifo")
+    assert [e["offset"] for e in fifo] == list(range(6))  # one group, one queue, in order
+    t0 = time.time()
+    run(python5, tmp_path, front, "produce", "Grpc5b", "1", "--delay-s", "2", "--prefix", "later")
+    got = run(python5, tmp_path, front, "receive", "Grpc5b", "grpc5-n", "7", "--nack-first", "--invisible", "10",
+              "--timeout", "60")
+    received = [e for e in got if e["event"] == "received"]
+    attempts: dict[str, list[int]] = {}
+    for e in received:
+        attempts.setdefault(e["body"], []).append(e["attempt"])
+    assert attempts == {b: [1, 2] for b in [*(f"fifo-{i}" for i in range(6)), "later-0"]}
+    assert all(e["group"] == "order-1" for e in received if e["body"].startswith("fifo"))
+    later = [e for e in received if e["body"] == "later-0"]
+    assert later[0]["delivery"] >= int(t0 + 2) * 1000  # delivered no earlier than asked, and says when
+    assert got[-1] == {"event": "done", "acked": 7}
+
+
+def test_sluices_description_of_the_protocol_matches_the_official_clients(python5: Path, tmp_path: Path):
+    """Every field Sluice's front reads or writes has the official client's number, type and cardinality."""
+    script = (
+        "import importlib.util, json, os, sys, types\n"
+        "root = os.path.dirname(importlib.util.find_spec('rocketmq').origin)\n"
+        "for n, p in (('rocketmq', root), ('rocketmq.grpc_protocol', os.path.join(root, 'grpc_protocol'))):\n"
+        "    m = types.ModuleType(n); m.__path__ = [p]; sys.modules[n] = m\n"
+        "from rocketmq.grpc_protocol import definition_pb2, service_pb2\n"
+        "out = {}\n"
+        "for mod in (definition_pb2, service_pb2):\n"
+        "    for name, d in mod.DESCRIPTOR.message_types_by_name.items():\n"
+        "        out[name] = {f.name: [f.number, f.type, f.is_repeated] for f in d.fields}\n"
+        "print(json.dumps(out))\n")
+    r = subprocess.run([str(python5), "-c", script], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    official = json.loads(r.stdout)
+    for name in MESSAGES:
+        ours = {f.name: [f.number, f.type, f.is_repeated] for f in getattr(pb, name).DESCRIPTOR.fields}
+        assert name in official, name
+        for field, spec in ours.items():
+            assert official[name].get(field) == spec, f"{name}.{field}: ours {spec}, theirs {official[name].get(field)}"
