@@ -122,3 +122,39 @@ def test_sluices_description_of_the_protocol_matches_the_official_clients(python
         assert name in official, name
         for field, spec in ours.items():
             assert official[name].get(field) == spec, f"{name}.{field}: ours {spec}, theirs {official[name].get(field)}"
+
+
+def test_official_transactions_commit_roll_back_and_an_open_one_is_checked_back_through_telemetry(
+        empty_cluster: Cluster, python5: Path, tmp_path: Path):
+    empty_cluster.start_broker(transaction_timeout=500, transaction_check_interval=300)
+    empty_cluster.create_topic("Grpc5tx", 2)
+    server, service, port = empty_cluster.loop.run(serve(empty_cluster.namesrv_addr, "127.0.0.1", 0))
+    try:
+        endpoint = f"127.0.0.1:{port}"
+        events = run(python5, tmp_path, endpoint, "transact", "Grpc5tx", "--timeout", "60")
+        sent = {e["body"]: e for e in events if e["event"] == "sent"}
+        assert set(sent) == {"commit-0", "rollback-0", "open-0"} and all(e["transaction_id"] for e in sent.values())
+        checked = [e for e in events if e["event"] == "checked"]
+        assert [e["body"] for e in checked][:1] == ["open-0"]  # only the open one is asked about
+        assert checked[0]["message_id"] == sent["open-0"]["message_id"]
+        got = run(python5, tmp_path, endpoint, "receive", "Grpc5tx", "grpc5-tx", "2", "--timeout", "30")
+        assert sorted(e["body"] for e in got if e["event"] == "received") == ["commit-0", "open-0"]
+        more = run(python5, tmp_path, endpoint, "receive", "Grpc5tx", "grpc5-tx", "1", "--timeout", "6")
+        assert [e for e in more if e["event"] == "received"] == []  # the rolled back one never comes
+    finally:
+        empty_cluster.loop.run(stop(server, service))
+
+
+def test_the_official_push_consumer_gets_every_message_and_a_failed_one_again(
+        cluster: Cluster, front: str, python5: Path, tmp_path: Path):
+    cluster.create_topic("Grpc5push", 4)
+    run(python5, tmp_path, front, "produce", "Grpc5push", "12", "--prefix", "p")
+    events = run(python5, tmp_path, front, "push", "Grpc5push", "grpc5-push", "12", "--fail-suffix", "7",
+                 "--timeout", "90", timeout=150)
+    received = [e for e in events if e["event"] == "received"]
+    attempts: dict[str, list[int]] = {}
+    for e in received:
+        attempts.setdefault(e["body"], []).append(e["attempt"])
+    assert attempts == {f"p-{i}": ([1, 2] if i == 7 else [1]) for i in range(12)}
+    assert events[-1] == {"event": "done", "consumed": 12}
+    assert not [ck for ck in cluster.brokers[0].pop_revive.checkpoints.values() if ck.topic == "Grpc5push"]

@@ -10,12 +10,14 @@ in-band ``Status``, as the proxy's do.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import logging
 import time
 import zlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -25,17 +27,28 @@ from sluice.client.mq_client import MQClientInstance
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError
-from sluice.common.message import MessageExt
+from sluice.common.message import MessageExt, decode_message_id
 from sluice.common.naming import validate_group, validate_topic
 from sluice.common.properties import (
     PROPERTY_KEYS,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     encode_properties,
 )
-from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.common.sysflag import (
+    PERM_READ,
+    PERM_WRITE,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
 from sluice.proxy.protocol import CODE, pb
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.errors import RemotingError
@@ -46,12 +59,37 @@ MAX_BODY_SIZE = 4 * 1024 * 1024
 MAX_POLL_SECONDS = 20.0  # the proxy's bound on a receive's long polling
 MIN_INVISIBLE_SECONDS = 10.0
 MAX_INVISIBLE_SECONDS = 12 * 3600.0
-MESSAGE_TYPES = [1, 2, 3]  # NORMAL, FIFO, DELAY (TRANSACTION: not yet)
+MESSAGE_TYPES = [1, 2, 3, 4]  # NORMAL, FIFO, DELAY, TRANSACTION
 # Properties a gRPC client's user properties may not set: the ones the system keeps for itself.
 _SYSTEM_KEYS = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_SHARDING_KEY,
-                          PROPERTY_TIMER_DELIVER_MS, PROPERTY_POP_CK, "WAIT", "DELAY", "TRAN_MSG", "PGROUP"})
+                          PROPERTY_TIMER_DELIVER_MS, PROPERTY_POP_CK, "WAIT", "DELAY", PROPERTY_TRANSACTION_PREPARED,
+                          PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+                          PROPERTY_TRANSACTION_CHECK_TIMES})
 PRODUCER_GROUP = "PROXY_SEND_GROUP"
 SEND_CODES_OK = (ResponseCode.SUCCESS,)
+
+
+TELEMETRY_QUEUE = 1024  # commands waiting for one client's stream
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionId:
+    """A gRPC transaction id: where the half message lies, which is all END_TRANSACTION needs."""
+
+    broker_name: str
+    commit_log_offset: int
+    queue_offset: int
+
+    def encode(self) -> str:
+        return f"{self.broker_name}:{self.commit_log_offset}:{self.queue_offset}"
+
+    @classmethod
+    def decode(cls, text: str) -> TransactionId:
+        broker, _, rest = text.rpartition(":")
+        broker, _, commit_log = broker.rpartition(":")
+        if not broker or not commit_log.isdigit() or not rest.isdigit():
+            raise ValueError(f"transaction id {text[:80]!r} is not one this front gave")
+        return cls(broker, int(commit_log), int(rest))
 
 
 def status(code: str, message: str = "") -> Any:
@@ -69,6 +107,7 @@ class MessagingService:
         base = config or ClientConfig()
         self.client = MQClientInstance(base.replace(namesrv_addr=namesrv, instance_name="sluice-proxy"))
         self._turn = itertools.count()
+        self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
 
     async def start(self) -> None:
         await self.client.start()
@@ -112,28 +151,54 @@ class MessagingService:
 
     async def Telemetry(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:  # noqa: N802
         """The settings exchange: each settings command is answered with the client's settings completed with
-        this front's (retry policy, body size limit, receive batch and polling bounds)."""
-        async for cmd in requests:
-            if not cmd.HasField("settings"):
-                continue
-            settings = pb.Settings()
-            settings.CopyFrom(cmd.settings)
-            if settings.HasField("publishing"):
-                settings.backoff_policy.max_attempts = 3
-                settings.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
-                settings.backoff_policy.exponential_backoff.max.FromSeconds(1)
-                settings.backoff_policy.exponential_backoff.multiplier = 2.0
-                settings.publishing.max_body_size = MAX_BODY_SIZE
-                settings.publishing.validate_message_type = True
-            elif settings.HasField("subscription"):
-                settings.subscription.receive_batch_size = 32
-                settings.subscription.long_polling_timeout.FromSeconds(int(MAX_POLL_SECONDS))
-                settings.subscription.fifo = False
-                settings.backoff_policy.max_attempts = 17
-                for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200):
-                    settings.backoff_policy.customized_backoff.next.add(seconds=s)
-            settings.metric.on = False
-            yield pb.TelemetryCommand(status=status("OK"), settings=settings)
+        this front's (retry policy, body size limit, receive batch and polling bounds); a producer's stream also
+        carries the checks of its topics' undecided transactions."""
+        out: asyncio.Queue[Any] = asyncio.Queue(maxsize=TELEMETRY_QUEUE)
+        registered = False
+
+        async def read() -> None:
+            nonlocal registered
+            try:
+                async for cmd in requests:
+                    if not cmd.HasField("settings"):
+                        continue
+                    reply = self._settings_reply(cmd.settings)
+                    if reply.settings.HasField("publishing") and not registered:
+                        self._register_producer([t.name for t in reply.settings.publishing.topics], out)
+                        registered = True
+                    await out.put(pb.TelemetryCommand(status=status("OK"), settings=reply.settings))
+            finally:
+                await out.put(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (cmd := await out.get()) is not None:
+                yield cmd
+        finally:
+            reader.cancel()
+            self._unregister_producer(out)
+
+    @staticmethod
+    def _settings_reply(client: Any) -> Any:
+        reply = pb.TelemetryCommand()
+        settings = reply.settings
+        settings.CopyFrom(client)
+        if settings.HasField("publishing"):
+            settings.backoff_policy.max_attempts = 3
+            settings.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
+            settings.backoff_policy.exponential_backoff.max.FromSeconds(1)
+            settings.backoff_policy.exponential_backoff.multiplier = 2.0
+            settings.publishing.max_body_size = MAX_BODY_SIZE
+            settings.publishing.validate_message_type = True
+        elif settings.HasField("subscription"):
+            settings.subscription.receive_batch_size = 32
+            settings.subscription.long_polling_timeout.FromSeconds(int(MAX_POLL_SECONDS))
+            settings.subscription.fifo = False
+            settings.backoff_policy.max_attempts = 17
+            for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200):
+                settings.backoff_policy.customized_backoff.next.add(seconds=s)
+        settings.metric.on = False
+        return reply
 
     # == send ========================================================================================
     async def SendMessage(self, req: Any, context: Any) -> Any:  # noqa: N802
@@ -159,7 +224,13 @@ class MessagingService:
         if addr is None:
             return self._send_failed("INTERNAL_SERVER_ERROR", f"no address for broker {mq.broker_name}")
         born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else int(time.time() * 1000)
-        ext = {"a": PRODUCER_GROUP, "b": topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id), "f": "0",
+        transactional = sp.message_type == 4
+        group, sys_flag = PRODUCER_GROUP, 0
+        if transactional:  # a half message, checked back with the producers of its topic (RocketMQ's proxy's way)
+            group, sys_flag = topic, TRANSACTION_PREPARED_TYPE
+            props[PROPERTY_TRANSACTION_PREPARED] = "true"
+            props[PROPERTY_PRODUCER_GROUP] = topic
+        ext = {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id), "f": str(sys_flag),
                "g": str(born), "h": "0", "i": encode_properties(props).decode(), "j": "0", "k": "false",
                "m": "false", "n": mq.broker_name}
         try:
@@ -177,8 +248,16 @@ class MessagingService:
                     ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS"}.get(resp.code, "INTERNAL_SERVER_ERROR")
             return self._send_failed(code, resp.remark or f"broker answered {resp.code}")
         out = pb.SendMessageResponse(status=status("OK"))
+        queue_offset = int(resp.ext_fields.get("queueOffset", "0"))
+        transaction_id = ""
+        if transactional:  # everything END_TRANSACTION needs, so the front keeps nothing
+            try:
+                _, commit_log_offset = decode_message_id(resp.ext_fields.get("msgId", "").split(",")[0])
+            except ValueError:
+                return self._send_failed("INTERNAL_SERVER_ERROR", "the broker answered without an offset message id")
+            transaction_id = TransactionId(mq.broker_name, commit_log_offset, queue_offset).encode()
         out.entries.add(status=status("OK"), message_id=props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
-                        offset=int(resp.ext_fields.get("queueOffset", "0")))
+                        offset=queue_offset, transaction_id=transaction_id)
         return out
 
     @staticmethod
@@ -195,8 +274,9 @@ class MessagingService:
             raise ValueError("MESSAGE_BODY_EMPTY: the message body is empty")
         if len(m.body) > MAX_BODY_SIZE:
             raise ValueError(f"MESSAGE_BODY_TOO_LARGE: the body of {len(m.body)} bytes exceeds {MAX_BODY_SIZE}")
-        if sp.message_type == 4:
-            raise ValueError("UNSUPPORTED: transactional messages through the gRPC front are not supported yet")
+        if sp.message_type == 4 and (sp.HasField("message_group") or sp.HasField("delivery_timestamp")):
+            raise ValueError("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE: a transactional message has no message group "
+                             "and no delivery time")
         props: dict[str, str] = {}
         size = 0
         for k, v in m.user_properties.items():
@@ -294,7 +374,8 @@ class MessagingService:
         out.topic.CopyFrom(topic)
         sp = out.system_properties
         sp.message_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or m.msg_id
-        sp.receipt_handle = props[PROPERTY_POP_CK]
+        if PROPERTY_POP_CK in props:
+            sp.receipt_handle = props[PROPERTY_POP_CK]
         sp.body_encoding = 1  # IDENTITY: bodies are inflated before they leave
         sp.body_digest.type = 1  # CRC32
         sp.body_digest.checksum = f"{zlib.crc32(m.body) & 0xFFFFFFFF:08X}"
@@ -304,7 +385,8 @@ class MessagingService:
         sp.store_host = m.store_host
         sp.queue_id = m.queue_id
         sp.queue_offset = m.queue_offset
-        sp.invisible_duration.FromMilliseconds(int(invisible * 1000))
+        if invisible:
+            sp.invisible_duration.FromMilliseconds(int(invisible * 1000))
         sp.delivery_attempt = m.reconsume_times + 1
         if PROPERTY_TAGS in props:
             sp.tag = props[PROPERTY_TAGS]
@@ -317,6 +399,8 @@ class MessagingService:
         if PROPERTY_TIMER_DELIVER_MS in props:
             sp.delivery_timestamp.FromMilliseconds(int(props[PROPERTY_TIMER_DELIVER_MS]))
             sp.message_type = 3
+        if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            sp.message_type = 4
         for k, v in props.items():
             if k not in _SYSTEM_KEYS and k not in _STORED_ONLY:
                 out.user_properties[k] = v
@@ -388,13 +472,112 @@ class MessagingService:
             addr = self.client.find_broker_addr(broker)
         return addr
 
-    # == not yet =====================================================================================
+    # == push consumers ==============================================================================
     async def QueryAssignment(self, req: Any, context: Any) -> Any:  # noqa: N802
-        return pb.QueryAssignmentResponse(status=status("UNSUPPORTED", "push consumers are not supported yet"))
+        """Every broker of the topic with queue id -1 (pop them all), at this front's address: the proxy's
+        answer to a group that is not FIFO."""
+        topic = req.topic.name
+        try:
+            validate_topic(topic)
+            validate_group(req.group.name)
+            route = await self.client.update_route(topic)
+        except ValueError as exc:
+            return pb.QueryAssignmentResponse(status=status("BAD_REQUEST", str(exc)))
+        except SluiceError as exc:
+            return pb.QueryAssignmentResponse(status=status("INTERNAL_SERVER_ERROR", str(exc)))
+        if route is None:
+            return pb.QueryAssignmentResponse(status=status("TOPIC_NOT_FOUND", f"topic {topic} not found"))
+        masters = {b.broker_name for b in route.broker_datas if b.master_addr}
+        readable = sorted({q.broker_name for q in route.queue_datas
+                           if q.broker_name in masters and q.read_queue_nums > 0 and q.perm & PERM_READ})
+        if not readable:
+            return pb.QueryAssignmentResponse(status=status("FORBIDDEN", "no readable queue"))
+        out = pb.QueryAssignmentResponse(status=status("OK"))
+        for name in readable:
+            mq = out.assignments.add().message_queue
+            mq.topic.CopyFrom(req.topic)
+            mq.id = -1
+            mq.permission = 4
+            mq.broker.name = name
+            mq.broker.endpoints.CopyFrom(req.endpoints)
+        return out
 
+    # == transactions ================================================================================
     async def EndTransaction(self, req: Any, context: Any) -> Any:  # noqa: N802
-        return pb.EndTransactionResponse(status=status("UNSUPPORTED", "transactions are not supported yet"))
+        try:
+            tid = TransactionId.decode(req.transaction_id)
+        except ValueError as exc:
+            return pb.EndTransactionResponse(status=status("INVALID_TRANSACTION_ID", str(exc)))
+        if req.resolution not in (1, 2):  # unspecified: it stays open, and is checked again later
+            return pb.EndTransactionResponse(status=status("OK"))
+        addr = await self._addr_of(req.topic.name, tid.broker_name)
+        if addr is None:
+            return pb.EndTransactionResponse(status=status("INVALID_TRANSACTION_ID", f"no broker {tid.broker_name}"))
+        ext = {"producerGroup": req.topic.name, "tranStateTableOffset": str(tid.queue_offset),
+               "commitLogOffset": str(tid.commit_log_offset),
+               "commitOrRollback": str(TRANSACTION_COMMIT_TYPE if req.resolution == 1 else TRANSACTION_ROLLBACK_TYPE),
+               "msgId": req.message_id, "transactionId": req.transaction_id,
+               "fromTransactionCheck": "true" if req.source == 2 else "false"}
+        try:
+            resp = await self.client.api.invoke(addr, RequestCode.END_TRANSACTION, ext, timeout_ms=3000)
+        except RemotingError as exc:
+            return pb.EndTransactionResponse(status=status("INTERNAL_SERVER_ERROR", str(exc)))
+        if resp.code != ResponseCode.SUCCESS:
+            return pb.EndTransactionResponse(status=status("INVALID_TRANSACTION_ID", resp.remark or str(resp.code)))
+        return pb.EndTransactionResponse(status=status("OK"))
 
+    def _register_producer(self, topics: list[str], stream: asyncio.Queue[Any]) -> None:
+        """A producer's settings: the checks of its topics' transactions go to its Telemetry stream."""
+        new = False
+        for topic in topics:
+            self._producer_streams.setdefault(topic, []).append(stream)
+            if topic not in self.client.producer_groups:
+                self.client.producer_groups.add(topic)
+                self.client.transaction_checkers[topic] = self._orphan_check
+                new = True
+        if new:
+            asyncio.get_running_loop().create_task(self._announce())
+
+    async def _announce(self) -> None:
+        """Heartbeat the brokers at once, so that they know where to check transactions back."""
+        try:
+            await self.client.send_heartbeat_to_all()
+        except (ClientError, RemotingError) as exc:
+            log.info("heartbeat of the gRPC front failed: %s", exc)
+
+    def _unregister_producer(self, stream: asyncio.Queue[Any]) -> None:
+        for topic, streams in list(self._producer_streams.items()):
+            if stream in streams:
+                streams.remove(stream)
+            if not streams:
+                del self._producer_streams[topic]
+
+    def _orphan_check(self, broker_addr: str, ext: dict[str, str], msg: MessageExt) -> None:
+        """A broker asks about an undecided transaction: to a producer of its topic, through Telemetry."""
+        topic = msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
+        streams = self._producer_streams.get(topic)
+        broker = next((name for name, addrs in self.client.broker_addrs.items() if broker_addr in addrs.values()),
+                      None)
+        if not streams or broker is None:
+            log.info("no gRPC producer of %s to check transaction %s with", topic, ext.get("transactionId"))
+            return
+        try:
+            tid = TransactionId(broker, int(ext["commitLogOffset"]), int(ext["tranStateTableOffset"]))
+        except (KeyError, ValueError):
+            log.warning("broker %s asked about a transaction without its offsets", broker_addr)
+            return
+        resource = pb.Resource(name=topic)
+        msg.topic = topic
+        cmd = pb.TelemetryCommand()
+        cmd.recover_orphaned_transaction_command.message.CopyFrom(self._message(msg, resource, 0.0))
+        cmd.recover_orphaned_transaction_command.transaction_id = tid.encode()
+        stream = streams[next(self._turn) % len(streams)]
+        try:
+            stream.put_nowait(cmd)
+        except asyncio.QueueFull:
+            log.warning("the Telemetry stream of a producer of %s is full: transaction check dropped", topic)
+
+    # == not yet =====================================================================================
     async def ForwardMessageToDeadLetterQueue(self, req: Any, context: Any) -> Any:  # noqa: N802
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status("UNSUPPORTED", "not supported yet"))
 
@@ -402,7 +585,8 @@ class MessagingService:
 # Stored properties that are not the message's own (the broker's and the retry path's).
 _STORED_ONLY = frozenset({"MIN_OFFSET", "MAX_OFFSET", "1ST_POP_TIME", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
                           "ORIGIN_MESSAGE_ID", "CONSUME_START_TIME", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS",
-                          "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "MSG_REGION", "TRACE_ON", "CLUSTER"})
+                          "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "MSG_REGION", "TRACE_ON", "CLUSTER",
+                          "TRAN_PREPARED_QUEUE_OFFSET", "__transactionId__"})
 
 
 def handler(service: MessagingService) -> grpc.GenericRpcHandler:

@@ -3,6 +3,8 @@ endpoint; one JSON line per event on stdout. Run by tests/interop/test_python5_c
 
     rocketmq5_client.py ENDPOINT produce TOPIC COUNT [--group G] [--tag T] [--delay-s S] [--prefix P]
     rocketmq5_client.py ENDPOINT receive TOPIC GROUP COUNT [--invisible S] [--nack-first] [--timeout S]
+    rocketmq5_client.py ENDPOINT transact TOPIC   # commit-, rollback- and open-: the checker commits "open"
+    rocketmq5_client.py ENDPOINT push TOPIC GROUP COUNT [--fail-suffix 7] [--timeout S]
 """
 
 from __future__ import annotations
@@ -10,13 +12,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+_out = threading.Lock()  # listeners run on many threads: one whole line each
 
 
 def emit(**event: object) -> None:
-    print(json.dumps(event), flush=True)
+    with _out:
+        print(json.dumps(event), flush=True)
 
 
 def produce(config: ClientConfiguration, a: argparse.Namespace) -> None:
@@ -66,6 +85,72 @@ def receive(config: ClientConfiguration, a: argparse.Namespace) -> None:
     emit(event="done", acked=got)
 
 
+class Checker(TransactionChecker):
+    def __init__(self) -> None:
+        self.checked = threading.Event()
+
+    def check(self, message: Message) -> TransactionResolution:
+        body = message.body.decode()
+        emit(event="checked", body=body, message_id=message.message_id)
+        self.checked.set()
+        return TransactionResolution.COMMIT if body.startswith("open") else TransactionResolution.ROLLBACK
+
+
+def transact(config: ClientConfiguration, a: argparse.Namespace) -> None:
+    checker = Checker()
+    producer = Producer(config, (a.topic,), checker)
+    producer.startup()
+    try:
+        for body, decide in (("commit-0", "commit"), ("rollback-0", "rollback"), ("open-0", None)):
+            m = Message()
+            m.topic = a.topic
+            m.body = body.encode()
+            t = producer.begin_transaction()
+            r = producer.send(m, t)
+            emit(event="sent", body=body, message_id=r.message_id, transaction_id=r.transaction_id)
+            if decide == "commit":
+                t.commit()
+            elif decide == "rollback":
+                t.rollback()
+            emit(event="decided", body=body, how=decide)
+        emit(event="waiting-for-check", checked=checker.checked.wait(a.timeout))
+        time.sleep(1)  # (the checker's END_TRANSACTION goes out after check() returns)
+    finally:
+        producer.shutdown()
+
+
+class Listener(MessageListener):
+    def __init__(self, fail_suffix: str) -> None:
+        self.fail_suffix = fail_suffix
+        self.failed: set[str] = set()
+        self.done: set[str] = set()
+        self.lock = threading.Lock()
+
+    def consume(self, message: Message) -> ConsumeResult:
+        body = message.body.decode()
+        emit(event="received", body=body, attempt=message.delivery_attempt, message_id=message.message_id)
+        with self.lock:
+            if self.fail_suffix and body.endswith(self.fail_suffix) and body not in self.failed:
+                self.failed.add(body)
+                return ConsumeResult.FAILURE
+            self.done.add(body)
+        return ConsumeResult.SUCCESS
+
+
+def push(config: ClientConfiguration, a: argparse.Namespace) -> None:
+    listener = Listener(a.fail_suffix)
+    consumer = PushConsumer(config, a.group, listener, {a.topic: FilterExpression("*")})
+    consumer.startup()
+    deadline = time.monotonic() + a.timeout
+    try:
+        while len(listener.done) < a.count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)  # (the last acks go out after consume() returns)
+    finally:
+        consumer.shutdown()
+    emit(event="done", consumed=len(listener.done))
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("endpoint")
@@ -85,9 +170,18 @@ def main() -> int:
     rc.add_argument("--nack-first", action="store_true")
     rc.add_argument("--tag-filter", default="*")
     rc.add_argument("--timeout", type=float, default=60)
+    tr = sub.add_parser("transact")
+    tr.add_argument("topic")
+    tr.add_argument("--timeout", type=float, default=60)
+    pu = sub.add_parser("push")
+    pu.add_argument("topic")
+    pu.add_argument("group")
+    pu.add_argument("count", type=int)
+    pu.add_argument("--fail-suffix", default="")
+    pu.add_argument("--timeout", type=float, default=60)
     a = p.parse_args()
     config = ClientConfiguration(a.endpoint, Credentials(), request_timeout=5)
-    (produce if a.cmd == "produce" else receive)(config, a)
+    {"produce": produce, "receive": receive, "transact": transact, "push": push}[a.cmd](config, a)
     return 0
 
 
