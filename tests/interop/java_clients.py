@@ -76,25 +76,26 @@ class JavaBuild:
         return ["java", *jvm, *props, "-cp", self.classpath, main_class, *args]
 
 
-def _project_hash() -> str:
+def _project_hash(project: Path = JAVA_PROJECT) -> str:
     h = hashlib.sha256(ROCKETMQ_VERSION.encode())
-    for path in sorted(p for p in JAVA_PROJECT.rglob("*") if p.is_file() and "target" not in p.parts):
-        h.update(str(path.relative_to(JAVA_PROJECT)).encode())
+    for path in sorted(p for p in project.rglob("*") if p.is_file() and "target" not in p.parts):
+        h.update(str(path.relative_to(project)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
-def cache_dir() -> Path:
+def cache_dir(project: Path = JAVA_PROJECT) -> Path:
     override = os.environ.get("SLUICE_JAVA_CACHE")
     if override:
-        return Path(override)
+        return Path(override) if project == JAVA_PROJECT else Path(override) / project.name
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice-interop"
-    return root / f"java-{_project_hash()}"
+    return root / f"{'java' if project == JAVA_PROJECT else project.name}-{_project_hash(project)}"
 
 
-def ensure_java_build(directory: Path | None = None, timeout: float = 900) -> JavaBuild:
+def ensure_java_build(directory: Path | None = None, timeout: float = 900, project: Path = JAVA_PROJECT,
+                      jar: str = "sluice-interop.jar") -> JavaBuild:
     """Build the project unless a finished build is there; RuntimeError with Maven's output when it fails."""
-    directory = directory or cache_dir()
+    directory = directory or cache_dir(project)
     directory.parent.mkdir(parents=True, exist_ok=True)
     build = directory / "build"
     ready = directory / "classpath"
@@ -105,7 +106,7 @@ def ensure_java_build(directory: Path | None = None, timeout: float = 900) -> Ja
         if not ready.exists():
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)
-            argv = ["mvn", "-B", "-q", "-f", str(JAVA_PROJECT / "pom.xml"), f"-Dsluice.build.dir={build}", "package"]
+            argv = ["mvn", "-B", "-q", "-f", str(project / "pom.xml"), f"-Dsluice.build.dir={build}", "package"]
             try:
                 r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -115,7 +116,7 @@ def ensure_java_build(directory: Path | None = None, timeout: float = 900) -> Ja
                                    f"{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
             deps = (build / "classpath.txt").read_text().strip()
             tmp = ready.with_suffix(".tmp")
-            tmp.write_text(f"{build / 'sluice-interop.jar'}:{deps}\n")
+            tmp.write_text(f"{build / jar}:{deps}\n")
             tmp.rename(ready)
             _prune_old_builds(directory)
         os.utime(ready)  # in use: not to be pruned
@@ -134,7 +135,7 @@ def _prune_old_builds(current: Path) -> None:
     if os.environ.get("SLUICE_JAVA_CACHE"):
         return
     cutoff = time.time() - PRUNE_AFTER_DAYS * 86400
-    for old in current.parent.glob("java-*"):
+    for old in current.parent.glob(current.name.rsplit("-", 1)[0] + "-*"):
         try:
             if old != current and old.is_dir() and (old / "classpath").stat().st_mtime < cutoff:
                 shutil.rmtree(old, ignore_errors=True)

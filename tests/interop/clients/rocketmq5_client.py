@@ -29,7 +29,6 @@ from rocketmq import (
     TransactionResolution,
 )
 
-
 _out = threading.Lock()  # listeners run on many threads: one whole line each
 
 

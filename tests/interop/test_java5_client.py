@@ -1,0 +1,86 @@
+"""The official RocketMQ 5.x Java client (``org.apache.rocketmq:rocketmq-client-java``, gRPC) against Sluice's gRPC
+front: its Producer, SimpleConsumer and PushConsumer. The program is ``java5/.../Grpc5.java``, a Maven project of its
+own (that client shades gRPC and protobuf), built once per machine as the other Java programs are."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.proxy.messaging_service import serve, stop
+from tests.conftest import Cluster
+from tests.interop.java_clients import (
+    CLIENT_JVM_OPTIONS,
+    JavaBuild,
+    ensure_java_build,
+    java_required,
+    java_tools_missing,
+)
+
+JAVA5_PROJECT = Path(__file__).parent / "java5"
+
+
+@pytest.fixture(scope="session")
+def java5() -> JavaBuild:
+    reason = java_tools_missing()
+    if reason is not None:
+        if java_required():
+            pytest.fail(f"{reason}; $SLUICE_REQUIRE_JAVA is set, so the Java tests may not skip", pytrace=False)
+        pytest.skip(reason)
+    try:
+        return ensure_java_build(project=JAVA5_PROJECT, jar="sluice-interop5.jar")
+    except RuntimeError as exc:
+        pytest.fail(f"cannot build the Java 5.x client program: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def front(cluster: Cluster) -> Any:
+    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0))
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        cluster.loop.run(stop(server, service))
+
+
+def run(java5: JavaBuild, tmp_path: Path, *args: str, timeout: float = 150) -> list[dict[str, Any]]:
+    argv = ["java", *CLIENT_JVM_OPTIONS, f"-Duser.home={tmp_path}", "-cp", java5.classpath, "sluice.interop5.Grpc5",
+            *args]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"the Java 5.x client failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_java_5_producer_simple_consumer_and_push_consumer_through_the_grpc_front(
+        cluster: Cluster, front: str, java5: JavaBuild, tmp_path: Path):
+    cluster.create_topic("Java5", 4)
+    sent = run(java5, tmp_path, front, "produce", "Java5", "12")
+    assert [e["body"] for e in sent] == [f"j-{i}" for i in range(12)]
+    got = run(java5, tmp_path, front, "simple", "Java5", "java5-simple", "12", "60")
+    received = [e for e in got if e["event"] == "received"]
+    assert Counter(e["body"] for e in received) == Counter(e["body"] for e in sent)
+    ids = {e["body"]: e["message_id"] for e in sent}
+    assert all(e["message_id"] == ids[e["body"]] and e["tag"] == "t" and e["attempt"] == 1 for e in received)
+    assert got[-1] == {"event": "done", "acked": 12}
+    pushed = run(java5, tmp_path, front, "push", "Java5", "java5-push", "12", "90")
+    attempts: dict[str, list[int]] = {}
+    for e in pushed:
+        if e["event"] == "received":
+            attempts.setdefault(e["body"], []).append(e["attempt"])
+    assert attempts == {f"j-{i}": ([1, 2] if i == 7 else [1]) for i in range(12)}  # a failed one comes back
+    assert pushed[-1] == {"event": "done", "consumed": 12}
+
+
+def test_a_java_5_fifo_producer_keeps_a_message_group_in_one_queue(cluster: Cluster, front: str, java5: JavaBuild,
+                                                                   tmp_path: Path):
+    cluster.create_topic("Java5fifo", 4)
+    run(java5, tmp_path, front, "produce", "Java5fifo", "8", "order-7")
+    store = cluster.brokers[0].store
+    counts = [store.get_max_offset_in_queue("Java5fifo", q) for q in range(4)]
+    assert sorted(counts) == [0, 0, 0, 8]
+    got = run(java5, tmp_path, front, "simple", "Java5fifo", "java5-fifo", "8", "60")
+    assert all(e["group"] == "order-7" for e in got if e["event"] == "received")
