@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from sluice.client.mq_client_api import MQClientAPI
 from sluice.proxy.messaging_service import serve, stop
 from sluice.proxy.protocol import MESSAGES, pb
+from sluice.remoting.client import RemotingClient
 from tests.conftest import Cluster
 from tests.interop.conftest import CLIENTS, WheelUnavailable, cpp_required, ensure_rocketmq_venv
 
@@ -158,3 +160,32 @@ def test_the_official_push_consumer_gets_every_message_and_a_failed_one_again(
     assert attempts == {f"p-{i}": ([1, 2] if i == 7 else [1]) for i in range(12)}
     assert events[-1] == {"event": "done", "consumed": 12}
     assert not [ck for ck in cluster.brokers[0].pop_revive.checkpoints.values() if ck.topic == "Grpc5push"]
+
+
+def test_a_fifo_group_consumes_each_message_group_in_order_and_a_poison_message_goes_to_the_dlq(
+        cluster: Cluster, front: str, python5: Path, tmp_path: Path):
+    cluster.create_topic("Grpc5fifo", 2)
+    broker = cluster.brokers[0]
+
+    async def fifo_group() -> None:
+        rc = RemotingClient()
+        try:
+            await MQClientAPI(rc, []).update_subscription_group(broker.broker_addr, {
+                "groupName": "grpc5-fifo", "consumeMessageOrderly": True, "retryMaxTimes": 2})
+        finally:
+            await rc.close()
+
+    cluster.loop.run(fifo_group())
+    assert broker.subscription_group_manager.find("grpc5-fifo").consume_message_orderly
+    for group in ("A", "B"):
+        run(python5, tmp_path, front, "produce", "Grpc5fifo", "3", "--group", group, "--prefix", group)
+    events = run(python5, tmp_path, front, "push", "Grpc5fifo", "grpc5-fifo", "5", "--poison", "A-1",
+                 "--timeout", "90", timeout=150)
+    received = [e for e in events if e["event"] == "received"]
+    for group in ("A", "B"):  # in order within each message group; the poison one tried 3 times in a row
+        bodies = [e["body"] for e in received if e["group"] == group]
+        want = ["A-0", "A-1", "A-1", "A-1", "A-2"] if group == "A" else ["B-0", "B-1", "B-2"]
+        assert bodies == want, bodies
+    assert events[-1] == {"event": "done", "consumed": 5}
+    dlq = broker.store.get_max_offset_in_queue("%DLQ%grpc5-fifo", 0)
+    assert dlq == 1  # the poison message, forwarded by the client after its attempts

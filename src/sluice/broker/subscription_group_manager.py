@@ -28,6 +28,8 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5: a FIFO group (its gRPC consumers receive each message group in order).
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"brokerId": self.broker_id, "consumeBroadcastEnable": self.consume_broadcast_enable,
@@ -35,14 +37,16 @@ class SubscriptionGroupConfig:
                 "groupName": self.group_name, "notifyConsumerIdsChangedEnable":
                     self.notify_consumer_ids_changed_enable, "retryMaxTimes": self.retry_max_times,
                 "retryQueueNums": self.retry_queue_nums,
-                "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly}
+                "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+                "consumeMessageOrderly": self.consume_message_orderly}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SubscriptionGroupConfig:
         return cls(str(d["groupName"]), bool(d.get("consumeEnable", True)), bool(d.get("consumeFromMinEnable", True)),
                    bool(d.get("consumeBroadcastEnable", True)), int(d.get("retryQueueNums", 1)),
                    int(d.get("retryMaxTimes", 16)), int(d.get("brokerId", 0)),
-                   int(d.get("whichBrokerWhenConsumeSlowly", 1)), bool(d.get("notifyConsumerIdsChangedEnable", True)))
+                   int(d.get("whichBrokerWhenConsumeSlowly", 1)), bool(d.get("notifyConsumerIdsChangedEnable", True)),
+                   bool(d.get("consumeMessageOrderly", False)))
 
 
 class SubscriptionGroupManager:

@@ -273,6 +273,10 @@ class MQClientAPI:
         resp = await self.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         return (_json(resp) or {}).get("subscriptionGroupTable") or {}
 
+    async def update_subscription_group(self, addr: str, config: dict[str, Any]) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ``config`` as RocketMQ's SubscriptionGroupConfig JSON."""
+        await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(config).encode())
+
     async def get_consumer_connections(self, addr: str, group: str) -> dict[str, Any] | None:
         resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
         return _json(resp) if resp.code == ResponseCode.SUCCESS else None
@@ -314,11 +318,11 @@ class MQClientAPI:
     # == POP =========================================================================================
     async def pop_message(self, addr: str, broker_name: str, group: str, topic: str, expression_type: str,
                           expression: str, max_nums: int, invisible_ms: int, poll_ms: int, init_mode: int = 1,
-                          orderly: bool = False, attempt_id: str = "") -> list[MessageExt]:
+                          orderly: bool = False, attempt_id: str = "", queue_id: int = -1) -> list[MessageExt]:
         """One POP_MESSAGE (queue id -1: the whole topic on that broker); the messages popped, each with its
         receipt in ``POP_CK``, its topic the one asked for, its reconsume times, its body inflated. [] when the
         poll time passed with nothing."""
-        ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "maxMsgNums": str(max_nums),
                "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(int(time.time() * 1000)),
                "initMode": str(init_mode), "expType": expression_type, "exp": expression,
                "order": "true" if orderly else "false", "bname": broker_name}

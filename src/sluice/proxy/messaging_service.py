@@ -70,6 +70,25 @@ SEND_CODES_OK = (ResponseCode.SUCCESS,)
 
 
 TELEMETRY_QUEUE = 1024  # commands waiting for one client's stream
+GROUP_CACHE_SECONDS = 30.0
+DEFAULT_RETRIES = 16
+GROUP_CACHE_SIZE = 10_000
+# A gRPC receipt handle: the broker's POP receipt, then where the message lies in the commit log.
+HANDLE_SEPARATOR = "#"
+
+
+def make_handle(receipt: Receipt, commit_log_offset: int | None) -> str:
+    return str(receipt) if commit_log_offset is None else f"{receipt}{HANDLE_SEPARATOR}{commit_log_offset}"
+
+
+def parse_handle(handle: str) -> tuple[Receipt, int | None]:
+    """A receipt handle this front gave: the broker's receipt and the message's commit-log offset."""
+    text, sep, offset = handle.rpartition(HANDLE_SEPARATOR)
+    if not sep:
+        return Receipt.parse(handle), None
+    if not offset.isdigit() or len(offset) > 19:
+        raise ReceiptError(f"receipt handle ends in {offset[:40]!r}, not a commit-log offset")
+    return Receipt.parse(text), int(offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +127,7 @@ class MessagingService:
         self.client = MQClientInstance(base.replace(namesrv_addr=namesrv, instance_name="sluice-proxy"))
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
+        self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
 
     async def start(self) -> None:
         await self.client.start()
@@ -162,7 +182,10 @@ class MessagingService:
                 async for cmd in requests:
                     if not cmd.HasField("settings"):
                         continue
-                    reply = self._settings_reply(cmd.settings)
+                    fifo, retries = False, DEFAULT_RETRIES
+                    if cmd.settings.HasField("subscription") and cmd.settings.subscription.HasField("group"):
+                        fifo, retries = await self._group(cmd.settings.subscription.group.name)
+                    reply = self._settings_reply(cmd.settings, fifo, retries)
                     if reply.settings.HasField("publishing") and not registered:
                         self._register_producer([t.name for t in reply.settings.publishing.topics], out)
                         registered = True
@@ -179,7 +202,7 @@ class MessagingService:
             self._unregister_producer(out)
 
     @staticmethod
-    def _settings_reply(client: Any) -> Any:
+    def _settings_reply(client: Any, fifo: bool = False, retries: int = 16) -> Any:
         reply = pb.TelemetryCommand()
         settings = reply.settings
         settings.CopyFrom(client)
@@ -193,8 +216,8 @@ class MessagingService:
         elif settings.HasField("subscription"):
             settings.subscription.receive_batch_size = 32
             settings.subscription.long_polling_timeout.FromSeconds(int(MAX_POLL_SECONDS))
-            settings.subscription.fifo = False
-            settings.backoff_policy.max_attempts = 17
+            settings.subscription.fifo = fifo
+            settings.backoff_policy.max_attempts = retries + 1
             for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200):
                 settings.backoff_policy.customized_backoff.next.add(seconds=s)
         settings.metric.on = False
@@ -336,9 +359,12 @@ class MessagingService:
             yield pb.ReceiveMessageResponse(status=status("NOT_FOUND", f"broker {broker} not found"))
             yield self._now()
             return
+        fifo = await self._is_fifo(group, addr)
+        queue_id = req.message_queue.id if fifo and req.message_queue.id >= 0 else -1
         try:
             msgs = await self.client.api.pop_message(addr, broker, group, topic, exp_type, exp, batch,
-                                                     int(invisible * 1000), int(poll * 1000))
+                                                     int(invisible * 1000), int(poll * 1000), orderly=fifo,
+                                                     attempt_id=req.attempt_id, queue_id=queue_id)
         except BrokerResponseError as exc:
             code = {ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
                     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "CONSUMER_GROUP_NOT_FOUND",
@@ -374,8 +400,8 @@ class MessagingService:
         out.topic.CopyFrom(topic)
         sp = out.system_properties
         sp.message_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or m.msg_id
-        if PROPERTY_POP_CK in props:
-            sp.receipt_handle = props[PROPERTY_POP_CK]
+        if PROPERTY_POP_CK in props:  # the broker's receipt, and where the message lies (for a forward to the DLQ)
+            sp.receipt_handle = f"{props[PROPERTY_POP_CK]}{HANDLE_SEPARATOR}{m.commit_log_offset}"
         sp.body_encoding = 1  # IDENTITY: bodies are inflated before they leave
         sp.body_digest.type = 1  # CRC32
         sp.body_digest.checksum = f"{zlib.crc32(m.body) & 0xFFFFFFFF:08X}"
@@ -424,7 +450,7 @@ class MessagingService:
 
     async def _ack_one(self, group: str, topic: str, handle: str) -> tuple[str, str]:
         try:
-            receipt = Receipt.parse(handle)
+            receipt, _ = parse_handle(handle)
         except ReceiptError as exc:
             return "INVALID_RECEIPT_HANDLE", str(exc)
         addr = await self._addr_of(topic, receipt.broker_name)
@@ -447,7 +473,7 @@ class MessagingService:
                 "ILLEGAL_INVISIBLE_TIME", f"invisible duration {seconds:g} s is not within 0 .. "
                                           f"{MAX_INVISIBLE_SECONDS:g} s"))
         try:
-            receipt = Receipt.parse(req.receipt_handle)
+            receipt, commit_log_offset = parse_handle(req.receipt_handle)
         except ReceiptError as exc:
             return pb.ChangeInvisibleDurationResponse(status=status("INVALID_RECEIPT_HANDLE", str(exc)))
         addr = await self._addr_of(req.topic.name, receipt.broker_name)
@@ -463,7 +489,8 @@ class MessagingService:
             return pb.ChangeInvisibleDurationResponse(status=status(code, exc.remark))
         except (ClientError, RemotingError) as exc:
             return pb.ChangeInvisibleDurationResponse(status=status("INTERNAL_SERVER_ERROR", str(exc)))
-        return pb.ChangeInvisibleDurationResponse(status=status("OK"), receipt_handle=str(renewed))
+        return pb.ChangeInvisibleDurationResponse(status=status("OK"), receipt_handle=make_handle(renewed,
+                                                                                                  commit_log_offset))
 
     async def _addr_of(self, topic: str, broker: str) -> str | None:
         addr = self.client.find_broker_addr(broker)
@@ -493,14 +520,44 @@ class MessagingService:
         if not readable:
             return pb.QueryAssignmentResponse(status=status("FORBIDDEN", "no readable queue"))
         out = pb.QueryAssignmentResponse(status=status("OK"))
-        for name in readable:
-            mq = out.assignments.add().message_queue
-            mq.topic.CopyFrom(req.topic)
-            mq.id = -1
-            mq.permission = 4
-            mq.broker.name = name
-            mq.broker.endpoints.CopyFrom(req.endpoints)
+        fifo = await self._is_fifo(req.group.name)
+        queues = {q.broker_name: q.read_queue_nums for q in route.queue_datas}
+        for name in readable:  # FIFO: each queue (a message group lives in one); else the whole broker
+            for qid in range(queues[name]) if fifo else (-1,):
+                mq = out.assignments.add().message_queue
+                mq.topic.CopyFrom(req.topic)
+                mq.id = qid
+                mq.permission = 4
+                mq.broker.name = name
+                mq.broker.endpoints.CopyFrom(req.endpoints)
         return out
+
+    async def _is_fifo(self, group: str, addr: str | None = None) -> bool:
+        return (await self._group(group, addr))[0]
+
+    async def _group(self, group: str, addr: str | None = None) -> tuple[bool, int]:
+        """Whether ``group`` is a FIFO group (its ``consumeMessageOrderly``) and its retries, looked up at most
+        every 30 s (a group the brokers do not know yet: not FIFO, 16 retries)."""
+        now = time.monotonic()
+        known = self._groups.get(group)
+        if known is not None and now - known[0] < GROUP_CACHE_SECONDS:
+            return known[1], known[2]
+        fifo, retries = False, DEFAULT_RETRIES
+        for a in [addr] if addr else self.client.master_addrs():
+            try:
+                table = await self.client.api.get_all_subscription_groups(a)
+            except (ClientError, RemotingError) as exc:
+                log.info("subscription groups of %s: %s", a, exc)
+                continue
+            entry = table.get(group)
+            if isinstance(entry, dict):
+                fifo = bool(entry.get("consumeMessageOrderly", False))
+                retries = int(entry.get("retryMaxTimes", DEFAULT_RETRIES))
+            break
+        if len(self._groups) >= GROUP_CACHE_SIZE:
+            self._groups.clear()
+        self._groups[group] = (now, fifo, retries)
+        return fifo, retries
 
     # == transactions ================================================================================
     async def EndTransaction(self, req: Any, context: Any) -> Any:  # noqa: N802
@@ -577,9 +634,36 @@ class MessagingService:
         except asyncio.QueueFull:
             log.warning("the Telemetry stream of a producer of %s is full: transaction check dropped", topic)
 
-    # == not yet =====================================================================================
+    # == dead letters ================================================================================
     async def ForwardMessageToDeadLetterQueue(self, req: Any, context: Any) -> Any:  # noqa: N802
-        return pb.ForwardMessageToDeadLetterQueueResponse(status=status("UNSUPPORTED", "not supported yet"))
+        """A FIFO push consumer gave up on a message: into the group's DLQ (CONSUMER_SEND_MSG_BACK with no delay
+        level), then acknowledged, which releases its message group (RocketMQ's proxy's way)."""
+        try:
+            receipt, commit_log_offset = parse_handle(req.receipt_handle)
+        except ReceiptError as exc:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status("INVALID_RECEIPT_HANDLE", str(exc)))
+        if commit_log_offset is None:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                "INVALID_RECEIPT_HANDLE", "the receipt handle does not say where the message lies"))
+        group, topic = req.group.name, req.topic.name
+        addr = await self._addr_of(topic, receipt.broker_name)
+        if addr is None:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status("INVALID_RECEIPT_HANDLE",
+                                                                            f"no broker {receipt.broker_name}"))
+        ext = {"group": group, "offset": str(commit_log_offset), "delayLevel": "-1",
+               "originMsgId": req.message_id, "originTopic": topic,
+               "maxReconsumeTimes": str(max(0, req.max_delivery_attempts - 1))}
+        try:
+            resp = await self.client.api.invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, timeout_ms=3000)
+            if resp.code != ResponseCode.SUCCESS:
+                return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                    "INTERNAL_SERVER_ERROR", resp.remark or f"broker answered {resp.code}"))
+            await self.client.api.ack_message(addr, group, topic, receipt)
+        except BrokerResponseError as exc:  # in the DLQ, but the receipt expired: it comes back, once more
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status("INVALID_RECEIPT_HANDLE", exc.remark))
+        except (ClientError, RemotingError) as exc:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status("INTERNAL_SERVER_ERROR", str(exc)))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status("OK"))
 
 
 # Stored properties that are not the message's own (the broker's and the retry path's).

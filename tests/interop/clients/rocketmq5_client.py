@@ -119,15 +119,19 @@ def transact(config: ClientConfiguration, a: argparse.Namespace) -> None:
 
 
 class Listener(MessageListener):
-    def __init__(self, fail_suffix: str) -> None:
+    def __init__(self, fail_suffix: str, poison: str = "") -> None:
         self.fail_suffix = fail_suffix
+        self.poison = poison
         self.failed: set[str] = set()
         self.done: set[str] = set()
         self.lock = threading.Lock()
 
     def consume(self, message: Message) -> ConsumeResult:
         body = message.body.decode()
-        emit(event="received", body=body, attempt=message.delivery_attempt, message_id=message.message_id)
+        emit(event="received", body=body, attempt=message.delivery_attempt, message_id=message.message_id,
+             group=message.message_group)
+        if self.poison and body == self.poison:
+            return ConsumeResult.FAILURE
         with self.lock:
             if self.fail_suffix and body.endswith(self.fail_suffix) and body not in self.failed:
                 self.failed.add(body)
@@ -137,7 +141,7 @@ class Listener(MessageListener):
 
 
 def push(config: ClientConfiguration, a: argparse.Namespace) -> None:
-    listener = Listener(a.fail_suffix)
+    listener = Listener(a.fail_suffix, a.poison)
     consumer = PushConsumer(config, a.group, listener, {a.topic: FilterExpression("*")})
     consumer.startup()
     deadline = time.monotonic() + a.timeout
@@ -177,6 +181,7 @@ def main() -> int:
     pu.add_argument("group")
     pu.add_argument("count", type=int)
     pu.add_argument("--fail-suffix", default="")
+    pu.add_argument("--poison", default="", help="a body that always fails")
     pu.add_argument("--timeout", type=float, default=60)
     a = p.parse_args()
     config = ClientConfiguration(a.endpoint, Credentials(), request_timeout=5)

@@ -9,11 +9,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sluice.broker.processors.client_manage_processor import parse_json_body
+from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
 from sluice.broker.topic_config_manager import SYSTEM_TOPICS
 from sluice.common import fastjson
 from sluice.common.errors import InvalidNameError
 from sluice.common.fastjson import ObjectKey
-from sluice.common.naming import validate_topic
+from sluice.common.naming import validate_group, validate_topic
 from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
@@ -153,6 +154,20 @@ class AdminBrokerProcessor:
         return req.response(ResponseCode.SUCCESS)
 
     # == groups and stats ============================================================================
+    def update_and_create_subscriptiongroup(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """A group's config (RocketMQ's SubscriptionGroupConfig as JSON), created or replaced."""
+        data = parse_json_body(req, "the subscription group")
+        try:
+            validate_group(str(data.get("groupName", "")))
+            g = SubscriptionGroupConfig.from_json(data)
+        except (InvalidNameError, KeyError, TypeError, ValueError) as exc:
+            return req.response(ResponseCode.INVALID_PARAMETER, f"bad subscription group config: {exc}")
+        if g.retry_max_times < 0 or g.retry_queue_nums < 0:
+            return req.response(ResponseCode.INVALID_PARAMETER, "retryMaxTimes and retryQueueNums may not be negative")
+        self.broker.subscription_group_manager.update(g)
+        log.info("subscription group %s created or updated: %s", g.group_name, g.to_json())
+        return req.response(ResponseCode.SUCCESS)
+
     def get_all_subscriptiongroup_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         m = self.broker.subscription_group_manager
         return req.response(ResponseCode.SUCCESS, body=json_body({
