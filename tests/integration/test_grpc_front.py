@@ -3,6 +3,7 @@ serving after a malformed frame (raw gRPC calls built from ``sluice.proxy.protoc
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -95,3 +96,136 @@ def test_a_malformed_frame_is_refused_and_the_front_keeps_serving(cluster: Clust
     code, details, after = cluster.loop.run(go())
     assert code != grpc.StatusCode.OK and details  # a status with a message
     assert after == CODE["OK"]  # and the next call is served
+
+
+def test_smuggled_properties_system_topics_and_oversized_bodies_are_refused(cluster: Cluster):
+    cluster.create_topic("GrpcSmuggle", 1)
+
+    def send(mutate, topic: str = "GrpcSmuggle", body: bytes = b"x") -> Any:
+        m = pb.Message(topic=pb.Resource(name=topic), body=body)
+        m.system_properties.message_id = "01AB"
+        m.system_properties.message_type = 1
+        mutate(m)
+        return call(cluster, "SendMessage", pb.SendMessageRequest(messages=[m]), "SendMessageResponse").status
+
+    assert send(lambda m: m.system_properties.keys.append("k\x02TIMER_DELAY_SEC\x015")).code == \
+        CODE["ILLEGAL_MESSAGE_KEY"]
+    assert send(lambda m: setattr(m.system_properties, "message_id", "01AB\x02TAGS\x01x")).code == \
+        CODE["ILLEGAL_MESSAGE_ID"]
+    assert send(lambda m: setattr(m.system_properties, "message_group", "g\x02TAGS\x01evil")).code == \
+        CODE["ILLEGAL_MESSAGE_GROUP"]
+    for name in ("TIMER_DELAY_SEC", "POP_CK", "MAX_RECONSUME_TIMES", "__SHARDINGKEY"):
+        assert send(lambda m, n=name: m.user_properties.__setitem__(n, "1")).code == \
+            CODE["ILLEGAL_MESSAGE_PROPERTY_KEY"], name
+    for topic in ("rmq_sys_REVIVE_LOG_DefaultCluster", "TBW102", "%RETRY%g_GrpcSmuggle", "%DLQ%g",
+                  "SCHEDULE_TOPIC_XXXX"):
+        assert send(lambda m: None, topic=topic).code == CODE["ILLEGAL_TOPIC"], topic
+        r = call(cluster, "QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=endpoints()),
+                 "QueryRouteResponse")
+        assert r.status.code in (CODE["ILLEGAL_TOPIC"], CODE["TOPIC_NOT_FOUND"]), topic
+    big = send(lambda m: None, body=b"b" * (4 * 1024 * 1024 + 1))
+    assert big.code == CODE["MESSAGE_BODY_TOO_LARGE"] and big.message  # in-band, not a transport error
+    assert send(lambda m: None, body=b"b" * (4 * 1024 * 1024 - 1024)).code == CODE["OK"]
+    assert cluster.brokers[0].store.get_max_offset_in_queue("GrpcSmuggle", 0) == 1
+
+
+def test_a_receive_cancelled_while_waiting_leaves_the_message_it_popped_visible_again(cluster: Cluster):
+    cluster.create_topic("GrpcCancel", 1)
+
+    async def go() -> list[Any]:
+        server, service, port = await serve(cluster.namesrv_addr, "127.0.0.1", 0)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                receive = channel.unary_stream(f"/{SERVICE}/ReceiveMessage",
+                                               request_serializer=lambda r: r.SerializeToString(),
+                                               response_deserializer=pb.ReceiveMessageResponse.FromString)
+                req = pb.ReceiveMessageRequest(group=pb.Resource(name="grpc-cancel"), batch_size=8)
+                req.message_queue.topic.name = "GrpcCancel"
+                req.message_queue.broker.name = "broker-a"
+                req.message_queue.id = -1
+                req.filter_expression.type = 1
+                req.filter_expression.expression = "*"
+                req.invisible_duration.FromSeconds(3600)
+                req.long_polling_timeout.FromSeconds(10)
+                waiting = receive(req, timeout=15)
+                first = asyncio.ensure_future(waiting.read())
+                while service.client.find_broker_addr("broker-a") is None or \
+                        cluster.brokers[0].pop_polling.waiting("GrpcCancel", -1) == 0:
+                    await asyncio.sleep(0.01)
+                waiting.cancel()  # the client gives up: the pop it left behind still gets the message
+                await asyncio.gather(first, return_exceptions=True)
+                await asyncio.get_running_loop().run_in_executor(None, _send_one, cluster.namesrv_addr)
+                req.long_polling_timeout.FromSeconds(5)
+                req.invisible_duration.FromSeconds(30)
+                for _ in range(10):  # put back at once: a later receive gets it, not one an hour later
+                    frames = [f async for f in receive(req, timeout=15)]
+                    got = [f.message for f in frames if f.HasField("message")]
+                    if got:
+                        return got
+                return []
+        finally:
+            await stop(server, service)
+
+    got = cluster.loop.run(go(), timeout=120)
+    assert [m.body for m in got] == [b"late"]
+
+
+def _send_one(namesrv: str) -> None:
+    with Producer("grpc-cancel-pg", namesrv=namesrv) as p:
+        p.send(Message("GrpcCancel", b"late"))
+
+
+def test_tags_that_share_a_hash_code_are_told_apart(cluster: Cluster):
+    cluster.create_topic("GrpcTags", 1)
+    with Producer("grpc-tags-pg", namesrv=cluster.namesrv_addr) as p:
+        for tag in ("BB", "Aa", "C"):  # "Aa" and "BB": one Java hash code
+            p.send(Message("GrpcTags", f"tagged-{tag}".encode(), tags=tag))
+    req = pb.ReceiveMessageRequest(group=pb.Resource(name="grpc-tags"), batch_size=8)
+    req.message_queue.topic.name = "GrpcTags"
+    req.message_queue.broker.name = "broker-a"
+    req.filter_expression.type = 1
+    req.filter_expression.expression = "Aa"
+    req.invisible_duration.FromSeconds(30)
+    req.long_polling_timeout.FromSeconds(1)
+
+    async def go() -> list[Any]:
+        server, service, port = await serve(cluster.namesrv_addr, "127.0.0.1", 0)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                receive = channel.unary_stream(f"/{SERVICE}/ReceiveMessage",
+                                               request_serializer=lambda r: r.SerializeToString(),
+                                               response_deserializer=pb.ReceiveMessageResponse.FromString)
+                return [f.message for f in [f async for f in receive(req, timeout=10)] if f.HasField("message")]
+        finally:
+            await stop(server, service)
+
+    assert [m.body for m in cluster.loop.run(go())] == [b"tagged-Aa"]
+
+
+def test_a_port_in_use_and_an_unreachable_name_server_are_said_plainly(cluster: Cluster):
+    async def go() -> tuple[str, Any]:
+        server, service, port = await serve(cluster.namesrv_addr, "127.0.0.1", 0)
+        try:
+            try:
+                second = await serve(cluster.namesrv_addr, "127.0.0.1", port)
+                await stop(*second[:2])
+                taken = "bound twice"
+            except OSError as exc:
+                taken = str(exc)
+        finally:
+            await stop(server, service)
+        lost, lost_service, lost_port = await serve("127.0.0.1:1", "127.0.0.1", 0)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{lost_port}") as channel:
+                send = channel.unary_unary(f"/{SERVICE}/SendMessage",
+                                           request_serializer=lambda r: r.SerializeToString(),
+                                           response_deserializer=pb.SendMessageResponse.FromString)
+                m = pb.Message(topic=pb.Resource(name="Anything"), body=b"x")
+                m.system_properties.message_id = "01AB"
+                return taken, (await send(pb.SendMessageRequest(messages=[m]), timeout=20)).status
+        finally:
+            await stop(lost, lost_service)
+
+    taken, st = cluster.loop.run(go(), timeout=60)
+    assert "cannot listen" in taken
+    assert st.code == CODE["INTERNAL_SERVER_ERROR"] and st.message  # in-band, not a failed call

@@ -318,7 +318,8 @@ class MQClientAPI:
     # == POP =========================================================================================
     async def pop_message(self, addr: str, broker_name: str, group: str, topic: str, expression_type: str,
                           expression: str, max_nums: int, invisible_ms: int, poll_ms: int, init_mode: int = 1,
-                          orderly: bool = False, attempt_id: str = "", queue_id: int = -1) -> list[MessageExt]:
+                          orderly: bool = False, attempt_id: str = "", queue_id: int = -1,
+                          timeout_ms: int | None = None) -> list[MessageExt]:
         """One POP_MESSAGE (queue id -1: the whole topic on that broker); the messages popped, each with its
         receipt in ``POP_CK``, its topic the one asked for, its reconsume times, its body inflated. [] when the
         poll time passed with nothing."""
@@ -328,7 +329,8 @@ class MQClientAPI:
                "order": "true" if orderly else "false", "bname": broker_name}
         if attempt_id:
             ext["attemptId"] = attempt_id
-        resp = await self.invoke(addr, RequestCode.POP_MESSAGE, ext, timeout_ms=poll_ms + 10_000)
+        resp = await self.invoke(addr, RequestCode.POP_MESSAGE, ext,
+                                 timeout_ms=poll_ms + 10_000 if timeout_ms is None else timeout_ms)
         if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
             return []
         if resp.code != ResponseCode.SUCCESS:
@@ -344,7 +346,7 @@ class MQClientAPI:
         msgs = decode_records(resp.body)
         for m in msgs:
             props = m.properties
-            if PROPERTY_POP_CK not in props:
+            if not _broker_receipt(props.get(PROPERTY_POP_CK), broker_name, pop_time, m.queue_offset):
                 key = (retry_flag(m.topic), m.queue_id)
                 start = info.start.get(key)
                 if start is None:
@@ -361,27 +363,41 @@ class MQClientAPI:
             await asyncio.to_thread(inflate_bodies, msgs)
         return msgs
 
-    async def ack_message(self, addr: str, group: str, topic: str, receipt: Receipt) -> None:
+    async def ack_message(self, addr: str, group: str, topic: str, receipt: Receipt,
+                          timeout_ms: int = 3_000) -> None:
         """ACK_MESSAGE of one receipt (``topic`` the one it was popped from); ``BrokerResponseError`` NO_MESSAGE
         when the receipt expired."""
         ext = {"consumerGroup": group, "topic": real_topic(receipt.retry, topic, group),
                "queueId": str(receipt.queue_id), "extraInfo": str(receipt), "offset": str(receipt.queue_offset),
                "bname": receipt.broker_name}
-        await self.invoke_ok(addr, RequestCode.ACK_MESSAGE, ext)
+        await self.invoke_ok(addr, RequestCode.ACK_MESSAGE, ext, timeout_ms=timeout_ms)
 
     async def change_invisible_time(self, addr: str, group: str, topic: str, receipt: Receipt,
-                                    invisible_ms: int) -> Receipt:
+                                    invisible_ms: int, timeout_ms: int = 3_000) -> Receipt:
         """CHANGE_MESSAGE_INVISIBLETIME: the message stays invisible ``invisible_ms`` from now; its new receipt."""
         ext = {"consumerGroup": group, "topic": real_topic(receipt.retry, topic, group),
                "queueId": str(receipt.queue_id), "extraInfo": str(receipt), "offset": str(receipt.queue_offset),
                "invisibleTime": str(invisible_ms), "bname": receipt.broker_name}
-        resp = await self.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        resp = await self.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext, timeout_ms=timeout_ms)
         e = resp.ext_fields
         try:
             return Receipt(receipt.queue_offset, int(e["popTime"]), int(e["invisibleTime"]), int(e["reviveQid"]),
                            receipt.retry, receipt.broker_name, receipt.queue_id, receipt.queue_offset)
         except (KeyError, ValueError) as exc:
             raise ClientError(f"broker {addr} answered with a malformed header: {exc}") from None
+
+
+def _broker_receipt(text: str | None, broker_name: str, pop_time: int, queue_offset: int) -> bool:
+    """Whether a popped message's POP_CK is the one the broker made for this pop (a retried message's); a
+    producer's own POP_CK property is never taken for a receipt."""
+    if text is None:
+        return False
+    try:
+        r = Receipt.parse(text)
+    except ValueError:
+        return False
+    return r.broker_name == broker_name and r.pop_time == pop_time and r.queue_offset == queue_offset \
+        and r.retry != "0"
 
 
 def _order_counts(text: str) -> dict[str, int]:

@@ -511,9 +511,9 @@ class PopMessageProcessor:
             # A retried message leaves with its receipt and the topic it was popped from (RocketMQ's way).
             for msg in decode_records(b"".join(r.buffers)):
                 props = dict(msg.properties)
-                props.setdefault(PROPERTY_POP_CK, str(Receipt(
+                props[PROPERTY_POP_CK] = str(Receipt(  # (a producer's own POP_CK property is no receipt)
                     rd.start, pop_time, h.invisible_time, revive_qid, retry_flag(rd.topic), b.config.broker_name,
-                    rd.queue_id, msg.queue_offset)))
+                    rd.queue_id, msg.queue_offset))
                 parts.append(encode_record(
                     topic=h.topic.encode(), body=msg.body, properties=encode_properties(props),
                     queue_id=msg.queue_id, flag=msg.flag, queue_offset=msg.queue_offset,
