@@ -362,3 +362,15 @@ def java_admin(java_build: JavaBuild, tmp_path: Path, sluice: Sluice) -> Iterato
         yield admin
     finally:
         admin.close()
+
+
+@pytest.fixture
+def front(cluster: Cluster) -> Iterator[str]:
+    """Sluice's gRPC front (RocketMQ 5 clients) on a free port, in front of the cluster; its endpoint."""
+    from sluice.proxy.messaging_service import serve, stop
+
+    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0))
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        cluster.loop.run(stop(server, service))

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from sluice.proxy.messaging_service import serve, stop
 from tests.conftest import Cluster
 from tests.interop.java_clients import (
     CLIENT_JVM_OPTIONS,
@@ -36,15 +35,6 @@ def java5() -> JavaBuild:
         return ensure_java_build(project=JAVA5_PROJECT, jar="sluice-interop5.jar")
     except RuntimeError as exc:
         pytest.fail(f"cannot build the Java 5.x client program: {exc}", pytrace=False)
-
-
-@pytest.fixture
-def front(cluster: Cluster) -> Any:
-    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0))
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        cluster.loop.run(stop(server, service))
 
 
 def run(java5: JavaBuild, tmp_path: Path, *args: str, timeout: float = 150) -> list[dict[str, Any]]:

@@ -45,16 +45,6 @@ def python5() -> Path:
         pytest.fail(f"cannot set up {REQUIREMENT}: {exc}", pytrace=False)
 
 
-@pytest.fixture
-def front(cluster: Cluster) -> Any:
-    """Sluice's gRPC front on a free port, in front of the cluster; its endpoint."""
-    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0))
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        cluster.loop.run(stop(server, service))
-
-
 def run(python5: Path, tmp_path: Path, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
     env = {**os.environ, "HOME": str(tmp_path)}  # the client writes its logs under $HOME/logs
     r = subprocess.run([str(python5), str(CLIENTS / "rocketmq5_client.py"), *args], capture_output=True, text=True,

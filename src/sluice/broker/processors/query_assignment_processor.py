@@ -16,6 +16,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from sluice.broker.processors.client_manage_processor import parse_json_body
 from sluice.common.errors import StoreConfigError
 from sluice.common.files import ConfigWriter, load_json
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
@@ -71,16 +72,6 @@ class MessageRequestModeManager:
         self.writer.close()
 
 
-def _body(req: RemotingCommand) -> dict[str, Any]:
-    try:
-        body = json.loads(req.body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequestError("the request body is not a JSON object")
-    return body
-
-
 def _field(body: dict[str, Any], name: str) -> str:
     v = body.get(name)
     if not isinstance(v, str) or not v:
@@ -94,7 +85,7 @@ class QueryAssignmentProcessor:
 
     def set_message_request_mode(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        body = _body(req)
+        body = parse_json_body(req, "SET_MESSAGE_REQUEST_MODE")
         topic, group = _field(body, "topic"), _field(body, "consumerGroup")
         mode = body.get("mode", "PULL")
         if mode not in MODES:
@@ -114,7 +105,7 @@ class QueryAssignmentProcessor:
 
     async def query_assignment(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        body = _body(req)
+        body = parse_json_body(req, "QUERY_ASSIGNMENT")
         topic, group, client_id = _field(body, "topic"), _field(body, "consumerGroup"), _field(body, "clientId")
         model = body.get("messageModel", "CLUSTERING")
         mode = "PULL" if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else (
