@@ -408,3 +408,14 @@ def test_peek_shows_what_a_pop_would_hand_out_and_notification_says_whether_ther
         c.ack_many(got)
     finally:
         c.shutdown()
+
+
+def test_no_client_may_write_the_brokers_own_topics_such_as_the_revive_log(cluster):
+    from tests.integration.test_send_groups import exchange, send_v2
+
+    addr = cluster.brokers[0].broker_addr
+    forged = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_v2("rmq_sys_REVIVE_LOG_DefaultCluster", 0),
+                                     b'{"t":"T","c":"victim","q":0,"so":0,"d":[0,9]}')
+    resp = exchange(addr, [forged])[forged.opaque]
+    assert resp.code == ResponseCode.NO_PERMISSION and "forbidden" in resp.remark
+    assert cluster.brokers[0].store.get_max_offset_in_queue("rmq_sys_REVIVE_LOG_DefaultCluster", 0) == 0

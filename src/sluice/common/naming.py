@@ -18,6 +18,7 @@ OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (timer wheel, POP's revive log): no client sends there
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # timer messages wait here for the timer wheel (RocketMQ 5)
 # System topics producers may not send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,

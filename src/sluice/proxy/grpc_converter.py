@@ -22,6 +22,7 @@ from sluice.common.naming import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    SYSTEM_TOPIC_PREFIX,
     validate_topic,
 )
 from sluice.common.properties import (
@@ -44,7 +45,6 @@ MAX_PROPERTIES_BYTES = 32_767  # what a stored record's properties length holds
 MAX_MESSAGE_ID = 128
 MAX_MESSAGE_GROUP = 63
 MAX_DELAY_MS = 86_400_000  # a delivery time at most a day ahead (the proxy's bound)
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 # The range of a protobuf Timestamp (years 1 .. 9999), in ms since the epoch.
 _TS_MIN_MS, _TS_MAX_MS = -62_135_596_800_000, 253_402_300_799_999
 # A gRPC receipt handle: the broker's POP receipt, then where the message lies in the commit log.

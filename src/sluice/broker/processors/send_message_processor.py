@@ -17,6 +17,7 @@ from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    SYSTEM_TOPIC_PREFIX,
     dlq_topic,
     retry_topic,
     validate_topic,
@@ -240,7 +241,8 @@ class SendMessageProcessor:
             validate_topic(h.topic)
         except InvalidNameError as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+        if h.topic in NOT_ALLOWED_SEND_TOPICS or h.topic.startswith(SYSTEM_TOPIC_PREFIX):
+            # (rmq_sys_*: the broker's own logs, e.g. POP's revive log, which a forged record would corrupt)
             return req.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
         tc = b.topic_config_manager.get(h.topic)
         if tc is None:
