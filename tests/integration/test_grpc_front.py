@@ -11,6 +11,7 @@ import grpc
 from sluice import Message, Producer
 from sluice.proxy.messaging_service import serve, stop
 from sluice.proxy.protocol import CODE, SERVICE, pb
+from sluice.remoting import RemotingCommand, RequestCode
 from tests.conftest import Cluster
 
 
@@ -229,3 +230,97 @@ def test_a_port_in_use_and_an_unreachable_name_server_are_said_plainly(cluster: 
     taken, st = cluster.loop.run(go(), timeout=60)
     assert "cannot listen" in taken
     assert st.code == CODE["INTERNAL_SERVER_ERROR"] and st.message  # in-band, not a failed call
+
+
+def test_a_group_config_of_the_wrong_types_or_out_of_range_is_refused_naming_the_field(cluster: Cluster):
+    from sluice.client.mq_client_api import MQClientAPI
+    from sluice.common.errors import BrokerResponseError
+    from sluice.remoting.client import RemotingClient
+
+    broker = cluster.brokers[0]
+
+    async def update(config: dict[str, Any]) -> str:
+        rc = RemotingClient()
+        try:
+            await MQClientAPI(rc, []).update_subscription_group(broker.broker_addr, config)
+            return "ok"
+        except BrokerResponseError as exc:
+            return exc.remark
+        finally:
+            await rc.close()
+
+    for bad, field in (({"retryMaxTimes": 2**40}, "retryMaxTimes"), ({"retryQueueNums": 5000}, "retryQueueNums"),
+                       ({"retryMaxTimes": 3.7}, "retryMaxTimes"), ({"consumeMessageOrderly": "maybe"},
+                                                                   "consumeMessageOrderly"), ({}, "groupName")):
+        config = {"groupName": "cfg-g", **bad} if field != "groupName" else bad
+        assert field in cluster.loop.run(update(config)), bad
+    ok = {"groupName": "cfg-g", "consumeMessageOrderly": "false", "retryMaxTimes": 3}
+    assert cluster.loop.run(update(ok)) == "ok"
+    g = broker.subscription_group_manager.find("cfg-g")
+    assert (g.consume_message_orderly, g.retry_max_times) == (False, 3)
+
+
+def receive_frames(cluster: Cluster, topic: str, group: str, expression: str = "*", invisible: int = 30) -> list[Any]:
+    req = pb.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=16)
+    req.message_queue.topic.name = topic
+    req.message_queue.broker.name = "broker-a"
+    req.filter_expression.type = 1
+    req.filter_expression.expression = expression
+    req.invisible_duration.FromSeconds(invisible)
+    req.long_polling_timeout.FromSeconds(1)
+
+    async def go() -> list[Any]:
+        server, service, port = await serve(cluster.namesrv_addr, "127.0.0.1", 0)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                receive = channel.unary_stream(f"/{SERVICE}/ReceiveMessage",
+                                               request_serializer=lambda r: r.SerializeToString(),
+                                               response_deserializer=pb.ReceiveMessageResponse.FromString)
+                return [f async for f in receive(req, timeout=10)]
+        finally:
+            await stop(server, service)
+
+    return cluster.loop.run(go())
+
+
+def test_an_odd_stored_message_or_a_loose_tag_expression_never_fails_a_receive(cluster: Cluster):
+    from tests.integration.test_send_groups import exchange, send_v2
+
+    cluster.create_topic("GrpcOdd", 1)
+    addr = cluster.brokers[0].broker_addr
+    reqs = []
+    for i, times in enumerate((0, 2**31 - 1, 0)):  # the middle one: a reconsume count no int32 attempt can hold
+        ext = send_v2("GrpcOdd", 0, "TAGS\x01TagA\x02WAIT\x01true")
+        ext["j"] = str(times)
+        reqs.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, f"odd-{i}".encode()))
+    assert all(r.code == 0 for r in exchange(addr, reqs).values())
+    frames = receive_frames(cluster, "GrpcOdd", "grpc-odd", "TagA ||")  # the broker reads it as TagA
+    assert frames[0].status.code == CODE["OK"]
+    got = [f.message for f in frames if f.HasField("message")]
+    assert sorted(m.body for m in got) == [b"odd-0", b"odd-1", b"odd-2"]
+    assert max(m.system_properties.delivery_attempt for m in got) == 2**31 - 1
+
+
+def test_a_forward_to_the_dlq_with_an_expired_receipt_copies_nothing(cluster: Cluster):
+    cluster.create_topic("GrpcFwd", 1)
+    with Producer("grpc-fwd-pg", namesrv=cluster.namesrv_addr) as p:
+        p.send(Message("GrpcFwd", b"poison"))
+    (frame,) = [f.message for f in receive_frames(cluster, "GrpcFwd", "grpc-fwd", invisible=10)
+                if f.HasField("message")]
+    req = pb.ForwardMessageToDeadLetterQueueRequest(group=pb.Resource(name="grpc-fwd"),
+                                                    topic=pb.Resource(name="GrpcFwd"),
+                                                    receipt_handle=frame.system_properties.receipt_handle,
+                                                    message_id=frame.system_properties.message_id,
+                                                    delivery_attempt=1, max_delivery_attempts=3)
+    forged = pb.ForwardMessageToDeadLetterQueueRequest()
+    forged.CopyFrom(req)
+    forged.receipt_handle = frame.system_properties.receipt_handle.rsplit("#", 1)[0] + "#987654321"
+    r = call(cluster, "ForwardMessageToDeadLetterQueue", forged, "ForwardMessageToDeadLetterQueueResponse")
+    assert r.status.code != CODE["OK"]  # the offset names no message of that receipt: nothing copied
+    assert cluster.brokers[0].store.get_max_offset_in_queue("%DLQ%grpc-fwd", 0) == 0
+    assert call(cluster, "ForwardMessageToDeadLetterQueue", req,
+                "ForwardMessageToDeadLetterQueueResponse").status.code == CODE["OK"]
+    for _ in range(3):  # again, as the official client does until it hears OK: the receipt is settled now
+        r = call(cluster, "ForwardMessageToDeadLetterQueue", req, "ForwardMessageToDeadLetterQueueResponse")
+        assert r.status.code == CODE["INVALID_RECEIPT_HANDLE"]
+    assert cluster.brokers[0].store.get_max_offset_in_queue("%DLQ%grpc-fwd", 0) == 1  # one copy

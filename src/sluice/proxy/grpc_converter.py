@@ -175,7 +175,7 @@ def to_pb_message(m: MessageExt, topic: Any, invisible: float) -> Any:
     sp.queue_offset = m.queue_offset
     if invisible:
         sp.invisible_duration.FromMilliseconds(int(invisible * 1000))
-    sp.delivery_attempt = m.reconsume_times + 1
+    sp.delivery_attempt = min(max(m.reconsume_times, 0) + 1, 2**31 - 1)
     if props.get(PROPERTY_TAGS):
         sp.tag = props[PROPERTY_TAGS]
     if props.get(PROPERTY_KEYS):

@@ -12,6 +12,7 @@ the proxy's do; what goes wrong inside is a status too, never an aborted call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -22,10 +23,9 @@ import grpc
 
 from sluice.client.aio.producer import select_by_hash
 from sluice.client.mq_client import MQClientInstance
-from sluice.client.subscription import build_subscription, matches
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
-from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError
+from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError, real_topic
 from sluice.common.message import MessageExt, decode_message_id
 from sluice.common.naming import validate_group
 from sluice.common.properties import (
@@ -65,6 +65,9 @@ DEADLINE_MARGIN = 1.0  # seconds a receive answers before the client's deadline
 MIN_INVISIBLE_SECONDS = 10.0
 MAX_INVISIBLE_SECONDS = 12 * 3600.0
 AUTO_RENEW_INVISIBLE_SECONDS = 60.0
+# The wait before each retry of a message (RocketMQ's delay levels from 1 s): what consumers are told to sleep.
+RETRY_BACKOFF = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+MAX_RETRIES = 1000
 MESSAGE_TYPES = [1, 2, 3, 4]  # NORMAL, FIFO, DELAY, TRANSACTION
 PRODUCER_GROUP = "PROXY_SEND_GROUP"
 BROKER_TIMEOUT = 2.5  # a unary call's broker request: answered in-band before the client's 3 s deadline
@@ -86,6 +89,23 @@ _SEND_CODES = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTENCE_TIMEOUT",
 # Broker codes that mean a receipt the broker cannot match: a push consumer stops retrying on this one only.
 _STALE_RECEIPT = (ResponseCode.NO_MESSAGE, ResponseCode.INVALID_PARAMETER, ResponseCode.TOPIC_NOT_EXIST,
                   ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, ResponseCode.MESSAGE_ILLEGAL)
+
+
+def _tag_set(expression: str) -> frozenset[str] | None:
+    """The tags a TAG expression names, read as the broker reads it ("a || b", empty parts dropped); None for
+    every tag."""
+    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+    return None if not tags or "*" in tags else tags
+
+
+def _auto_renew_invisible(fifo: bool, retries: int) -> float:
+    """How long an ``auto_renew`` receive's messages stay invisible. A FIFO push consumer retries a message in
+    place, sleeping the backoff between tries, before it forwards it to the DLQ: the message must stay its own
+    for all of that (the front does not renew it while the client holds it)."""
+    if not fifo:
+        return AUTO_RENEW_INVISIBLE_SECONDS
+    schedule = sum(RETRY_BACKOFF[:max(0, min(retries, len(RETRY_BACKOFF)))])
+    return min(MAX_INVISIBLE_SECONDS, AUTO_RENEW_INVISIBLE_SECONDS + schedule)
 
 
 def duration_seconds(d: Any) -> float:
@@ -112,6 +132,8 @@ class MessagingService:
         await self.client.start()
 
     async def shutdown(self) -> None:
+        if self._background:  # releases and acks under way get their few seconds
+            await asyncio.wait(list(self._background), timeout=RELEASE_TIMEOUT_MS / 1000)
         for t in list(self._background):
             t.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -190,6 +212,9 @@ class MessagingService:
                         continue
                     fifo, retries = False, DEFAULT_RETRIES
                     if cmd.settings.HasField("subscription") and cmd.settings.subscription.HasField("group"):
+                        for entry in cmd.settings.subscription.subscriptions:  # (so that the brokers are known)
+                            with contextlib.suppress(Refused):
+                                await self._route(entry.topic.name)
                         fifo, retries = await self._group(cmd.settings.subscription.group.name)
                     reply = self._settings_reply(cmd.settings, fifo, retries)
                     if reply.settings.HasField("publishing") and not registered:
@@ -224,30 +249,44 @@ class MessagingService:
             settings.subscription.long_polling_timeout.FromSeconds(int(MAX_POLL_SECONDS))
             settings.subscription.fifo = fifo
             settings.backoff_policy.max_attempts = retries + 1
-            for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200):
+            for s in RETRY_BACKOFF:
                 settings.backoff_policy.customized_backoff.next.add(seconds=s)
         settings.metric.on = False
         return reply
 
-    async def _group(self, group: str, addr: str | None = None) -> tuple[bool, int]:
-        """Whether ``group`` is a FIFO group (its ``consumeMessageOrderly``) and its retries, looked up at most
-        every 30 s (a group the brokers do not know yet: not FIFO, 16 retries)."""
+    async def _group(self, group: str, addr: str | None = None, required: bool = False) -> tuple[bool, int]:
+        """Whether ``group`` is a FIFO group (its ``consumeMessageOrderly``) and its retries, looked up at most every
+        30 s on every master until one knows it (a group none knows yet: not FIFO, 16 retries). A failed lookup is
+        not kept: the last known answer serves, else ``Refused`` when ``required`` (a FIFO group's receive must not
+        go out unordered)."""
         now = time.monotonic()
         known = self._groups.get(group)
         if known is not None and now - known[0] < GROUP_CACHE_SECONDS:
             return known[1], known[2]
+        addrs = sorted({addr, *self.client.master_addrs()} - {None}) if addr else self.client.master_addrs()
+        answered = False
         fifo, retries = False, DEFAULT_RETRIES
-        for a in [addr] if addr else self.client.master_addrs():
+        for a in addrs:
             try:
                 table = await self.client.api.get_all_subscription_groups(a)
             except (ClientError, RemotingError) as exc:
                 log.info("subscription groups of %s: %s", a, exc)
                 continue
+            answered = True
             entry = table.get(group)
             if isinstance(entry, dict):
-                fifo = bool(entry.get("consumeMessageOrderly", False))
-                retries = int(entry.get("retryMaxTimes", DEFAULT_RETRIES))
-            break
+                fifo = entry.get("consumeMessageOrderly") is True
+                try:
+                    retries = max(0, min(int(entry.get("retryMaxTimes", DEFAULT_RETRIES)), MAX_RETRIES))
+                except (TypeError, ValueError):
+                    retries = DEFAULT_RETRIES
+                break
+        if not answered:
+            if known is not None:
+                return known[1], known[2]
+            if required:
+                raise Refused("INTERNAL_SERVER_ERROR", f"the brokers did not say what group {group} is")
+            return fifo, retries
         if len(self._groups) >= GROUP_CACHE_SIZE:
             self._groups.clear()
         self._groups[group] = (now, fifo, retries)
@@ -333,15 +372,26 @@ class MessagingService:
 
     # == receive =====================================================================================
     async def ReceiveMessage(self, req: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        """Status, messages, server time. Whatever the pop got and did not go out (the client went away, a frame
+        could not be built) is put back at once, never left invisible."""
+        popped: list[tuple[MessageExt, str, str, str]] = []  # (message, broker address, group, topic)
+        sent = 0
         try:
-            frames = await self._receive(req, context)
-        except Refused as exc:
-            frames = [pb.ReceiveMessageResponse(status=exc.status())]
-        for frame in frames:
-            yield frame
-        yield self._now()
+            try:
+                frames = await self._receive(req, context, popped)
+            except Refused as exc:
+                frames = [pb.ReceiveMessageResponse(status=exc.status())]
+            for frame in frames:
+                yield frame
+                if frame.HasField("message"):
+                    sent += 1
+            yield self._now()
+        finally:
+            for m, addr, group, topic in popped[sent:]:
+                self._spawn(self._settle_quietly(addr, group, topic, m, ack=False))
 
-    async def _receive(self, req: Any, context: Any) -> list[Any]:
+    async def _receive(self, req: Any, context: Any, popped: list[tuple[MessageExt, str, str, str]]) -> list[Any]:
+        """The frames of a receive; ``popped`` gets every message popped, in the order of their frames."""
         group, topic = req.group.name, req.message_queue.topic.name
         broker = req.message_queue.broker.name
         try:
@@ -349,24 +399,27 @@ class MessagingService:
         except ValueError as exc:
             raise Refused("ILLEGAL_CONSUMER_GROUP", str(exc)) from None
         check_topic(topic)
+        expr = req.filter_expression
+        exp_type, exp = ("SQL92", expr.expression) if expr.type == 2 else ("TAG", expr.expression or "*")
+        tags = _tag_set(exp) if exp_type == "TAG" else None
+        addr = await self._addr_of(topic, broker)
+        fifo, retries = await self._group(group, addr, required=True)
         invisible = duration_seconds(req.invisible_duration) if req.HasField("invisible_duration") else \
-            AUTO_RENEW_INVISIBLE_SECONDS
+            _auto_renew_invisible(fifo, retries)
         if not req.auto_renew and not MIN_INVISIBLE_SECONDS <= invisible <= MAX_INVISIBLE_SECONDS:
             raise Refused("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible:g} s is not within "
                                                     f"{MIN_INVISIBLE_SECONDS:g} .. {MAX_INVISIBLE_SECONDS:g} s")
         batch = max(1, min(req.batch_size or 32, 32))
-        expr = req.filter_expression
-        exp_type, exp = ("SQL92", expr.expression) if expr.type == 2 else ("TAG", expr.expression or "*")
-        addr = await self._addr_of(topic, broker)
-        fifo, _ = await self._group(group, addr)
-        queue_id = req.message_queue.id if fifo and req.message_queue.id >= 0 else -1
+        # A push consumer of a FIFO group pops its assigned queue; anyone else the whole broker (a simple
+        # consumer names a random queue: waiting on it alone would miss the others' messages).
+        queue_id = req.message_queue.id if fifo and req.auto_renew and req.message_queue.id >= 0 else -1
         poll = duration_seconds(req.long_polling_timeout) if req.HasField("long_polling_timeout") else 15.0
         left = _remaining(context, poll + 3)  # after the lookups above: they took some of the deadline
         poll = max(0.0, min(poll, MAX_POLL_SECONDS, left - DEADLINE_MARGIN - 0.5))
-        # The pop runs shielded: a client that goes away meanwhile leaves its messages to be released, not hidden.
+        # The pop runs shielded: a client that goes away meanwhile leaves its messages to be put back, not hidden.
         pop = asyncio.ensure_future(self.client.api.pop_message(
             addr, broker, group, topic, exp_type, exp, batch, int(invisible * 1000), int(poll * 1000), orderly=fifo,
-            attempt_id=req.attempt_id, queue_id=queue_id, timeout_ms=int(max(1.0, left - DEADLINE_MARGIN) * 1000)))
+            attempt_id=req.attempt_id, queue_id=queue_id, timeout_ms=int(poll * 1000) + 5_000))
         try:
             msgs = await asyncio.shield(pop)
         except asyncio.CancelledError:
@@ -382,34 +435,39 @@ class MessagingService:
         except (ClientError, RemotingError) as exc:
             raise Refused("PROXY_TIMEOUT" if isinstance(exc, TimeoutError) else "INTERNAL_SERVER_ERROR",
                           str(exc)) from None
-        msgs = self._matching(msgs, topic, exp_type, exp, addr, group)
-        if not msgs:
+        kept: list[MessageExt] = []
+        for m in msgs:
+            if tags is None or m.tags in tags:
+                kept.append(m)
+            else:  # the broker matched tag hash codes only: a different tag with the same code is not ours
+                self._spawn(self._settle_quietly(addr, group, topic, m, ack=True))
+        if not kept:
             return [pb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))]
+        popped.extend((m, addr, group, topic) for m in kept)
         resource = req.message_queue.topic
-        if sum(len(m.body) for m in msgs) >= LARGE_BATCH:
-            frames = await asyncio.to_thread(self._frames, msgs, resource, invisible)
+        if sum(len(m.body) for m in kept) >= LARGE_BATCH:
+            built = await asyncio.to_thread(self._frames, kept, resource, invisible)
         else:
-            frames = self._frames(msgs, resource, invisible)
+            built = self._frames(kept, resource, invisible)
+        frames = []
+        for (m, *where), frame in zip(list(popped), built, strict=True):
+            if frame is None:  # could not be built: put back, and the rest goes out
+                popped.remove((m, *where))
+                self._spawn(self._settle_quietly(addr, group, topic, m, ack=False))
+            else:
+                frames.append(frame)
         return [pb.ReceiveMessageResponse(status=status("OK")), *frames]
 
     @staticmethod
     def _frames(msgs: list[MessageExt], resource: Any, invisible: float) -> list[Any]:
-        return [pb.ReceiveMessageResponse(message=to_pb_message(m, resource, invisible)) for m in msgs]
-
-    def _matching(self, msgs: list[MessageExt], topic: str, exp_type: str, exp: str, addr: str,
-                  group: str) -> list[MessageExt]:
-        """The messages whose tag the subscription names (the broker matched tag hash codes only); the others
-        are acknowledged, in the background."""
-        if exp_type != "TAG":
-            return msgs
-        sub = build_subscription(topic, exp)
-        kept: list[MessageExt] = []
+        out: list[Any] = []
         for m in msgs:
-            if matches(sub, m.tags):
-                kept.append(m)
-            else:
-                self._spawn(self._settle_quietly(addr, group, topic, m, ack=True))
-        return kept
+            try:
+                out.append(pb.ReceiveMessageResponse(message=to_pb_message(m, resource, invisible)))
+            except (ValueError, TypeError) as exc:  # one odd stored message never fails the others' receive
+                log.warning("message %s of %s cannot go out over gRPC: %s", m.msg_id, m.topic, exc)
+                out.append(None)
+        return out
 
     def _release_popped(self, pop: asyncio.Future[list[MessageExt]], addr: str, group: str, topic: str) -> None:
         """A receive cancelled while its pop was under way: what the pop got goes back at once (RocketMQ's proxy
@@ -540,14 +598,31 @@ class MessagingService:
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status("OK"))
 
     async def _forward(self, req: Any) -> None:
+        group, topic = req.group.name, req.topic.name
+        try:
+            validate_group(group)
+        except ValueError as exc:
+            raise Refused("ILLEGAL_CONSUMER_GROUP", str(exc)) from None
+        check_topic(topic)
         try:
             receipt, commit_log_offset = parse_handle(req.receipt_handle)
         except ReceiptError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE", str(exc)) from None
         if commit_log_offset is None:
             raise Refused("INVALID_RECEIPT_HANDLE", "the receipt handle does not say where the message lies")
-        group, topic = req.group.name, req.topic.name
         addr = await self._addr_of(topic, receipt.broker_name)
+        try:  # the message the handle says lies at that offset, then the receipt (renewed: still the group's)
+            found = await self.client.api.view_message(addr, commit_log_offset)
+            m = found[0] if found else None
+            if m is None or (m.topic, m.queue_id, m.queue_offset) != (
+                    real_topic(receipt.retry, topic, group), receipt.queue_id, receipt.queue_offset):
+                raise Refused("INVALID_RECEIPT_HANDLE", "the receipt handle names another message")
+            renewed = await self.client.api.change_invisible_time(addr, group, topic, receipt, 60_000)
+        except BrokerResponseError as exc:
+            raise Refused("INVALID_RECEIPT_HANDLE" if exc.code in _STALE_RECEIPT else "INTERNAL_SERVER_ERROR",
+                          exc.remark) from None
+        except (ClientError, RemotingError, ValueError) as exc:
+            raise Refused("INTERNAL_SERVER_ERROR", str(exc)) from None
         ext = {"group": group, "offset": str(commit_log_offset), "delayLevel": "-1",
                "originMsgId": req.message_id, "originTopic": topic,
                "maxReconsumeTimes": str(max(0, req.max_delivery_attempts - 1))}
@@ -555,9 +630,9 @@ class MessagingService:
             resp = await self.client.api.invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, timeout_ms=3000)
             if resp.code != ResponseCode.SUCCESS:
                 raise Refused("INTERNAL_SERVER_ERROR", resp.remark or f"broker answered {resp.code}")
-            await self.client.api.ack_message(addr, group, topic, receipt)
-        except BrokerResponseError as exc:  # in the DLQ, but the receipt expired: it comes back, once more
-            raise Refused("INVALID_RECEIPT_HANDLE", exc.remark) from None
+            await self.client.api.ack_message(addr, group, topic, renewed)
+        except BrokerResponseError as exc:  # in the DLQ already: done, whatever the ack says
+            log.info("a message forwarded to the DLQ of %s could not be acknowledged: %s", group, exc)
         except (ClientError, RemotingError) as exc:
             raise Refused("INTERNAL_SERVER_ERROR", str(exc)) from None
 
@@ -593,6 +668,8 @@ class MessagingService:
         """A producer's settings: the checks of its topics' transactions go to its Telemetry stream."""
         new = False
         for topic in topics:
+            if topic not in self._producer_streams and len(self._producer_streams) >= ROUTED_TOPICS:
+                break
             self._producer_streams.setdefault(topic, []).append(stream)
             if topic not in self.client.producer_groups:
                 self.client.producer_groups.add(topic)

@@ -28,6 +28,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _json_bool(data: dict[str, Any], name: str, default: bool) -> bool:
+    """A JSON boolean field (fastjson also writes "true" / "false" strings)."""
+    v = data.get(name, default)
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be true or false, not {v!r:.40}")
+    return v
+
+
+def _json_int(data: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """A JSON integer field within ``low .. high`` (a decimal string too, as fastjson reads it)."""
+    v = data.get(name, default)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise ValueError(f"{name} must be an integer within {low} .. {high}, not {v!r:.40}")
+    return v
+
+
 def json_body(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
@@ -155,15 +175,23 @@ class AdminBrokerProcessor:
 
     # == groups and stats ============================================================================
     def update_and_create_subscriptiongroup(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        """A group's config (RocketMQ's SubscriptionGroupConfig as JSON), created or replaced."""
+        """A group's config (RocketMQ's SubscriptionGroupConfig as JSON), created or replaced; a field of the wrong
+        type or out of range is refused, naming it."""
         data = parse_json_body(req, "the subscription group")
         try:
-            validate_group(str(data.get("groupName", "")))
-            g = SubscriptionGroupConfig.from_json(data)
-        except (InvalidNameError, KeyError, TypeError, ValueError) as exc:
+            name = data.get("groupName")
+            if not isinstance(name, str):
+                raise ValueError("groupName must be a string")
+            validate_group(name)
+            g = SubscriptionGroupConfig(
+                name, _json_bool(data, "consumeEnable", True), _json_bool(data, "consumeFromMinEnable", True),
+                _json_bool(data, "consumeBroadcastEnable", True), _json_int(data, "retryQueueNums", 1, 0, 1024),
+                _json_int(data, "retryMaxTimes", 16, 0, 1000), _json_int(data, "brokerId", 0, 0, 1024),
+                _json_int(data, "whichBrokerWhenConsumeSlowly", 1, 0, 1024),
+                _json_bool(data, "notifyConsumerIdsChangedEnable", True),
+                _json_bool(data, "consumeMessageOrderly", False))
+        except (InvalidNameError, ValueError) as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, f"bad subscription group config: {exc}")
-        if g.retry_max_times < 0 or g.retry_queue_nums < 0:
-            return req.response(ResponseCode.INVALID_PARAMETER, "retryMaxTimes and retryQueueNums may not be negative")
         self.broker.subscription_group_manager.update(g)
         log.info("subscription group %s created or updated: %s", g.group_name, g.to_json())
         return req.response(ResponseCode.SUCCESS)
