@@ -1,7 +1,7 @@
 """Run the fuzz targets with atheris (libFuzzer, coverage-guided), one after the other.
 
     python fuzz/run.py                      # every target, 1,000,000 inputs each (``make fuzz``)
-    python fuzz/run.py --seconds 8          # every target for 8 s (``make fuzz-ci``)
+    python fuzz/run.py --seconds 5          # every target for 5 s (``make fuzz-ci``)
     python fuzz/run.py --runs 50000 frames batch
 
 Each target runs in its own process, starting from its committed seeds (``fuzz/corpus/<target>/``), the
