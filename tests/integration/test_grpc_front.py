@@ -181,26 +181,8 @@ def test_tags_that_share_a_hash_code_are_told_apart(cluster: Cluster):
     with Producer("grpc-tags-pg", namesrv=cluster.namesrv_addr) as p:
         for tag in ("BB", "Aa", "C"):  # "Aa" and "BB": one Java hash code
             p.send(Message("GrpcTags", f"tagged-{tag}".encode(), tags=tag))
-    req = pb.ReceiveMessageRequest(group=pb.Resource(name="grpc-tags"), batch_size=8)
-    req.message_queue.topic.name = "GrpcTags"
-    req.message_queue.broker.name = "broker-a"
-    req.filter_expression.type = 1
-    req.filter_expression.expression = "Aa"
-    req.invisible_duration.FromSeconds(30)
-    req.long_polling_timeout.FromSeconds(1)
-
-    async def go() -> list[Any]:
-        server, service, port = await serve(cluster.namesrv_addr, "127.0.0.1", 0)
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                receive = channel.unary_stream(f"/{SERVICE}/ReceiveMessage",
-                                               request_serializer=lambda r: r.SerializeToString(),
-                                               response_deserializer=pb.ReceiveMessageResponse.FromString)
-                return [f.message for f in [f async for f in receive(req, timeout=10)] if f.HasField("message")]
-        finally:
-            await stop(server, service)
-
-    assert [m.body for m in cluster.loop.run(go())] == [b"tagged-Aa"]
+    frames = receive_frames(cluster, "GrpcTags", "grpc-tags", "Aa")
+    assert [f.message.body for f in frames if f.HasField("message")] == [b"tagged-Aa"]
 
 
 def test_a_port_in_use_and_an_unreachable_name_server_are_said_plainly(cluster: Cluster):
