@@ -166,8 +166,9 @@ def test_an_empty_receive_waits_for_a_message_to_arrive(cluster):
     try:
         assert c.receive(1, wait=0.0) == []
 
-        async def later() -> None:
-            await asyncio.sleep(0.5)
+        async def later() -> None:  # once the receive below is held by the broker
+            while cluster.brokers[0].pop_polling.waiting("PopWait", -1) == 0:
+                await asyncio.sleep(0.01)
             await asyncio.get_running_loop().run_in_executor(None, produce, cluster.namesrv_addr, "PopWait", 1,
                                                              "late")
 

@@ -25,6 +25,7 @@ from sluice.proxy.messaging_service import serve, stop
 from sluice.proxy.protocol import MESSAGES, pb
 from sluice.remoting.client import RemotingClient
 from tests.conftest import Cluster
+from tests.integration.helpers import wait_until
 from tests.interop.conftest import CLIENTS, WheelUnavailable, cpp_required, ensure_rocketmq_venv
 
 REQUIREMENT = "rocketmq-python-client==5.1.2"
@@ -149,7 +150,8 @@ def test_the_official_push_consumer_gets_every_message_and_a_failed_one_again(
         attempts.setdefault(e["body"], []).append(e["attempt"])
     assert attempts == {f"p-{i}": ([1, 2] if i == 7 else [1]) for i in range(12)}
     assert events[-1] == {"event": "done", "consumed": 12}
-    assert not [ck for ck in cluster.brokers[0].pop_revive.checkpoints.values() if ck.topic == "Grpc5push"]
+    wait_until(lambda: not [ck for ck in cluster.brokers[0].pop_revive.checkpoints.values()
+                            if ck.topic == "Grpc5push"], 30, "every delivery acknowledged")
 
 
 def test_a_fifo_group_consumes_each_message_group_in_order_and_a_poison_message_goes_to_the_dlq(
