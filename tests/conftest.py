@@ -21,6 +21,7 @@ from sluice.common.config import BrokerConfig, MessageStoreConfig, NamesrvConfig
 from sluice.namesrv import NamesrvController
 from sluice.remoting.client import RemotingClient
 from sluice.store import MessageStore
+from tests.etcd_server import etcd_server  # noqa: F401 (the fixture: a real etcd per test)
 from tests.interop.java_clients import JavaBuild, ensure_java_build, java_required, java_tools_missing
 
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark"}
