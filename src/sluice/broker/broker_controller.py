@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sluice.broker.broker_outer_api import BrokerOuterAPI
@@ -35,22 +36,26 @@ from sluice.broker.producer_manager import ProducerManager
 from sluice.broker.pull_request_hold_service import PullRequestHoldService
 from sluice.broker.rebalance_lock_manager import RebalanceLockManager
 from sluice.broker.schedule_message_service import ScheduleMessageService
+from sluice.broker.slave_synchronize import SlaveSynchronize
 from sluice.broker.subscription_group_manager import SubscriptionGroupManager
 from sluice.broker.timer_message_service import TimerMessageService
 from sluice.broker.topic_config_manager import TopicConfigManager
 from sluice.broker.transactional_message_service import TransactionalMessageService
-from sluice.common.config import BrokerConfig
+from sluice.common.config import BrokerConfig, BrokerRole
 from sluice.common.loop_lag import LoopLagProbe
 from sluice.common.message import host_to_bytes
 from sluice.common.naming import SCHEDULE_TOPIC
 from sluice.common.structs import TopicConfig
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
-from sluice.remoting.codes import RequestCode
+from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.dispatcher import RequestDispatcher
 from sluice.remoting.server import RemotingServer, bind_socket
+from sluice.store.ha.epoch_file import EpochFile
+from sluice.store.ha.ha_client import HAClient
+from sluice.store.ha.ha_service import HAService
 from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,18 @@ log = logging.getLogger(__name__)
 # RocketMQ's accessMessageInMemoryMaxRatio: a message further than this share of RAM behind the log's end is
 # considered swapped out (decides where a brand-new group starts, see query_consumer_offset).
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 0.40
+
+
+# What a slave refuses: everything that writes its store or its metadata (they come from the master).
+SLAVE_REFUSED = frozenset({
+    RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, RequestCode.UPDATE_AND_CREATE_TOPIC,
+    RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
+    RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.PEEK_MESSAGE,
+    RequestCode.NOTIFICATION, RequestCode.POLLING_INFO, RequestCode.SET_MESSAGE_REQUEST_MODE,
+    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+})
 
 
 def _total_memory() -> int:
@@ -96,6 +113,22 @@ class BrokerController:
         self.transaction_service: TransactionalMessageService = None  # type: ignore[assignment]
         self.timer_service: TimerMessageService = None  # type: ignore[assignment]
         self.boot_timestamp = int(time.time() * 1000)
+        # Replication (docs/ha.md): a master's HA service, a slave's HA client and metadata copy. Where a slave's
+        # master is: ``master_address`` (remoting) and ``master_ha_address``, from the config, the name server's
+        # answer to the registration, or the controller (``BrokerRunner``). ``on_cut`` restarts the broker with
+        # its log cut where the master says (set by the runner).
+        self.role: BrokerRole = config.broker_role
+        self.epochs: EpochFile = None  # type: ignore[assignment]
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        self.master_address = ""
+        self.master_ha_address = config.ha_master_address
+        self.on_cut: Callable[[int], Awaitable[None]] | None = None
+        # Controller mode (set by the runner before start): why a master may not take writes now (fencing),
+        # and the slaves its puts wait for.
+        self.write_guard: Callable[[], str] | None = None
+        self.initial_sync_state_set: set[int] | None = None
         self.running = False
         self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
@@ -106,7 +139,9 @@ class BrokerController:
         return self.server.port
 
     # == lifecycle ===================================================================================
-    async def start(self) -> BrokerController:
+    async def start(self, truncate_at: int | None = None, epoch: int | None = None) -> BrokerController:
+        """Open the store (cut at ``truncate_at``: a slave agreeing with its master) and serve. A master begins a
+        new term: ``epoch`` (the controller's), else the last one + 1."""
         c = self.config
         sock = bind_socket(c.listen_host, c.listen_port)
         try:
@@ -117,42 +152,68 @@ class BrokerController:
             self.config.store = store_config
             self.store = MessageStore(store_config)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self.store.start)
+            await loop.run_in_executor(None, self.store.start, truncate_at)
         except BaseException:
             sock.close()
             raise
+        slave = not self.role.is_master
+        self.store.slave_mode = slave
+        self.store.write_guard = self.write_guard
         try:
             self.topic_config_manager.load()
             self.subscription_group_manager.load()
-            self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
-                                                           c.store.flush_consumer_offset_interval)
-            self.schedule_service.load()
             self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
             self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
             self.store.write_failure_listeners.append(lambda: loop.call_soon_threadsafe(self._store_failed))
-            self.timer_service = TimerMessageService(self)
-            self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
-            self.transaction_service = TransactionalMessageService(self)
-            self.transaction_service.load()  # before the first END_TRANSACTION can arrive
+            self.epochs = EpochFile(os.path.join(c.store.store_path_root_dir, "epochFileCheckpoint")).load()
+            if not slave:  # a slave's delayed, timer, transaction and POP work is its master's, copied
+                self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
+                                                               c.store.flush_consumer_offset_interval)
+                self.schedule_service.load()
+                self.timer_service = TimerMessageService(self)
+                self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
+                self.transaction_service = TransactionalMessageService(self)
+                self.transaction_service.load()  # before the first END_TRANSACTION can arrive
             self.request_modes.load()
             self.order_info.load()
-            self.pop_revive = PopReviveService(self)
-            await loop.run_in_executor(None, self.pop_revive.load)  # before the first pop or ack
+            if not slave:
+                self.pop_revive = PopReviveService(self)
+                await loop.run_in_executor(None, self.pop_revive.load)  # before the first pop or ack
             self.store.arrival_listeners.append(self.pop_polling.notify_message_arriving)
             for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerManageProcessor(self),
                               ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self),
                               EndTransactionProcessor(self), PopMessageProcessor(self), AckMessageProcessor(self),
                               QueryAssignmentProcessor(self)):
                 self.dispatcher.register_processor(processor)
+            if slave:
+                for code in SLAVE_REFUSED:
+                    self.dispatcher.handlers[int(code)] = self._refuse_on_slave
+            else:
+                term = epoch if epoch is not None else self.epochs.last_epoch + 1
+                if term > self.epochs.last_epoch:
+                    await loop.run_in_executor(None, self.epochs.append, term, self.store.commit_log.max_offset)
+                self.ha_service = HAService(self.store, self.epochs, c)
+                self.ha_service.set_sync_state_set(self.initial_sync_state_set)
+                await self.ha_service.start(c.listen_host, c.ha_port)
+                if self.role is BrokerRole.SYNC_MASTER:
+                    self.store.replication = self.ha_service
             await self.server.start(sock=sock)
         except BaseException:
             sock.close()
+            if self.ha_service is not None:
+                await self.ha_service.stop()
             await loop.run_in_executor(None, self.store.shutdown)
             raise
-        self.schedule_service.start()
-        self.transaction_service.start()
-        self.timer_service.start()
-        self.pop_revive.start()
+        if not slave:
+            self.schedule_service.start()
+            self.transaction_service.start()
+            self.timer_service.start()
+            self.pop_revive.start()
+        else:
+            self.ha_client = HAClient(self.store, self.epochs, c, lambda: self.master_ha_address, self._cut)
+            self.ha_client.start()
+            self.slave_sync = SlaveSynchronize(self, lambda: self.master_address)
+            self.slave_sync.start()
         self.loop_lag.start(loop)
         self.running = True
         self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._scan_clients_loop())]
@@ -175,15 +236,20 @@ class BrokerController:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if c.namesrv_addrs:
             await self.outer_api.unregister_broker_all(c.namesrv_addrs, c.broker_cluster_name, self.broker_addr,
-                                                       c.broker_name, c.broker_id)
+                                                       c.broker_name, self.registered_id)
         self.hold_service.wake_all()
         self.pop_polling.wake_all()
         await asyncio.sleep(0)
         await self.server.stop()
-        await self.schedule_service.stop()
-        await self.transaction_service.stop()
-        await self.timer_service.stop()
-        await self.pop_revive.stop()
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+        if self.ha_service is not None:
+            await self.ha_service.stop()
+        for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive):
+            if service is not None:
+                await service.stop()
         await self.client.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.topic_config_manager.close)
@@ -191,7 +257,8 @@ class BrokerController:
         await loop.run_in_executor(None, self.request_modes.close)
         await loop.run_in_executor(None, self.order_info.close)
         await loop.run_in_executor(None, self.store.shutdown)
-        await loop.run_in_executor(None, self.timer_service.close)
+        if self.timer_service is not None:
+            await loop.run_in_executor(None, self.timer_service.close)
         log.info("broker %s stopped", c.broker_name)
 
     async def __aenter__(self) -> BrokerController:
@@ -214,6 +281,36 @@ class BrokerController:
             table[n] = d
         return {"dataVersion": m.data_version.to_json(), "topicConfigTable": table}
 
+    @property
+    def registered_id(self) -> int:
+        """The id the name servers know this broker by: 0 for a master (brokerId 0 is the master's), its own
+        id for a slave."""
+        return 0 if self.role.is_master else self.config.broker_id
+
+    @property
+    def ha_address(self) -> str:
+        """Where this broker's slaves connect (a master's HA port)."""
+        if self.ha_service is None:
+            return self.broker_addr
+        return f"{self.config.broker_ip}:{self.ha_service.port}"
+
+    @property
+    def follow_name_server(self) -> bool:
+        """A slave learns its master from the name server, unless a controller names it."""
+        return not self.config.controller_etcd_endpoints
+
+    def _refuse_on_slave(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                            f"broker {self.config.broker_name} ({self.broker_addr}) is a slave: it takes no "
+                            f"writes; send to its master (brokerId 0)")
+
+    async def _cut(self, offset: int) -> None:
+        if self.on_cut is None:
+            log.error("this slave's log must be cut at %d to agree with its master, but nothing can restart it "
+                      "(start it with sluice broker): replication stopped", offset)
+            return
+        await self.on_cut(offset)
+
     def _store_failed(self) -> None:
         """On the loop, after the store refused writes for good (a failed fsync): no longer writeable, so
         clients send elsewhere; reads go on."""
@@ -230,9 +327,15 @@ class BrokerController:
         c = self.config
         if not c.namesrv_addrs:
             return 0
-        return await self.outer_api.register_broker_all(c.namesrv_addrs, c.broker_cluster_name, self.broker_addr,
-                                                        c.broker_name, c.broker_id, self.broker_addr,
-                                                        self.topic_config_wrapper())
+        accepted = await self.outer_api.register_broker_all(c.namesrv_addrs, c.broker_cluster_name,
+                                                            self.broker_addr, c.broker_name, self.registered_id,
+                                                            self.ha_address, self.topic_config_wrapper())
+        master = self.outer_api.master_addresses
+        if not self.role.is_master and master is not None and self.follow_name_server:
+            self.master_address = master[0]
+            if not self.config.ha_master_address and master[1]:
+                self.master_ha_address = master[1]
+        return accepted
 
     async def _register_loop(self) -> None:
         period = self.config.register_name_server_period / 1000

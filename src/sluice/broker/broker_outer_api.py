@@ -21,6 +21,8 @@ class BrokerOuterAPI:
     def __init__(self, client: RemotingClient, timeout_ms: int) -> None:
         self.client = client
         self.timeout_ms = timeout_ms
+        # A slave's master, as the name servers last answered its registration: (address, HA address).
+        self.master_addresses: tuple[str, str] | None = None
 
     async def register_broker_all(self, namesrv_addrs: list[str], cluster: str, broker_addr: str, broker_name: str,
                                   broker_id: int, ha_addr: str, wrapper: dict[str, Any]) -> int:
@@ -41,6 +43,9 @@ class BrokerOuterAPI:
             if resp.code != ResponseCode.SUCCESS:
                 log.warning("name server %s refused the registration: %s %s", addr, resp.code, resp.remark)
                 return False
+            master = resp.ext_fields.get("masterAddr") or ""
+            if master and broker_id != 0:
+                self.master_addresses = (master, resp.ext_fields.get("haServerAddr") or "")
             return True
 
         results = await asyncio.gather(*(one(a) for a in namesrv_addrs))

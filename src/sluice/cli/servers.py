@@ -122,6 +122,11 @@ def broker_config(args: argparse.Namespace, data: dict[str, Any], where: str) ->
         broker["namesrv_addr"], sources["namesrv_addr"] = args.namesrv, "--namesrv"
     if getattr(args, "broker_name", None):
         broker["broker_name"], sources["broker_name"] = args.broker_name, "--broker-name"
+    for flag, key in (("role", "broker_role"), ("broker_id", "broker_id"), ("ha_port", "ha_listen_port"),
+                      ("ha_master", "ha_master_address"), ("etcd", "controller_etcd_endpoints")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            broker[key], sources[key] = value, "--" + flag.replace("_", "-")
     if "broker_ip" not in broker and broker.get("listen_host") in WILDCARD_HOSTS:
         broker["broker_ip"] = announced_ip(broker["listen_host"])  # bound everywhere: announce a real address
     if store:
@@ -143,21 +148,23 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.broker_runner import BrokerRunner
 
     setup_logging(args.log_level)
     cfg = broker_config(args, _config_file(args.config), args.config or "flags")
     if not cfg.namesrv_addrs:
         raise ConfigError("the broker needs a name server: --namesrv host:port (or namesrv_addr in [broker])")
-    broker = BrokerController(cfg)
+    runner = BrokerRunner(cfg)
 
     async def start() -> None:
-        await broker.start()
+        await runner.start()
+        broker = runner.broker
+        assert broker is not None
         await broker.register_broker_all()  # routed before "ready" when a name server answers (else it retries)
         print(f"sluice broker {cfg.broker_name} ready on {broker.broker_addr} (store {cfg.store.store_path_root_dir}, "
-              f"{cfg.store.flush_disk_type.value}, name servers {cfg.namesrv_addr})", flush=True)
+              f"{cfg.store.flush_disk_type.value}, {broker.role.value}, name servers {cfg.namesrv_addr})", flush=True)
 
-    return run_until_signalled(start, broker.stop)
+    return run_until_signalled(start, runner.stop)
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -270,6 +277,14 @@ def add_server_commands(sub: Any) -> None:
     br.add_argument("--port", dest="broker_port", type=int, help="port (default 10911)")
     br.add_argument("--host", help="address to bind and announce (default 127.0.0.1)")
     br.add_argument("--broker-name", help="broker name (default broker-a)")
+    br.add_argument("--role", help="ASYNC_MASTER (default), SYNC_MASTER or SLAVE (docs/ha.md)")
+    br.add_argument("--broker-id", type=int, help="0 for a master, 1 or more for a slave (in controller mode: "
+                    "this broker's own id in its group, 1 or more)")
+    br.add_argument("--ha-port", type=int, help="port a master's slaves connect to (default: --port + 1)")
+    br.add_argument("--ha-master", help="a slave's master, host:port of its HA port (default: as the name "
+                    "server says)")
+    br.add_argument("--etcd", help="controller mode: etcd endpoint(s) host:port;host:port that elect the "
+                    "group's master (docs/ha.md)")
     br.set_defaults(func=cmd_broker)
 
     px = sub.add_parser("proxy", help="run the gRPC front for RocketMQ 5 clients (apache.rocketmq.v2)")

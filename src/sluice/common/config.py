@@ -248,6 +248,33 @@ def parse_delay_levels(spec: str) -> list[int]:
     return out
 
 
+class BrokerRole(enum.Enum):
+    """A broker's part in its group (RocketMQ BrokerRole): masters take writes; a SYNC_MASTER answers SEND_OK
+    only once a slave has the bytes; a slave copies its master's log and serves reads."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+    @classmethod
+    def parse(cls, value: str | BrokerRole) -> BrokerRole:
+        if isinstance(value, BrokerRole):
+            return value
+        v = value.strip().upper().replace("-", "_")
+        try:
+            return cls(v)
+        except ValueError:
+            raise ValueError(f"broker role must be {cls.allowed()}, not {value!r}") from None
+
+    @classmethod
+    def allowed(cls) -> str:
+        return "ASYNC_MASTER, SYNC_MASTER or SLAVE"
+
+    @property
+    def is_master(self) -> bool:
+        return self is not BrokerRole.SLAVE
+
+
 class BrokerConfig(_Config):
     """Settings of a broker (RocketMQ BrokerConfig), with its store and remoting settings inside."""
 
@@ -299,11 +326,40 @@ class BrokerConfig(_Config):
     reject_transaction_message: bool = False
     # The "[stats]" log line (puts/s, gets/s, put and flush latency, bytes behind flush); 0 turns it off.
     stats_log_interval: NonNegative = 60_000
+    # Replication (docs/ha.md). A master listens for its slaves on ``ha_listen_port`` (0: listen_port + 1, as
+    # RocketMQ; any free port when listen_port is 0 too; the name server tells slaves where); a slave copies
+    # the log of ``ha_master_address`` (host:port of the master's HA port), or of the master the name server or
+    # the controller names when that is empty.
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    ha_listen_port: Port = 0
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: Millis = 5_000
+    ha_housekeeping_interval: Millis = 20_000
+    ha_transfer_batch_size: Annotated[int, Meta(ge=4096, le=64 * 1024 * 1024)] = 32 * 1024
+    # A slave further behind than this is not in sync: a SYNC_MASTER does not wait for it (SLAVE_NOT_AVAILABLE).
+    ha_max_gap_not_in_sync: Positive = 256 * 1024 * 1024
+    # Controller mode: a slave that has not caught up for this long leaves the in-sync replica set.
+    ha_max_time_slave_not_catchup: Millis = 15_000
+    # Pulls of messages no longer in memory are pointed at slave 1 (RocketMQ's slaveReadEnable, off by default).
+    slave_read_enable: bool = False
+    # Controller mode (docs/ha.md): the etcd endpoints that keep the group's master, epoch and in-sync replica
+    # set ("host:port;host:port"; empty: no controller, roles as configured); a master keeps its lease this
+    # long (it takes no write once it could not renew it in time).
+    controller_etcd_endpoints: str = ""
+    controller_lease_ttl: Annotated[int, Meta(ge=1_000, le=60_000)] = 3_000
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     remoting: RemotingConfig = field(default_factory=RemotingConfig)
 
     def __post_init__(self) -> None:
         parse_delay_levels(self.message_delay_level)
+        self.broker_role = BrokerRole.parse(self.broker_role)
+
+    @property
+    def ha_port(self) -> int:
+        """The port a master's HA service binds (0: any)."""
+        if self.ha_listen_port:
+            return self.ha_listen_port
+        return self.listen_port + 1 if 0 < self.listen_port < 65535 else 0
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -363,6 +419,13 @@ class ClientConfig(_Config):
     offset_store_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".sluice",
                                                                        "offsets"))
     remoting: RemotingConfig = field(default_factory=RemotingConfig)
+
+    @property
+    def ha_port(self) -> int:
+        """The port a master's HA service binds (0: any)."""
+        if self.ha_listen_port:
+            return self.ha_listen_port
+        return self.listen_port + 1 if 0 < self.listen_port < 65535 else 0
 
     @property
     def namesrv_addrs(self) -> list[str]:

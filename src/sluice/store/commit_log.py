@@ -155,6 +155,10 @@ class _PutSection:
         self.log.put_lock.release()
 
 
+class ReplicationGap(Exception):
+    """Replicated bytes that do not continue this log where it ends."""
+
+
 class SegmentOverflow(Exception):
     """The records cannot fit in one segment, however empty."""
 
@@ -363,6 +367,30 @@ class CommitLog:
         with self.zero_fill_done:
             while mf.zero_fence < end:
                 self.zero_fill_done.wait()
+
+    def append_replicated(self, offset: int, data: memoryview | bytes, reput: Callable[[], None]) -> MappedFile:
+        """A slave's append: ``data``, the master's log bytes from ``offset`` (this log's end), written as they
+        came into the segment holding ``offset`` (the master never sends across a segment's end: its BLANK
+        filler comes with the bytes). Under the put lock, then ``reput`` (which dispatches the records that
+        are whole now); returns the segment."""
+        n = len(data)
+        with self.put_lock:
+            if self.closed:
+                raise CommitLogClosed("the message store is shut down")
+            if offset != self.max_offset:
+                raise ReplicationGap(f"replicated bytes at {offset}, but this log ends at {self.max_offset}")
+            mf = self.queue.last_or_create(offset)
+            pos = offset - mf.file_from_offset
+            if pos != mf.wrote_position or pos + n > self.file_size:
+                raise ReplicationGap(f"{n} replicated bytes at {offset} do not fit the segment at "
+                                     f"{mf.file_from_offset} (written to {mf.wrote_position})")
+            if pos + n > mf.zero_fence:
+                self._wait_for_zero_fill(mf, pos + n)
+            mf.append(data)
+            if mf.is_full() and self.on_roll is not None:
+                self.on_roll()
+            reput()
+            return mf
 
     # -- reading ------------------------------------------------------------------------------------
     def _locate(self, phys_offset: int, size: int) -> tuple[MappedFile, int] | None:

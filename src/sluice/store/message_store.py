@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Protocol
 
 import numpy as np
 
@@ -26,9 +27,10 @@ from sluice.common.config_loader import check
 from sluice.common.errors import InvalidNameError, MessageFormatError, StoreConfigError, StoreLockedError
 from sluice.common.files import fsync_dir
 from sluice.common.message import MessageExt, MessageExtBrokerInner
-from sluice.common.message_codec import decode_record
+from sluice.common.message_codec import POS_PHYSICAL_OFFSET, check_record, decode_record
 from sluice.common.naming import validate_topic
 from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK
+from sluice.common.sysflag import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1
 from sluice.store.allocate_mapped_file import AllocateMappedFileService
 from sluice.store.checkpoint import StoreCheckpoint
 from sluice.store.commit_log import (
@@ -39,7 +41,9 @@ from sluice.store.commit_log import (
     DispatchRequest,
     PropertiesTooLarge,
     RawBatch,
+    ReplicationGap,
     SegmentOverflow,
+    dispatch_request_of,
     no_queue_offset,
     split_keys,
 )
@@ -59,6 +63,9 @@ from sluice.store.retention import CleanCommitLogService, disk_usage_ratio
 from sluice.store.warm_mapped_file import WarmMappedFileService
 
 log = logging.getLogger(__name__)
+
+_SIZE_AND_MAGIC = struct.Struct(">ii")
+_I64 = struct.Struct(">q")
 
 MessageArrivalListener = Callable[[str, int, int], None]
 # Whether the stored record at a position of a commit-log segment's buffer is to be served (a property filter).
@@ -97,6 +104,28 @@ Put = list[MessageExtBrokerInner] | RawBatch
 PutDone = Callable[[int, PutMessageResult], None]
 
 
+def _waits(put: Put) -> bool:
+    """Whether a put's sender waits for its durability: unless every message says WAIT=false (a raw batch's
+    WAIT comes with the request's properties)."""
+    if isinstance(put, RawBatch):
+        return put.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+    return any(m.wait_store_msg_ok for m in put)
+
+
+# What a wait for the slaves ended with: None when one has the bytes, else the status and remark to answer.
+ReplicaOutcome = tuple[PutMessageStatus, str] | None
+
+
+class ReplicationWaiter(Protocol):
+    """A SYNC_MASTER's wait for its slaves (``sluice.store.ha.ha_service``): one call per group of puts."""
+
+    def wait_for_replicas(self, end_offset: int, callback: Callable[[ReplicaOutcome], None]) -> None:
+        """On the event loop: ``callback`` once the in-sync slaves have the log up to ``end_offset``, or why not."""
+
+    def wait_for_replicas_threadsafe(self, end_offset: int, callback: Callable[[ReplicaOutcome], None]) -> None:
+        """The same from another thread; ``callback`` runs on the event loop."""
+
+
 class MessageStore:
     """CommitLog + ConsumeQueues + IndexFiles + checkpoint, with flush, recovery and retention services."""
 
@@ -123,6 +152,12 @@ class MessageStore:
         self.write_failure = ""
         self.write_failure_listeners: list[Callable[[], None]] = []  # called once, from the failing thread
         self._failure_lock = threading.Lock()
+        # Replication (``sluice.store.ha``): a slave's store takes no put, only the master's bytes
+        # (``append_replicated``); a SYNC_MASTER's puts wait for ``replication`` too; ``write_guard`` says why
+        # a master may not take writes now (a fenced master whose lease ran out), checked at every put.
+        self.slave_mode = False
+        self.replication: ReplicationWaiter | None = None
+        self.write_guard: Callable[[], str] | None = None
         self.running = False
         self.abnormal_start = False
         self._lock_fd: int | None = None
@@ -132,7 +167,8 @@ class MessageStore:
         self._logics_flush_lock = threading.Lock()
 
     # == lifecycle ===================================================================================
-    def start(self) -> MessageStore:
+    def start(self, truncate_at: int | None = None) -> MessageStore:
+        """Open and recover the store; ``truncate_at``: cut the log there (a slave agreeing with its master)."""
         c = self.config
         os.makedirs(self.root, exist_ok=True)
         self._acquire_lock()
@@ -148,7 +184,7 @@ class MessageStore:
             abort_path = os.path.join(self.root, "abort")
             self.abnormal_start = os.path.exists(abort_path) or (
                 bool(self.commit_log.queue.files) and self.checkpoint.clean_shutdown_offset < 0)
-            recover(self, self.abnormal_start)
+            recover(self, self.abnormal_start, truncate_at)
             self.checkpoint.clean_shutdown_offset = -1
             # What recovery rebuilt must be on disk before the checkpoint says it is.
             self.flush_logics_and_checkpoint(0)
@@ -285,6 +321,13 @@ class MessageStore:
         """Why the store takes no put now, if it takes none."""
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the message store is shut down")
+        if self.slave_mode:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                    "message store is slave mode, so putMessage is forbidden")
+        if self.write_guard is not None:
+            why = self.write_guard()
+            if why:
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
         if self.write_failure:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure)
         if self.no_space:
@@ -359,16 +402,25 @@ class MessageStore:
         (a raw batch's WAIT comes with the request's properties)."""
         if self._group_commit is None:
             return False
-        if isinstance(put, RawBatch):
-            return put.extra_properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return any(m.wait_store_msg_ok for m in put)
+        return _waits(put)
 
-    def _finish_put(self, r: AppendResult, n: int, flushed: bool) -> PutMessageResult:
-        """The answer to a stored put; never raises (the records are stored whatever happens here)."""
+    def waits_for_replicas(self, put: Put) -> bool:
+        """Whether a put answers only once a slave has its bytes (SYNC_MASTER), WAIT as for the flush."""
+        return self.replication is not None and _waits(put)
+
+    def _waits_any(self, put: Put) -> bool:
+        return self.waits_for_flush(put) or self.waits_for_replicas(put)
+
+    def _finish_put(self, r: AppendResult, n: int, flushed: bool,
+                    replicated: ReplicaOutcome = None) -> PutMessageResult:
+        """The answer to a stored put; never raises (the records are stored whatever happens here).
+        ``replicated``: what the wait for the slaves ended with, when it did not end well."""
         try:
             result = PutMessageResult(PutMessageStatus.PUT_OK, "", r.wrote_offset, r.wrote_bytes, r.queue_offset, n,
                                       r.store_timestamp, r.phys_offsets)
-            if not flushed:
+            if flushed and replicated is not None:
+                result.status, result.remark = replicated
+            elif not flushed:
                 if self.write_failure:  # not durable, and never to be: the send failed
                     result.status, result.remark = PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure
                 else:
@@ -431,7 +483,7 @@ class MessageStore:
             else:
                 run.append(i)
         self._append_run(puts, run, stored, done)
-        waiting = [s for s in stored if self.waits_for_flush(puts[s[0]])]
+        waiting = [s for s in stored if self._waits_any(puts[s[0]])]
         waits = {s[0] for s in waiting}
         eager: dict[tuple[str, int], int] = {}
         for i, r, n in stored:
@@ -442,15 +494,42 @@ class MessageStore:
         if not waiting:
             return
 
-        def flushed(ok: bool) -> None:
+        end = max(r.wrote_offset + r.wrote_bytes for _, r, _ in waiting)
+
+        def answer(ok: bool, replicated: ReplicaOutcome) -> None:
             later: dict[tuple[str, int], int] = {}
             for i, r, n in waiting:
-                done(i, self._finish_put(r, n, ok))
+                rep = replicated if self.waits_for_replicas(puts[i]) else None
+                done(i, self._finish_put(r, n, ok or not self.waits_for_flush(puts[i]), rep))
                 _merge_arrivals(later, r.arrivals)
             self._notify_arrivals(later)
 
-        assert self._group_commit is not None
-        end = max(r.wrote_offset + r.wrote_bytes for _, r, _ in waiting)
+        replication = self.replication
+        needs_replicas = replication is not None and any(self.waits_for_replicas(puts[i]) for i, _, _ in waiting)
+
+        def flushed(ok: bool) -> None:
+            if not (ok and needs_replicas):
+                answer(ok, None)
+                return
+            assert replication is not None
+            if loop is not None:
+                replication.wait_for_replicas(end, lambda rep: answer(True, rep))
+                return
+            got: list[ReplicaOutcome] = []
+            event = threading.Event()
+
+            def settle(rep: ReplicaOutcome) -> None:
+                got.append(rep)
+                event.set()
+
+            replication.wait_for_replicas_threadsafe(end, settle)
+            if not event.wait(self.config.sync_flush_timeout / 1000 + 1):
+                got.append((PutMessageStatus.FLUSH_SLAVE_TIMEOUT, "no slave acknowledged in time"))
+            answer(True, got[0])
+
+        if self._group_commit is None or not any(self.waits_for_flush(puts[i]) for i, _, _ in waiting):
+            flushed(True)
+            return
         if loop is not None:
             self._group_commit.submit_callback(end, flushed)
             return
@@ -506,6 +585,68 @@ class MessageStore:
             stored.append((i, AppendResult(start, stop - start, r.queue_offsets[first], r.store_timestamp,
                                            r.phys_offsets[first:last], arrivals), last - first))
             first = last
+
+    # == replication (a slave's store) ===============================================================
+    def append_replicated(self, offset: int, data: memoryview | bytes) -> int:
+        """A slave's write: the master's log bytes from ``offset`` (this log's end), appended as they came;
+        every record they complete is checked (CRC, offsets) and dispatched exactly as the master dispatched
+        it, so both stores hold the same log, queues and index. Returns the new end of the log. Bytes that do
+        not continue the log raise ``ReplicationGap``; a record that is not intact raises
+        ``MessageFormatError`` after the log is cut back to its last whole record: nothing is served from it."""
+        if not self.running:
+            raise CommitLogClosed("the message store is shut down")
+        arrivals: dict[tuple[str, int], int] = {}
+
+        def reput() -> None:
+            self._reput(arrivals)
+
+        self.commit_log.append_replicated(offset, data, reput)
+        self._notify_arrivals(arrivals)
+        return self.commit_log.max_offset
+
+    def _reput(self, arrivals: dict[tuple[str, int], int]) -> None:
+        """Dispatch the whole records between ``dispatched_offset`` and the log's end (under the put lock)."""
+        cl = self.commit_log
+        file_size = cl.file_size
+        table = cl.topic_queue_table
+        at = self.dispatched_offset
+        end = cl.max_offset
+        try:
+            while at < end:
+                mf = cl.queue.find_by_offset(at)
+                if mf is None:
+                    raise MessageFormatError(f"no commit log segment holds offset {at}")
+                pos = at - mf.file_from_offset
+                written = mf.wrote_position
+                if written - pos < 8:
+                    break
+                total, magic = _SIZE_AND_MAGIC.unpack_from(mf.buf, pos)
+                if magic == BLANK_MAGIC_CODE:
+                    if written < file_size:
+                        break  # the filler's zeros are still coming
+                    check_record(mf.buf, pos, file_size, False)
+                    at = mf.file_from_offset + file_size
+                    continue
+                if magic == MESSAGE_MAGIC_CODE_V1 and 0 < total <= file_size - pos and pos + total > written:
+                    break  # the rest of this record is still coming
+                size = check_record(mf.buf, pos, written, True)
+                if size <= 0:
+                    raise MessageFormatError(f"no record at offset {at}")
+                if _I64.unpack_from(mf.buf, pos + POS_PHYSICAL_OFFSET)[0] != at:
+                    raise MessageFormatError(f"the record at {at} claims another physical offset")
+                req = dispatch_request_of(at, mf.buf[pos:pos + size])
+                self.dispatch_one(req)
+                if not no_queue_offset(req.sys_flag):
+                    key = (req.topic, req.queue_id)
+                    table[key] = req.queue_offset + 1
+                    arrivals[key] = req.queue_offset + 1
+                at += size
+        except MessageFormatError:
+            log.error("replicated bytes at %d are not an intact record: the log is cut back there", at)
+            cl.set_end(at)
+            raise
+        finally:
+            self.dispatched_offset = at
 
     # == dispatch (ConsumeQueue and index) ============================================================
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
@@ -898,4 +1039,5 @@ class MessageStore:
         return sorted(self.consume_queues)
 
 
-__all__ = ["MessageStore", "QueryMessageResult", "StoreConfigError"]
+__all__ = ["MessageStore", "QueryMessageResult", "ReplicaOutcome", "ReplicationGap", "ReplicationWaiter",
+           "StoreConfigError"]

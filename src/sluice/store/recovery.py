@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def recover(store: MessageStore, abnormal: bool) -> None:
+def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None) -> None:
+    """``truncate_at``: make the log end there at the latest (a slave whose log diverged from its master's keeps
+    only the common part), whatever the checkpoint says; a record that would cross it goes too."""
     cp = store.checkpoint
     commit_log = store.commit_log
     cfg = store.config
@@ -32,23 +34,36 @@ def recover(store: MessageStore, abnormal: bool) -> None:
         last_end = queue.files[-1].file_from_offset + commit_log.file_size
         if start < queue.min_offset or start > last_end:
             start = queue.min_offset
+    if truncate_at is not None:
+        start = max(min(start, truncate_at), queue.min_offset if queue.files else 0)
+        abnormal = True  # index entries past the cut are dropped below, as after a crash
     if abnormal:
         log.warning("the store was not shut down cleanly: checking the commit log from offset %d", start)
     # Index entries are trusted only for messages below both the last index flush and the last log flush: an
     # index entry may outlive, in a power loss, the unflushed message it points to.
     index_from = min(cp.index_safe_offset, cp.physic_safe_offset) if cp.valid else 0
+    if truncate_at is not None:
+        index_from = min(index_from, start)
     if abnormal:
         dropped = store.index_service.keep_below(index_from)
         if dropped:
             log.warning("index: dropped %d entries of messages from offset %d to index them again", dropped,
                         index_from)
     records = 0
+    end = -1
     for phys, record in commit_log.scan(start, cfg.check_crc_on_recover):
+        if truncate_at is not None and phys + len(record) > truncate_at:
+            end = phys
+            del record
+            break
         req = dispatch_request_of(phys, record)
         store.dispatch_one(req, index=phys >= index_from)
         records += 1
         del record
-    end = commit_log.scan_end
+    if end < 0:
+        end = commit_log.scan_end if truncate_at is None else min(commit_log.scan_end, truncate_at)
+    if truncate_at is not None and queue.max_offset > end:
+        log.warning("commit log: cut at %d to agree with the master (%d bytes dropped)", end, queue.max_offset - end)
     if commit_log.scan_error:
         log.warning("commit log: %s; truncating there (%d bytes dropped from the tail)", commit_log.scan_error,
                     max(0, queue.max_offset - end))

@@ -196,6 +196,20 @@ class AdminBrokerProcessor:
         log.info("subscription group %s created or updated: %s", g.group_name, g.to_json())
         return req.response(ResponseCode.SUCCESS)
 
+    def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Every group's committed offsets, as consumerOffset.json holds them (a slave copies them)."""
+        com = self.broker.store.consumer_offsets
+        with com._lock:
+            table = {k: {str(q): o for q, o in v.items()} for k, v in com.offset_table.items()}
+        return req.response(ResponseCode.SUCCESS, body=json_body({"offsetTable": table}))
+
+    def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """The delay levels' delivery offsets, as delayOffset.json holds them (a slave copies them)."""
+        s = self.broker.schedule_service
+        offsets = dict(s.offsets) if s is not None else {}
+        return req.response(ResponseCode.SUCCESS,
+                            body=json_body({"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}))
+
     def get_all_subscriptiongroup_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         m = self.broker.subscription_group_manager
         return req.response(ResponseCode.SUCCESS, body=json_body({

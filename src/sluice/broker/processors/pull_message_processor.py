@@ -179,12 +179,18 @@ class PullMessageProcessor:
             code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
         else:
             code = _STATUS_CODE[status]
-        if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and b.config.broker_id == 0:
+        # (a slave keeps commits too: with the master gone, consumers commit there; while the master is up its
+        # offsets overwrite them, SlaveSynchronize)
+        if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
             b.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
             timeout = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
             return self._hold(conn, req, h, timeout)
-        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
+        # Reads of messages no longer in memory are pointed at slave 1 (RocketMQ's slaveReadEnable with
+        # whichBrokerWhenConsumeSlowly 1), so that they do not evict the pages the master's writers use.
+        slow = (b.config.slave_read_enable and code == ResponseCode.SUCCESS
+                and b.swapped_out(h.topic, h.queue_id, h.queue_offset))
+        ext = {"suggestWhichBrokerId": "1" if slow else "0", "nextBeginOffset": str(r.next_begin_offset),
                "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
         resp = req.response(code, None if code == ResponseCode.SUCCESS else status.name, ext)
         if r.buffers:

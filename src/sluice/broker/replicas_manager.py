@@ -1,0 +1,251 @@
+"""Controller mode: who is master of a broker group, kept in etcd (RocketMQ 5's ReplicasManager, with etcd as
+the controller; docs/ha.md § Failover).
+
+The group's state lives under ``/sluice/<cluster>/<brokerName>/``:
+
+- ``leader``: the master (broker id, addresses, epoch), attached to the master's etcd lease: it disappears
+  when the master stops renewing it;
+- ``epoch``: the last epoch granted; every new master takes the next one;
+- ``syncStateSet``: the brokers that hold every acknowledged message (the master and the slaves a SYNC_MASTER
+  waits for); only they may be elected, so a new master never lacks an acknowledged message.
+
+Election is one etcd transaction: "no leader, and the epoch and the in-sync set are as I read them" → put me
+as leader under my lease, the next epoch, and an in-sync set of me alone (the slaves join it again once they
+have caught up). The master grows the set (locally first: its puts wait for the newcomer before etcd names
+it) and shrinks it (etcd first) as its slaves catch up or fall behind, each write conditional on its still
+being the leader under its lease. Fencing: a master acknowledges no write once its lease may have run out
+(the deadline counts from when the renewal was sent), so a master that was paused or cut off stops on its
+own before another can be elected; it learns the new leader and becomes its slave, cutting whatever it wrote
+that the new master does not have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sluice.controller.etcd_client import Compare, EtcdClient, EtcdError, KeyValue, Op
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_runner import BrokerRunner
+
+log = logging.getLogger(__name__)
+
+TICK = 0.25  # seconds between looks at the group's state
+
+
+class Leader(NamedTuple):
+    broker_id: int
+    address: str
+    ha_address: str
+    epoch: int
+
+    def to_json(self) -> bytes:
+        return json.dumps({"brokerId": self.broker_id, "address": self.address, "haAddress": self.ha_address,
+                           "epoch": self.epoch}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Leader:
+        d = json.loads(raw)
+        return cls(int(d["brokerId"]), str(d["address"]), str(d["haAddress"]), int(d["epoch"]))
+
+
+def _members(kv: KeyValue | None) -> set[int] | None:
+    if kv is None:
+        return None
+    return {int(m) for m in json.loads(kv.value)["members"]}
+
+
+def _sss_value(members: set[int], epoch: int) -> bytes:
+    return json.dumps({"members": sorted(members), "epoch": epoch}).encode()
+
+
+class ReplicasManager:
+    """One broker's part in its group's elections; ``await start()``, ``await stop()``."""
+
+    def __init__(self, runner: BrokerRunner) -> None:
+        c = runner.config
+        self.runner = runner
+        self.config = c
+        endpoints = [e.strip() for e in c.controller_etcd_endpoints.split(";") if e.strip()]
+        self.etcd = EtcdClient(endpoints, timeout=max(0.5, c.controller_lease_ttl / 3000))
+        self.prefix = f"/sluice/{c.broker_cluster_name}/{c.broker_name}/".encode()
+        self.broker_id = c.broker_id
+        self.address = f"{c.broker_ip}:{c.listen_port}"
+        self.ha_address = f"{c.broker_ip}:{c.ha_port}"
+        self.ttl = max(1, c.controller_lease_ttl // 1000)
+        self.lease = 0
+        self.lease_valid_until = 0.0  # monotonic: no write is acknowledged past this (fencing)
+        self.is_leader = False
+        self.leader: Leader | None = None
+        self.became_master_at = 0.0
+        self._renewed_at = 0.0
+        self._task: asyncio.Task | None = None
+        self._waiting_logged = ""
+
+    def key(self, name: str) -> bytes:
+        return self.prefix + name.encode()
+
+    # == lifecycle ===================================================================================
+    async def start(self) -> None:
+        await self._new_lease()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self.is_leader = False
+        if self.lease:
+            try:  # the leader key goes with the lease: the others elect at once instead of after the TTL
+                await self.etcd.lease_revoke(self.lease)
+            except EtcdError as exc:
+                log.info("could not revoke the lease at stop: %s", exc)
+        await self.etcd.close()
+
+    def write_guard(self) -> str:
+        """Why this master may not acknowledge writes now ("" when it may)."""
+        if not self.is_leader:
+            return "this broker is no longer the master of its group (the controller elected another)"
+        if time.monotonic() >= self.lease_valid_until:
+            return "this master could not renew its lease with the controller in time: it takes no write"
+        return ""
+
+    async def _new_lease(self) -> None:
+        sent = time.monotonic()
+        lease = await self.etcd.lease_grant(self.ttl)
+        self.lease = lease.id
+        self._renewed_at = sent
+        self.lease_valid_until = sent + lease.ttl - 0.25
+        await self.etcd.put(self.key(f"replicas/{self.broker_id}"),
+                            json.dumps({"address": self.address, "haAddress": self.ha_address}).encode(),
+                            lease=self.lease)
+
+    async def _keepalive(self) -> None:
+        sent = time.monotonic()
+        ttl = await self.etcd.lease_keepalive(self.lease)
+        if ttl <= 0:
+            log.warning("the controller lease of broker %d ran out: taking a new one", self.broker_id)
+            self.is_leader = False
+            self.lease_valid_until = 0.0
+            await self._new_lease()
+            return
+        self._renewed_at = sent
+        self.lease_valid_until = sent + ttl - 0.25
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if time.monotonic() - self._renewed_at >= self.ttl / 3:
+                    await self._keepalive()
+                await self._tick()
+            except (EtcdError, OSError, ValueError, KeyError) as exc:
+                log.warning("controller (etcd) step failed: %s", exc)
+            except Exception:
+                log.exception("controller step failed")
+            await asyncio.sleep(TICK)
+
+    # == one look at the group =======================================================================
+    async def _tick(self) -> None:
+        kvs = {kv.key[len(self.prefix):].decode(): kv for kv in await self.etcd.get_prefix(self.prefix)}
+        leader_kv = kvs.get("leader")
+        if leader_kv is None:
+            self.is_leader = False
+            members = _members(kvs.get("syncStateSet"))
+            if members is None or self.broker_id in members:
+                await self._elect(kvs)
+            else:
+                self._log_waiting(f"no master, and this broker is not in the in-sync set {sorted(members)}: "
+                                  "waiting for one of them")
+            return
+        leader = Leader.from_json(leader_kv.value)
+        self.leader = leader
+        if leader.broker_id == self.broker_id:
+            if leader_kv.lease != self.lease:  # a leader key of this broker's last life: wait for it to expire
+                self.is_leader = False
+                self._log_waiting("a leader key of this broker's earlier run is still there: waiting for its lease")
+                return
+            self.is_leader = True
+            broker = self.runner.broker
+            if broker is None or not broker.role.is_master:
+                await self.runner.become_master(leader.epoch, {self.broker_id})
+                self.became_master_at = time.monotonic()
+                return
+            await self._maintain_sync_state_set(kvs, leader_kv)
+            return
+        self.is_leader = False
+        await self.runner.follow(leader.address, leader.ha_address)
+
+    def _log_waiting(self, why: str) -> None:
+        if why != self._waiting_logged:
+            log.info("broker %d: %s", self.broker_id, why)
+            self._waiting_logged = why
+
+    async def _elect(self, kvs: dict[str, KeyValue]) -> None:
+        epoch_kv, sss_kv = kvs.get("epoch"), kvs.get("syncStateSet")
+        if time.monotonic() >= self.lease_valid_until:
+            return
+        broker = self.runner.broker
+        local = broker.epochs.last_epoch if broker is not None and broker.epochs is not None else 0
+        epoch = max(int(epoch_kv.value) if epoch_kv else 0, local) + 1
+        leader = Leader(self.broker_id, self.address, self.ha_address, epoch)
+
+        def unchanged(kv: KeyValue | None, name: str) -> Compare:
+            return Compare.mod_revision(self.key(name), "=", kv.mod_revision) if kv else \
+                Compare.version(self.key(name), "=", 0)
+
+        r = await self.etcd.txn(
+            [Compare.version(self.key("leader"), "=", 0), unchanged(epoch_kv, "epoch"),
+             unchanged(sss_kv, "syncStateSet")],
+            [Op.put(self.key("leader"), leader.to_json(), lease=self.lease),
+             Op.put(self.key("epoch"), str(epoch).encode()),
+             Op.put(self.key("syncStateSet"), _sss_value({self.broker_id}, epoch))])
+        if not r.succeeded:
+            return
+        log.warning("broker %d elected master of %s, epoch %d", self.broker_id, self.config.broker_name, epoch)
+        self.is_leader = True
+        self.leader = leader
+        await self.runner.become_master(epoch, {self.broker_id})
+        self.became_master_at = time.monotonic()
+
+    async def _maintain_sync_state_set(self, kvs: dict[str, KeyValue], leader_kv: KeyValue) -> None:
+        broker = self.runner.broker
+        ha = broker.ha_service if broker is not None else None
+        if ha is None:
+            return
+        members = _members(kvs.get("syncStateSet")) or {self.broker_id}
+        now = time.monotonic()
+        limit = self.config.ha_max_time_slave_not_catchup / 1000
+        want = set(members)
+        for b in members - {self.broker_id}:
+            s = ha.slaves.get(b)
+            last = max(s.caught_up_at if s is not None else 0.0, self.became_master_at)
+            if now - last > limit:
+                want.discard(b)
+        for s in ha.slaves.values():
+            if s.connected and s.broker_id not in want and now - s.caught_up_at < 1.0:
+                want.add(s.broker_id)
+        if want == members:
+            if ha.sync_state_set != members:
+                ha.set_sync_state_set(members)
+            return
+        added = want - members
+        if added:  # wait for the newcomers before etcd names them
+            ha.set_sync_state_set(members | added)
+        epoch = self.leader.epoch if self.leader else 0
+        r = await self.etcd.txn([Compare.value(self.key("leader"), "=", leader_kv.value),
+                                 Compare.lease(self.key("leader"), "=", self.lease)],
+                                [Op.put(self.key("syncStateSet"), _sss_value(want, epoch))])
+        if r.succeeded:
+            ha.set_sync_state_set(want)
+            log.info("in-sync set of %s: %s (was %s)", self.config.broker_name, sorted(want), sorted(members))
+        else:
+            ha.set_sync_state_set(members)
+
+    def describe(self) -> dict[str, Any]:
+        return {"brokerId": self.broker_id, "leader": self.leader._asdict() if self.leader else None,
+                "isLeader": self.is_leader}

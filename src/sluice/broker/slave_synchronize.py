@@ -1,0 +1,110 @@
+"""A slave's copy of its master's metadata (RocketMQ SlaveSynchronize): topic configs, consumer offsets,
+delay-level offsets and subscription groups, fetched every ``SYNC_INTERVAL`` seconds with GET_ALL_TOPIC_CONFIG,
+GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG, and kept in the slave's own
+config files, so that a slave made master goes on from where its master was."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
+from sluice.common import fastjson
+from sluice.common.files import ConfigWriter
+from sluice.common.structs import DataVersion, TopicConfig
+from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.errors import RemotingError
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+SYNC_INTERVAL = 3.0
+
+
+class SlaveSynchronize:
+    """``start()`` on a slave; ``await stop()``. ``master_addr()`` names the master's remoting address."""
+
+    def __init__(self, broker: BrokerController, master_addr: Callable[[], str]) -> None:
+        self.broker = broker
+        self.master_addr = master_addr
+        self.synced_at = 0.0  # loop time of the last complete sync (0: never)
+        self._task: asyncio.Task | None = None
+        self._delay_writer: ConfigWriter | None = None
+        self._delay_offsets: dict[str, Any] = {}
+
+    def start(self) -> None:
+        path = os.path.join(self.broker.config.store.store_path_config, "delayOffset.json")
+        self._delay_writer = ConfigWriter(path, lambda: {"offsetTable": self._delay_offsets})
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._delay_writer is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._delay_writer.close)
+
+    async def _run(self) -> None:
+        while True:
+            addr = self.master_addr()
+            if not addr:  # not known yet: look again soon
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                await self.sync_all(addr)
+            except (RemotingError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                log.warning("copying the metadata of master %s failed: %s", addr, exc)
+            await asyncio.sleep(SYNC_INTERVAL)
+
+    async def _get(self, addr: str, code: RequestCode) -> Any:
+        b = self.broker
+        resp = await b.client.invoke(addr, RemotingCommand.request(code), b.config.register_broker_timeout_mills)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ValueError(f"{code.name} answered {resp.code} {resp.remark}")
+        data = fastjson.loads(resp.body or b"{}")
+        if not isinstance(data, dict):
+            raise ValueError(f"{code.name} answered {type(data).__name__}, not an object")
+        return data
+
+    async def sync_all(self, addr: str) -> None:
+        b = self.broker
+        topics = await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        m = b.topic_config_manager
+        version = DataVersion.from_json(topics.get("dataVersion"))
+        if version != m.data_version:
+            table = {n: TopicConfig.from_json(tc) for n, tc in (topics.get("topicConfigTable") or {}).items()}
+            with m._lock:
+                m.table = table
+                m.data_version = version
+            m.persist()
+            b.trigger_register()
+        offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        com = b.store.consumer_offsets
+        fresh = {k: {int(q): int(o) for q, o in v.items()} for k, v in (offsets.get("offsetTable") or {}).items()}
+        with com._lock:
+            if fresh != com.offset_table:
+                com.offset_table = fresh
+                com._dirty = True
+        delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
+        table = {str(int(k)): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
+        if table != self._delay_offsets and self._delay_writer is not None:
+            self._delay_offsets = table
+            self._delay_writer.request()
+        groups = await self._get(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        sg = b.subscription_group_manager
+        version = DataVersion.from_json(groups.get("dataVersion"))
+        if version != sg.data_version:
+            gtable = {n: SubscriptionGroupConfig.from_json(g)
+                      for n, g in (groups.get("subscriptionGroupTable") or {}).items()}
+            with sg._lock:
+                sg.table = gtable
+                sg.data_version = version
+            sg.persist()
+        self.synced_at = asyncio.get_running_loop().time()

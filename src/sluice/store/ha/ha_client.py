@@ -1,0 +1,183 @@
+"""The slave's side of replication (RocketMQ HAClient): copy the master's log into this store.
+
+Connect to the master's HA port, say where this log ends and which epochs it holds, and take the master's
+bytes from where the two logs agree, storing them exactly as they came (``MessageStore.append_replicated``
+checks and dispatches every record). When the master says this log holds bytes it does not (this broker was
+a master that wrote what nobody copied), ``on_cut`` is called with the offset to cut the log at: the broker
+restarts its store cut there, and connects again. Reports go back after every read (flushed first when the
+store flushes synchronously) and every ``ha_send_heartbeat_interval``; a master silent for
+``ha_housekeeping_interval`` is left, and the connection made again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from sluice.common.config import BrokerConfig
+from sluice.common.errors import MessageFormatError
+from sluice.store.ha.epoch_file import EpochEntry, EpochFile
+from sluice.store.ha.ha_protocol import (
+    Handshake,
+    HAProtocolError,
+    Refuse,
+    SlaveReader,
+    Transfer,
+    Welcome,
+    encode_handshake,
+    encode_report,
+)
+from sluice.store.message_store import MessageStore, ReplicationGap
+
+log = logging.getLogger(__name__)
+
+# The largest transfer a slave takes: the largest batch a master may be configured to send.
+MAX_TRANSFER = 64 * 1024 * 1024
+RETRY_INTERVAL = 1.0
+
+
+class HAClient:
+    """Keep this slave's log a copy of its master's; ``start()``, ``await stop()``."""
+
+    def __init__(self, store: MessageStore, epochs: EpochFile, config: BrokerConfig,
+                 master_address: Callable[[], str], on_cut: Callable[[int], Awaitable[None]]) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.config = config
+        self.master_address = master_address
+        self.on_cut = on_cut
+        self.connected_to = ""
+        self.master_epoch = 0
+        self.master_max_offset = 0  # as the master last said (lag = this − our end, roughly)
+        self.last_error = ""
+        self._master_epochs: list[EpochEntry] = []
+        self._task: asyncio.Task | None = None
+        self._running = False
+
+    def start(self) -> None:
+        self._running = True
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        self._running = False
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def reconnect(self) -> None:
+        """Leave the current master (a new one was named) and connect again."""
+        await self.stop()
+        self.start()
+
+    async def _run(self) -> None:
+        while self._running:
+            address = self.master_address()
+            if not address:  # not known yet: look again soon
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                cut = await self._session(address)
+            except (OSError, asyncio.IncompleteReadError, HAProtocolError, TimeoutError, ReplicationGap,
+                    MessageFormatError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("replication from %s stopped: %s", address, self.last_error)
+                cut = None
+            finally:
+                self.connected_to = ""
+            if cut is not None:
+                self._running = False
+                await self.on_cut(cut)
+                return
+            if self._running:
+                await asyncio.sleep(RETRY_INTERVAL)
+
+    async def _session(self, address: str) -> int | None:
+        """One connection; returns where to cut the log when the master says so, else None when it ends."""
+        host, _, port = address.rpartition(":")
+        async with asyncio.timeout(self.config.remoting.connect_timeout_millis / 1000):
+            reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 16)
+        try:
+            store = self.store
+            writer.write(encode_handshake(Handshake(self.config.broker_id, store.commit_log.max_offset,
+                                                    self.epochs.entries)))
+            frames = SlaveReader(MAX_TRANSFER)
+            housekeeping = self.config.ha_housekeeping_interval / 1000
+            heartbeat = self.config.ha_send_heartbeat_interval / 1000
+            welcomed = False
+            last_heard = last_report = time.monotonic()
+            while self._running:
+                try:
+                    async with asyncio.timeout(heartbeat):
+                        data = await reader.read(1 << 20)
+                except TimeoutError:
+                    data = None
+                if data == b"":
+                    raise ConnectionResetError("the master closed the connection")
+                now = time.monotonic()
+                if data:
+                    last_heard = now
+                elif now - last_heard >= housekeeping:
+                    raise TimeoutError(f"the master was silent for {housekeeping:.0f} s")
+                stored = False
+                for frame in frames.feed(data or b""):
+                    if isinstance(frame, Refuse):
+                        raise HAProtocolError(f"the master refused this slave: {frame.reason}")
+                    if isinstance(frame, Welcome):
+                        if welcomed:
+                            raise HAProtocolError("a second welcome")
+                        welcomed = True
+                        cut = self._welcome(frame, address)
+                        if cut is not None:
+                            return cut
+                    elif not welcomed:
+                        raise HAProtocolError("a transfer before the welcome")
+                    elif frame.data:
+                        self._store(frame)
+                        stored = True
+                if welcomed and (stored or now - last_report >= heartbeat):
+                    await self._report(writer)
+                    last_report = now
+            return None
+        finally:
+            writer.close()
+
+    def _welcome(self, w: Welcome, address: str) -> int | None:
+        store = self.store
+        end = store.commit_log.max_offset
+        if 0 <= w.cut_at < end:
+            log.warning("this slave's log holds %d bytes from offset %d that master %s does not: cutting it there",
+                        end - w.cut_at, w.cut_at, address)
+            return w.cut_at
+        if w.start_offset != end and not (end == 0 and not store.commit_log.queue.files):
+            raise ReplicationGap(f"the master starts at {w.start_offset}, this log ends at {end}")
+        self.connected_to = address
+        self.master_epoch = w.epoch
+        self.master_max_offset = w.master_max_offset
+        self._master_epochs = list(w.epochs)
+        self._note_epochs(w.start_offset)
+        log.info("replicating from %s (epoch %d) from offset %d; the master's log ends at %d", address, w.epoch,
+                 w.start_offset, w.master_max_offset)
+        return None
+
+    def _note_epochs(self, end: int) -> None:
+        """This log now holds the master's epochs that began at or before ``end``."""
+        self.epochs.replace([e for e in self._master_epochs if e.start_offset <= end])
+
+    def _store(self, t: Transfer) -> None:
+        end = self.store.append_replicated(t.offset, t.data)
+        self.master_max_offset = max(self.master_max_offset, end)
+        if len(self.epochs.entries) < len(self._master_epochs):
+            self._note_epochs(end)
+
+    async def _report(self, writer: asyncio.StreamWriter) -> None:
+        store = self.store
+        if store.sync_flush:
+            # The master counts this slave's copy as durable only once it is on disk (off the loop).
+            acked = await asyncio.get_running_loop().run_in_executor(None, store.commit_log.queue.flush)
+        else:
+            acked = store.commit_log.max_offset
+        writer.write(encode_report(acked))
+        await writer.drain()

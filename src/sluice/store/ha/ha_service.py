@@ -1,0 +1,393 @@
+"""The master's side of replication (RocketMQ HAService / HAConnection / GroupTransferService).
+
+Each slave connects to the master's HA port, says where its log ends and which epochs it holds; the master
+answers where the two logs agree (the slave cuts its log there if it holds more) and streams its log from
+there, ``ha_transfer_batch_size`` bytes a frame, never across a segment's end or an epoch's start. The slave
+reports how far it has stored; a SYNC_MASTER's puts wait for those reports (``wait_for_replicas``): one wait
+serves every put of a group, as a group commit does.
+
+Which slaves a put waits for: without a controller, any one connected slave (RocketMQ's HA); with one, every
+slave of the in-sync replica set (``sync_state_set``) the controller keeps, so that any of them can be made
+master without losing an acknowledged message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sluice.common.config import BrokerConfig
+from sluice.store.ha.epoch_file import EpochFile, consistent_point
+from sluice.store.ha.ha_protocol import (
+    Handshake,
+    HAProtocolError,
+    MasterReader,
+    Report,
+    Welcome,
+    encode_refuse,
+    encode_transfer_header,
+    encode_welcome,
+)
+from sluice.store.message_store import MessageStore, ReplicaOutcome
+from sluice.store.results import PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SlaveState:
+    """What the master knows of one slave."""
+
+    broker_id: int
+    address: str
+    ack_offset: int = 0
+    connected: bool = True
+    # When the slave last had everything the master had (monotonic seconds; 0: never): it is in sync while
+    # this is recent (controller mode).
+    caught_up_at: float = 0.0
+    last_heard: float = field(default_factory=time.monotonic)
+    _sent_max: int = -1  # the master's log end when the last transfer went
+    _sent_at: float = 0.0
+
+
+class _Waiter:
+    __slots__ = ("callback", "deadline", "done", "end")
+
+    def __init__(self, end: int, deadline: float, callback: Callable[[ReplicaOutcome], None]) -> None:
+        self.end = end
+        self.deadline = deadline
+        self.callback = callback
+        self.done = False
+
+    def __lt__(self, other: _Waiter) -> bool:
+        return self.end < other.end
+
+
+class HAService:
+    """Serve the slaves of this master; ``await start()``, ``await stop()``; the store's ``replication`` on a
+    SYNC_MASTER."""
+
+    def __init__(self, store: MessageStore, epochs: EpochFile, config: BrokerConfig) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.config = config
+        self.broker_id = config.broker_id
+        self.slaves: dict[int, SlaveState] = {}
+        # Controller mode: the brokers of the in-sync replica set (this one too); None: any slave will do.
+        self.sync_state_set: set[int] | None = None
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._wakes: set[asyncio.Event] = set()
+        self._by_end: list[_Waiter] = []
+        self._by_deadline: deque[_Waiter] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def epoch(self) -> int:
+        return self.epochs.last_epoch
+
+    # == lifecycle ===================================================================================
+    async def start(self, host: str, port: int) -> int:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.store.arrival_listeners.append(self._on_arrival)
+        self._server = await asyncio.start_server(self._serve, host, port, limit=1 << 16)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("HA service of broker %d listening on %s:%d (epoch %d)", self.broker_id, host, self.port,
+                 self.epoch)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._writers):
+            w.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        if self._timer is not None:
+            self._timer.cancel()
+        for w in self._by_end:
+            self._settle(w, (PutMessageStatus.FLUSH_SLAVE_TIMEOUT, "the broker is shutting down"))
+        self._by_end.clear()
+        self._by_deadline.clear()
+        if self._on_arrival in self.store.arrival_listeners:
+            self.store.arrival_listeners.remove(self._on_arrival)
+
+    # == group transfer ==============================================================================
+    def in_sync_slaves(self) -> list[SlaveState]:
+        """The slaves a put may be acknowledged by now."""
+        if self.sync_state_set is not None:
+            return [self.slaves.get(b) or SlaveState(b, "", connected=False)
+                    for b in sorted(self.sync_state_set) if b != self.broker_id]
+        end = self.store.commit_log.max_offset
+        return [s for s in self.slaves.values()
+                if s.connected and end - s.ack_offset < self.config.ha_max_gap_not_in_sync]
+
+    def replicated_offset(self) -> int:
+        """How far the log is on the slaves a put waits for: the least of the in-sync set (controller mode),
+        the most of any connected slave (otherwise); -1 when there is none."""
+        slaves = self.in_sync_slaves()
+        if not slaves:
+            return -1
+        acks = [s.ack_offset for s in slaves]
+        return min(acks) if self.sync_state_set is not None else max(acks)
+
+    def wait_for_replicas(self, end_offset: int, callback: Callable[[ReplicaOutcome], None]) -> None:
+        if not self.in_sync_slaves():
+            callback((PutMessageStatus.SLAVE_NOT_AVAILABLE, "no slave is in sync with the master"))
+            return
+        if self.replicated_offset() >= end_offset:
+            callback(None)
+            return
+        assert self._loop is not None
+        w = _Waiter(end_offset, self._loop.time() + self.store.config.sync_flush_timeout / 1000, callback)
+        heapq.heappush(self._by_end, w)
+        self._by_deadline.append(w)
+        if self._timer is None:
+            self._timer = self._loop.call_at(w.deadline, self._expire)
+        self._wake_all()
+
+    def wait_for_replicas_threadsafe(self, end_offset: int, callback: Callable[[ReplicaOutcome], None]) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self.wait_for_replicas, end_offset, callback)
+
+    def _settle(self, w: _Waiter, outcome: ReplicaOutcome) -> None:
+        if w.done:
+            return
+        w.done = True
+        try:
+            w.callback(outcome)
+        except Exception:
+            log.exception("answering a replicated put failed")
+
+    def _acked(self) -> None:
+        """A slave reported (or the set changed): answer the puts its log now covers."""
+        if not self._by_end:
+            return
+        acked = self.replicated_offset()
+        while self._by_end and self._by_end[0].end <= acked:
+            self._settle(heapq.heappop(self._by_end), None)
+
+    def _expire(self) -> None:
+        assert self._loop is not None
+        self._timer = None
+        now = self._loop.time()
+        q = self._by_deadline
+        expired = False
+        while q and (q[0].done or q[0].deadline <= now):
+            w = q.popleft()
+            if not w.done:
+                expired = True
+                self._settle(w, (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+                                 f"no in-sync slave stored the message within {self.store.config.sync_flush_timeout}"
+                                 " ms"))
+        if expired:
+            self._by_end = [w for w in self._by_end if not w.done]
+            heapq.heapify(self._by_end)
+        if q:
+            self._timer = self._loop.call_at(q[0].deadline, self._expire)
+
+    def set_sync_state_set(self, members: set[int] | None) -> None:
+        """The controller changed the in-sync replica set: puts wait for its slaves from now on."""
+        self.sync_state_set = None if members is None else set(members)
+        self._acked()
+
+    # == connections =================================================================================
+    def _on_arrival(self, _topic: str, _queue_id: int, _offset: int) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake_all()
+        elif self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        for e in self._wakes:
+            e.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._writers.add(writer)
+        peer = writer.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        slave: SlaveState | None = None
+        try:
+            frames = MasterReader()
+            hs = await self._read_handshake(reader, frames)
+            if hs is None:
+                return
+            welcome = self._welcome(hs)
+            if isinstance(welcome, str):
+                log.warning("slave %d at %s refused: %s", hs.broker_id, address, welcome)
+                writer.write(encode_refuse(welcome))
+                await writer.drain()
+                return
+            old = self.slaves.get(hs.broker_id)
+            if old is not None and old.connected:
+                log.warning("slave %d connected again from %s: the older connection is replaced", hs.broker_id,
+                            address)
+            slave = SlaveState(hs.broker_id, address, ack_offset=welcome.start_offset)
+            self.slaves[hs.broker_id] = slave
+            log.info("slave %d at %s joined: its log %s, copying from %d", hs.broker_id, address,
+                     f"is cut at {welcome.cut_at}" if welcome.cut_at >= 0 else f"ends at {hs.max_offset}",
+                     welcome.start_offset)
+            writer.write(encode_welcome(welcome))
+            if welcome.cut_at >= 0:
+                await writer.drain()  # the slave cuts its log and comes back
+                return
+            reading = asyncio.create_task(self._read_reports(reader, frames, slave))
+            try:
+                await self._transfer(writer, slave, welcome.start_offset, reading)
+            finally:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+        except (ConnectionError, asyncio.IncompleteReadError, HAProtocolError, TimeoutError) as exc:
+            log.info("HA connection from %s closed: %s", address, exc or type(exc).__name__)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("HA connection from %s failed", address)
+        finally:
+            if slave is not None and self.slaves.get(slave.broker_id) is slave:
+                slave.connected = False
+                self._acked()
+            self._writers.discard(writer)
+            writer.close()
+            self._tasks.discard(task)
+
+    async def _read_handshake(self, reader: asyncio.StreamReader, frames: MasterReader) -> Handshake | None:
+        async with asyncio.timeout(self.config.ha_housekeeping_interval / 1000):
+            while True:
+                data = await reader.read(1 << 16)
+                if not data:
+                    return None
+                got = frames.feed(data)
+                if got:
+                    if not isinstance(got[0], Handshake):
+                        raise HAProtocolError("a slave must start with a handshake")
+                    return got[0]
+
+    def _welcome(self, hs: Handshake) -> Welcome | str:
+        """Where the slave's log agrees with ours, or why it cannot copy from us."""
+        if hs.broker_id == self.broker_id:
+            return f"the slave has this master's broker id {hs.broker_id}"
+        cl = self.store.commit_log
+        my_end = cl.max_offset
+        my_min = cl.min_offset if cl.queue.files else 0
+        entries = self.epochs.entries
+        if hs.max_offset == 0:
+            return Welcome(self.epoch, my_end, -1, my_min, entries)
+        point = consistent_point(hs.epochs, hs.max_offset, entries, my_end)
+        if point < 0:
+            return (f"the slave's log (to {hs.max_offset}, epochs {[tuple(e) for e in hs.epochs]}) shares no epoch "
+                    f"with this master's ({[tuple(e) for e in entries]}): empty the slave's store to copy anew")
+        start = min(point, hs.max_offset)
+        if start < my_min:
+            return (f"the slave's log ends at {start}, before this master's oldest segment at {my_min}: empty "
+                    "the slave's store to copy anew")
+        return Welcome(self.epoch, my_end, point if point < hs.max_offset else -1, start, entries)
+
+    async def _read_reports(self, reader: asyncio.StreamReader, frames: MasterReader, slave: SlaveState) -> None:
+        housekeeping = self.config.ha_housekeeping_interval / 1000
+        while True:
+            async with asyncio.timeout(housekeeping):
+                data = await reader.read(1 << 16)
+            if not data:
+                raise ConnectionResetError("the slave closed the connection")
+            for frame in frames.feed(data):
+                if not isinstance(frame, Report):
+                    raise HAProtocolError("a second handshake")
+                self._on_report(slave, frame.ack_offset)
+
+    def _on_report(self, slave: SlaveState, ack: int) -> None:
+        now = time.monotonic()
+        slave.last_heard = now
+        if ack > self.store.commit_log.max_offset:
+            raise HAProtocolError(f"slave {slave.broker_id} reports offset {ack}, past this log's end")
+        slave.ack_offset = max(slave.ack_offset, ack)
+        if slave.ack_offset >= self.store.commit_log.max_offset:
+            slave.caught_up_at = now
+        elif slave._sent_max >= 0 and slave.ack_offset >= slave._sent_max:
+            slave.caught_up_at = max(slave.caught_up_at, slave._sent_at)
+        self._acked()
+
+    async def _transfer(self, writer: asyncio.StreamWriter, slave: SlaveState, start: int,
+                        reading: asyncio.Task) -> None:
+        """Stream the log from ``start``; a heartbeat when there is nothing to send for a while."""
+        cl = self.store.commit_log
+        batch = self.config.ha_transfer_batch_size
+        heartbeat = self.config.ha_send_heartbeat_interval / 1000
+        wake = asyncio.Event()
+        self._wakes.add(wake)
+        nxt = start
+        last_sent = time.monotonic()
+        try:
+            while not reading.done():
+                end = cl.max_offset
+                if nxt < end:
+                    chunk = self._chunk(nxt, end, batch)
+                    if chunk is None:
+                        raise ConnectionAbortedError(f"the log at {nxt} is gone (deleted or cut)")
+                    epoch, data = chunk
+                    slave._sent_max, slave._sent_at = end, time.monotonic()
+                    writer.write(encode_transfer_header(epoch, nxt, len(data)))
+                    writer.write(data)
+                    nxt += len(data)
+                    last_sent = time.monotonic()
+                    await writer.drain()
+                    continue
+                wake.clear()
+                if cl.max_offset > nxt:
+                    continue
+                if time.monotonic() - last_sent >= heartbeat:
+                    writer.write(encode_transfer_header(self.epoch, nxt, 0))
+                    last_sent = time.monotonic()
+                    await writer.drain()
+                woken = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait([woken, reading], timeout=min(heartbeat, 0.5),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+            reading.result()  # raises why the reading ended
+        finally:
+            self._wakes.discard(wake)
+
+    def _chunk(self, nxt: int, end: int, batch: int) -> tuple[int, bytes] | None:
+        """The next bytes to send from ``nxt``: within one segment and one epoch, at most ``batch``."""
+        cl = self.store.commit_log
+        mf = cl.queue.find_by_offset(nxt)
+        if mf is None:
+            return None
+        pos = nxt - mf.file_from_offset
+        size = min(batch, mf.wrote_position - pos, end - nxt)
+        epoch = 0
+        for e in self.epochs.entries:
+            if e.start_offset <= nxt:
+                epoch = e.epoch
+            else:
+                size = min(size, e.start_offset - nxt)
+                break
+        if size <= 0:
+            return None
+        return epoch, bytes(mf.buf[pos:pos + size])
+
+    # == reporting ===================================================================================
+    def lag(self) -> dict[int, int]:
+        """Bytes each connected slave is behind this master's log."""
+        end = self.store.commit_log.max_offset
+        return {s.broker_id: end - s.ack_offset for s in self.slaves.values() if s.connected}
