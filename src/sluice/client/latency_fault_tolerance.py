@@ -32,6 +32,11 @@ class LatencyFaultTolerance:
         else:
             self._until.pop(broker_name, None)
 
+    def forget(self, broker_name: str) -> None:
+        """Avoid ``broker_name`` no longer (its master changed: the failures were the old one's)."""
+        self._until.pop(broker_name, None)
+        self._latency.pop(broker_name, None)
+
     def is_available(self, broker_name: str) -> bool:
         until = self._until.get(broker_name)
         return until is None or time.monotonic() >= until

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from sluice.client.broker_select import FoundBroker, admin_addr, publish_addr, subscribe_addr
 from sluice.client.message_id import local_ipv4
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.backoff import Backoff
@@ -72,6 +73,9 @@ class ConsumerInner(Protocol):
 # row, with full jitter, up to the rebalance interval and the name server poll interval.
 REBALANCE_RETRY_BASE = 0.2
 ROUTE_RETRY_BASE = 0.5
+# A failed request to a broker asks the name server for the topic's route again at most this often (s): a
+# master that fails over is found within about a second, and a dead one does not flood the name server.
+ROUTE_REFRESH_MIN_INTERVAL = 1.0
 
 
 class MQClientInstance:
@@ -91,6 +95,7 @@ class MQClientInstance:
         self._rebalance_now = asyncio.Event()
         self._heartbeat_first = False  # see rebalance_now
         self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}
+        self._route_fetched_at: dict[str, float] = {}  # topic → monotonic time its last fetch started
         self.namesrv_lost = False  # no name server answers: routes come from the cache meanwhile
         self.running = False
 
@@ -139,12 +144,31 @@ class MQClientInstance:
 
         Callers that come while a fetch of the topic is under way share its answer: one request, not one per
         waiting send, and no send that waited for the route is overtaken by one made after it was known."""
-        pending = self._route_fetches.get(topic)
-        if pending is None:
-            pending = asyncio.ensure_future(self._fetch_route(topic))
-            self._route_fetches[topic] = pending
-            pending.add_done_callback(lambda f: self._route_fetched(topic, f))
+        pending = self._route_fetches.get(topic) or self._start_route_fetch(topic)
         return await asyncio.shield(pending)  # a caller that gives up does not cancel it for the others
+
+    def _start_route_fetch(self, topic: str) -> asyncio.Future[TopicRouteData | None]:
+        pending = asyncio.ensure_future(self._fetch_route(topic))
+        self._route_fetches[topic] = pending
+        self._route_fetched_at[topic] = time.monotonic()
+        pending.add_done_callback(lambda f: self._route_fetched(topic, f))
+        return pending
+
+    def refresh_route_soon(self, topic: str) -> asyncio.Future[TopicRouteData | None] | None:
+        """After a broker of ``topic`` failed a request (gone, or no longer the master): fetch the route now
+        rather than at the next poll, unless a fetch is under way (returned) or one started less than
+        ``ROUTE_REFRESH_MIN_INTERVAL`` ago (None). The caller may await the returned fetch; nobody has to."""
+        pending = self._route_fetches.get(topic)
+        if pending is not None or not self.running:
+            return pending
+        if time.monotonic() - self._route_fetched_at.get(topic, -ROUTE_REFRESH_MIN_INTERVAL) \
+                < ROUTE_REFRESH_MIN_INTERVAL:
+            return None
+        log.debug("refreshing the route of %s after a failed request", topic)
+        return self._start_route_fetch(topic)
+
+    def route_fetch_in_flight(self, topic: str) -> asyncio.Future[TopicRouteData | None] | None:
+        return self._route_fetches.get(topic)
 
     def _route_fetched(self, topic: str, fut: asyncio.Future[TopicRouteData | None]) -> None:
         if self._route_fetches.get(topic) is fut:
@@ -165,10 +189,11 @@ class MQClientInstance:
         if route is None:
             self.routes.pop(topic, None)
             return None
-        known = {a for m in self.broker_addrs.values() for a in m.values()}
+        known = set(self.heartbeat_addrs())
         for b in route.broker_datas:
             self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
-        new = {a for b in route.broker_datas for a in b.broker_addrs.values()} - known
+        # (A slave promoted in place is new to a producer, which heartbeats masters only.)
+        new = set(self.heartbeat_addrs()) - known
         if new and self.running and (self.consumers or self.producer_groups):
             # Brokers learn of us before we pull from them (they answer GET_CONSUMER_LIST_BY_GROUP with it).
             await self.send_heartbeat(sorted(new))
@@ -228,15 +253,24 @@ class MQClientInstance:
             return None
         return addrs.get(broker_id) or addrs.get(MASTER_ID) or next(iter(addrs.values()))
 
+    def find_publish_addr(self, broker_name: str) -> str | None:
+        """Where a send to ``broker_name`` goes: its master, or nowhere."""
+        return publish_addr(self.broker_addrs.get(broker_name))
+
+    def find_subscribe_addr(self, broker_name: str, broker_id: int = MASTER_ID) -> FoundBroker | None:
+        """Where a pull goes: ``broker_id`` when the group has it, else its master, else a slave."""
+        return subscribe_addr(self.broker_addrs.get(broker_name), broker_id)
+
     async def master_addr_of(self, mq: MessageQueue) -> str:
-        """The address of ``mq``'s master broker, refreshing the route once if it is unknown."""
-        addr = self.find_broker_addr(mq.broker_name)
-        if addr is None:
+        """Where offset commits and queries of ``mq`` go: its master, else (while it has none) a slave of its
+        group; the route is refreshed once if the group has no known address."""
+        found = admin_addr(self.broker_addrs.get(mq.broker_name))
+        if found is None:
             await self.update_route(mq.topic)
-            addr = self.find_broker_addr(mq.broker_name)
-        if addr is None:
+            found = admin_addr(self.broker_addrs.get(mq.broker_name))
+        if found is None:
             raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
-        return addr
+        return found[0]
 
     def master_addrs(self) -> list[str]:
         return sorted({a[MASTER_ID] for a in self.broker_addrs.values() if MASTER_ID in a})
@@ -246,11 +280,14 @@ class MQClientInstance:
         return HeartbeatData(self.client_id, sorted(self.producer_groups),
                              [c.consumer_data() for c in self.consumers.values()])
 
+    def heartbeat_addrs(self) -> list[str]:
+        """Masters; with consumers also the slaves they may pull from (RocketMQ sendHeartbeatToAllBroker)."""
+        if self.consumers:
+            return sorted({a for m in self.broker_addrs.values() for a in m.values()})
+        return self.master_addrs()
+
     async def send_heartbeat_to_all(self) -> None:
-        addrs = self.master_addrs()
-        if self.consumers:  # consumers also heartbeat to slaves they may pull from
-            addrs = sorted({a for m in self.broker_addrs.values() for a in m.values()})
-        await self.send_heartbeat(addrs)
+        await self.send_heartbeat(self.heartbeat_addrs())
 
     async def send_heartbeat(self, addrs: list[str]) -> None:
         hb = self.heartbeat_data()

@@ -52,6 +52,8 @@ class RemoteBrokerOffsetStore:
             await self.client.api.update_consumer_offset(await self.client.master_addr_of(mq), self.group, mq, offset)
             self._committed[mq] = offset
         except (ClientError, RemotingError) as exc:
+            if isinstance(exc, RemotingError):  # its master may be gone: the next commit goes by a fresh route
+                self.client.refresh_route_soon(mq.topic)
             log.warning("cannot commit offset %d of %s for group %s: %s", offset, mq, self.group, exc)
 
     async def persist_all(self, mqs: list[MessageQueue]) -> None:

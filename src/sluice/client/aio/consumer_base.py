@@ -15,12 +15,13 @@ from sluice.client.subscription import SUB_ALL, build_subscription, filter_messa
 from sluice.common.backoff import RNG, Backoff
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import ClientConfig
-from sluice.common.errors import BrokerResponseError, InvalidSubscriptionError, MessageFormatError
+from sluice.common.errors import BrokerResponseError, ClientError, InvalidSubscriptionError, MessageFormatError
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group, validate_topic
 from sluice.common.properties import PROPERTY_RETRY_TOPIC
 from sluice.common.structs import (
+    MASTER_ID,
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -33,6 +34,7 @@ from sluice.filter import is_tag_type
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+from sluice.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,8 @@ class ConsumerBase:
         self.client = MQClientInstance(config)
         self.subscriptions: dict[str, SubscriptionData] = {}
         self._pull_headers: dict[tuple[str, int, int, str, int, str], dict[str, str]] = {}
+        # Queue → the broker id its last pull's answer suggested for the next (RocketMQ pullFromWhichNodeTable).
+        self._pull_from: dict[MessageQueue, int] = {}
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
         if self.message_model is MessageModel.CLUSTERING:
             self.offset_store = RemoteBrokerOffsetStore(self.client, group)
@@ -226,19 +230,36 @@ class ConsumerBase:
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int, suspend: bool,
                    commit_offset: int = -1) -> PullResult:
         """PULL_MESSAGE for ``mq`` from ``offset``; messages come filtered by tag, retry topics renamed back."""
-        req, sub, timeout = self._pull_command(mq, offset, max_nums, suspend, commit_offset)
-        addr = await self.broker_addr(mq)
-        resp = await self.client.remoting.invoke(addr, req, timeout)
+        found = self.client.find_subscribe_addr(mq.broker_name, self._pull_from.get(mq, MASTER_ID))
+        if found is None:
+            await self.client.update_route(mq.topic)
+            found = self.client.find_subscribe_addr(mq.broker_name, self._pull_from.get(mq, MASTER_ID))
+            if found is None:
+                raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
+        addr, slave = found
+        req, sub, timeout = self._pull_command(mq, offset, max_nums, suspend, -1 if slave else commit_offset)
+        try:
+            resp = await self.client.remoting.invoke(addr, req, timeout)
+        except RemotingError:
+            self.pull_failed(mq)
+            raise
         return await self.inflated(self._pull_result(resp, mq, offset, sub, addr))
+
+    def pull_failed(self, mq: MessageQueue) -> None:
+        """A pull of ``mq`` got no answer: its broker may be gone (a slave then serves the reads, or is promoted),
+        so the route is fetched again soon rather than at the next poll."""
+        self.client.refresh_route_soon(mq.topic)
 
     def start_pull(self, mq: MessageQueue, offset: int, max_nums: int, commit_offset: int = -1) -> StartedPull | None:
         """A suspended ``pull`` sent now (not at the end of the loop turn) when the broker's address and an
         open connection to it are at hand; None otherwise (then ``pull``). The caller awaits the response with
         ``StartedPull.response`` and decodes it with ``finish``, or gives it up with ``abandon``."""
-        addr = self.client.find_broker_addr(mq.broker_name)
-        if addr is None:
+        found = self.client.find_subscribe_addr(mq.broker_name, self._pull_from.get(mq, MASTER_ID))
+        if found is None:
             return None
-        req, sub, timeout = self._pull_command(mq, offset, max_nums, True, commit_offset)
+        addr, slave = found
+        # Offsets are committed to the master: a slave would only drop the commit (RocketMQ clears the flag).
+        req, sub, timeout = self._pull_command(mq, offset, max_nums, True, -1 if slave else commit_offset)
         started = self.client.remoting.start_request(addr, req, timeout)
         if started is None:
             return None
@@ -278,6 +299,9 @@ class ConsumerBase:
         e = resp.ext_fields
         result = PullResult(status, int(e.get("nextBeginOffset", offset)), int(e.get("minOffset", 0)),
                             int(e.get("maxOffset", 0)), [], int(e.get("suggestWhichBrokerId", 0)))
+        # The broker says where the next pull of the queue goes: a slave while the master's data is cold, back
+        # to the master once it is hot again.
+        self._pull_from[mq] = result.suggest_which_broker_id
         if status is PullStatus.FOUND and resp.body:
             msgs: list[MessageExt] = filter_messages(sub, decode_records(resp.body))
             if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -323,7 +347,11 @@ class StartedPull:
 
     async def response(self) -> RemotingCommand:
         """The broker's answer, not yet decoded."""
-        return await self.conn.response_of(self.opaque, self.fut)
+        try:
+            return await self.conn.response_of(self.opaque, self.fut)
+        except RemotingError:
+            self.consumer.pull_failed(self.mq)
+            raise
 
     def finish(self, resp: RemotingCommand) -> PullResult:
         """``resp`` decoded as ``ConsumerBase.pull`` returns it, compressed bodies not yet inflated

@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE,
                                   ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID,
                                   ResponseCode.NOT_IN_CURRENT_UNIT, ResponseCode.SYSTEM_BUSY})
+# Refusals that say this broker takes no writes for the topic now (no longer the master, or its write permission
+# wiped): its route may have changed, so it is fetched again soon. FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
+# SLAVE_NOT_AVAILABLE are not among them: the message is stored, and they are send results, as in RocketMQ.
+REROUTE_RESPONSE_CODES = frozenset({ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.NO_PERMISSION})
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
@@ -257,7 +261,7 @@ class Producer:
                 mq = select_by_hash(info.queues, sharding_key)
             else:
                 mq = self._select_queue(info.queues, None)
-            addr = self.client.find_broker_addr(mq.broker_name)
+            addr = self.client.find_publish_addr(mq.broker_name)
             if addr is None:
                 return None
             uniq, request = self._single_request(msg, sharding_key)
@@ -357,7 +361,7 @@ class Producer:
                     mq = select_by_hash(info.queues, key.sharding_key)
                 else:
                     mq = self._select_queue(info.queues, None)
-                addr = self.client.find_broker_addr(mq.broker_name)
+                addr = self.client.find_publish_addr(mq.broker_name)
                 if addr is not None:
                     req = request(mq, info.via_default_topic)
                     t0 = loop.time()
@@ -488,7 +492,18 @@ class Producer:
         if cached is not None and cached[0] is route and route is not None:
             return cached[1]
         queues = route.publish_queues(topic) if route is not None else []
+        if not queues and route is not None:
+            # No master to write to (one failed and no slave has taken over yet, as far as this route knows):
+            # ask again, at most once a second, so sends resume soon after a promotion, not at the next poll.
+            fetch = self.client.refresh_route_soon(topic)
+            if fetch is not None:
+                try:
+                    route = await asyncio.shield(fetch)
+                except (ClientError, RemotingError) as exc:
+                    log.info("route refresh of %s failed: %s", topic, exc)
+                queues = route.publish_queues(topic) if route is not None else []
         if queues:
+            self._forget_faults_of_new_masters(cached[0] if cached is not None else None, route)
             info = TopicPublishInfo(queues, False)
             self.client.publish_topics.add(topic)
         elif route is not None:
@@ -510,6 +525,16 @@ class Producer:
             self.client.publish_topics.add(topic)
         self._publish[topic] = (route, info)
         return info
+
+    def _forget_faults_of_new_masters(self, old: TopicRouteData | None, new: TopicRouteData | None) -> None:
+        """A group whose master changed address (a slave promoted) is no longer avoided for its old master's
+        failures."""
+        if old is None or new is None:
+            return
+        before = {b.broker_name: b.master_addr for b in old.broker_datas}
+        for b in new.broker_datas:
+            if b.master_addr is not None and before.get(b.broker_name, b.master_addr) != b.master_addr:
+                self.faults.forget(b.broker_name)
 
     def _select_queue(self, queues: list[MessageQueue], last_broker: str | None) -> MessageQueue:
         n = len(queues)
@@ -552,6 +577,14 @@ class Producer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
+            if last_error is not None:
+                # The failure asked for the route again: this attempt goes by the answer (a new master).
+                await self._route_settled(topic, deadline)
+                if first is not None and first.out.done():
+                    raise asyncio.CancelledError()
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
             info = await self.publish_info(topic)
             if queue is not None:
                 mq = queue
@@ -561,12 +594,13 @@ class Producer:
                 mq = selector(list(info.queues), msg, arg)
             else:
                 mq = self._select_queue(info.queues, last_broker)
-            addr = self.client.find_broker_addr(mq.broker_name)
-            if addr is None:
-                await self.client.update_route(topic)
-                addr = self.client.find_broker_addr(mq.broker_name)
+            addr = self.client.find_publish_addr(mq.broker_name)
+            if addr is None:  # the group lost its master since the queues were chosen
+                self.client.refresh_route_soon(topic)
+                await self._route_settled(topic, deadline)
+                addr = self.client.find_publish_addr(mq.broker_name)
                 if addr is None:
-                    last_error = ClientError(f"broker {mq.broker_name} has no known address")
+                    last_error = ClientError(f"broker {mq.broker_name} has no master")
                     continue
             req = request(mq, info.via_default_topic)
             t0 = loop.time()
@@ -595,6 +629,17 @@ class Producer:
             last_error = TimeoutError(f"send timed out after {timeout_s:.3f} s")
         raise ClientError(f"send to topic {topic} failed after {attempts} attempt(s): {last_error}") from last_error
 
+    async def _route_settled(self, topic: str, deadline: float) -> None:
+        """Wait (until ``deadline`` at most) for a fetch of ``topic``'s route under way, if there is one."""
+        fetch = self.client.route_fetch_in_flight(topic)
+        if fetch is None:
+            return
+        try:
+            async with asyncio.timeout(max(0.0, deadline - asyncio.get_running_loop().time())):
+                await asyncio.shield(fetch)
+        except (TimeoutError, ClientError, RemotingError):
+            pass  # the attempt goes by the route known so far
+
     def _outcome(self, mq: MessageQueue, addr: str, latency_ms: float, resp: RemotingCommand | None,
                  exc: BaseException | None) -> RemotingCommand | Exception:
         """One attempt's outcome, noted for fault avoidance: the answer to keep, or the error worth another
@@ -604,12 +649,15 @@ class Producer:
             if not isinstance(exc, RemotingError):
                 raise exc
             self.faults.update(mq.broker_name, latency_ms, isolation=True)
+            self.client.refresh_route_soon(mq.topic)  # gone, or not answering: a slave may be taking over
             return exc
         assert resp is not None
         self.faults.update(mq.broker_name, latency_ms)
         if SendStatus.from_response_code(resp.code) is not None:
             return resp
         error = BrokerResponseError(resp.code, resp.remark, addr)
+        if resp.code in REROUTE_RESPONSE_CODES:
+            self.client.refresh_route_soon(mq.topic)
         if resp.code not in RETRY_RESPONSE_CODES:
             raise error
         return error

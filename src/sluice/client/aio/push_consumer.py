@@ -389,7 +389,8 @@ class PushConsumer(ConsumerBase):
     async def _send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int) -> bool:
         """CONSUMER_SEND_MSG_BACK: the broker stores a delayed copy in the group's retry topic."""
         try:
-            addr = self.client.find_broker_addr(mq.broker_name) or msg.store_host
+            # The master (a slave takes no writes), else the broker that stored it (RocketMQ likewise).
+            addr = self.client.find_publish_addr(mq.broker_name) or msg.store_host
             await self.client.api.consumer_send_message_back(
                 addr, self.group, msg.commit_log_offset, delay_level, msg.msg_id, msg.topic,
                 self.config.max_reconsume_times)

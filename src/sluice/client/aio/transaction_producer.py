@@ -103,9 +103,9 @@ class TransactionProducer(Producer):
         """Tell the broker that stored the half message of ``result`` what became of it (one-way: a lost one is
         made good by the check)."""
         _, commit_log_offset = decode_message_id(result.offset_msg_id)
-        addr = self.client.find_broker_addr(result.queue.broker_name)
+        addr = self.client.find_publish_addr(result.queue.broker_name)  # the master: a slave cannot end it
         if addr is None:
-            log.warning("no address of broker %s to end transaction %s: it will be checked back",
+            log.warning("no master of broker %s to end transaction %s: it will be checked back",
                         result.queue.broker_name, result.msg_id)
             return
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, {

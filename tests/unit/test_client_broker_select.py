@@ -1,0 +1,125 @@
+"""Which broker of a group a client request goes to (RocketMQ findBrokerAddressIn*), and how often a failed
+request makes the client ask the name server for the route again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluice.client import mq_client
+from sluice.client.broker_select import admin_addr, publish_addr, subscribe_addr
+from sluice.client.mq_client import MQClientInstance
+from sluice.common.config import ClientConfig
+from sluice.common.structs import BrokerData, QueueData, TopicRouteData
+
+M, S1, S2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
+
+
+def test_sends_go_to_the_master_only():
+    assert publish_addr({0: M, 1: S1}) == M
+    assert publish_addr({1: S1, 2: S2}) is None
+    assert publish_addr({}) is None and publish_addr(None) is None
+
+
+def test_offsets_go_to_the_master_else_the_lowest_slave():
+    assert admin_addr({0: M, 1: S1}) == (M, False)
+    assert admin_addr({2: S2, 1: S1}) == (S1, True)
+    assert admin_addr({}) is None
+
+
+def test_pull_goes_where_the_last_answer_suggested():
+    assert subscribe_addr({0: M, 1: S1}, 1) == (S1, True)
+    assert subscribe_addr({0: M, 1: S1}, 0) == (M, False)
+
+
+def test_pull_suggested_to_a_missing_slave_tries_the_next_id_then_the_master():
+    assert subscribe_addr({0: M, 2: S2}, 1) == (S2, True)
+    assert subscribe_addr({0: M}, 1) == (M, False)
+
+
+def test_pull_without_a_master_goes_to_a_slave():
+    assert subscribe_addr({1: S1}, 0) == (S1, True)
+    assert subscribe_addr({2: S2, 1: S1}, 0) == (S1, True)
+    assert subscribe_addr({}, 0) is None
+
+
+@given(st.sets(st.integers(0, 4), min_size=1), st.integers(0, 5))
+def test_pull_always_finds_a_broker_of_a_non_empty_group_and_says_whether_it_is_a_slave(ids, suggested):
+    addrs = {i: f"10.0.0.{i}:10911" for i in ids}
+    found = subscribe_addr(addrs, suggested)
+    assert found is not None
+    addr, slave = found
+    assert addr in addrs.values()
+    assert slave == (addr != addrs.get(0))
+    if suggested in addrs:
+        assert addr == addrs[suggested]
+    elif 0 in addrs and suggested + 1 not in addrs:
+        assert addr == addrs[0]
+
+
+# == route refresh after a failure ===================================================================
+def _route(addrs: dict[int, str]) -> TopicRouteData:
+    return TopicRouteData([QueueData("broker-a", 4, 4, 6)], [BrokerData("c", "broker-a", addrs)])
+
+
+class _FakeApi:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.answer = _route({0: M})
+
+    async def get_topic_route(self, topic: str, timeout_ms: int = 3000) -> TopicRouteData | None:
+        self.calls += 1
+        await asyncio.sleep(0)
+        return self.answer
+
+
+@pytest.fixture
+def client() -> tuple[MQClientInstance, _FakeApi]:
+    c = MQClientInstance(ClientConfig(namesrv_addr="127.0.0.1:1"))
+    api = _FakeApi()
+    c.api = api  # type: ignore[assignment]
+    c.running = True  # (no timers: the test drives the refreshes)
+    return c, api
+
+
+def _a_second_passes(c: MQClientInstance, topic: str) -> None:
+    c._route_fetched_at[topic] -= mq_client.ROUTE_REFRESH_MIN_INTERVAL
+
+
+def test_failure_refreshes_the_route_at_most_once_a_second_per_topic(client):
+    c, api = client
+
+    async def go() -> None:
+        await c.update_route("T")
+        assert c.refresh_route_soon("T") is None  # just fetched
+        _a_second_passes(c, "T")
+        api.answer = _route({0: S1})  # a slave was promoted
+        fetch = c.refresh_route_soon("T")
+        assert fetch is not None
+        assert c.refresh_route_soon("T") is fetch  # a fetch under way is shared
+        await fetch
+        assert c.find_publish_addr("broker-a") == S1
+        assert c.refresh_route_soon("T") is None
+        assert c.refresh_route_soon("U") is not None  # another topic has its own allowance
+        await asyncio.sleep(0.01)
+
+    asyncio.run(go())
+    assert api.calls == 3
+
+
+def test_no_refresh_once_the_client_is_shut_down(client):
+    c, api = client
+    c.running = False
+    assert c.refresh_route_soon("T") is None
+    assert api.calls == 0
+
+
+def test_producers_heartbeat_masters_and_consumers_every_broker(client):
+    c, _ = client
+    c.broker_addrs = {"broker-a": {0: M, 1: S1}, "broker-b": {1: S2}}
+    assert c.heartbeat_addrs() == [M]
+    c.consumers["g"] = object()  # type: ignore[assignment]
+    assert c.heartbeat_addrs() == sorted([M, S1, S2])
