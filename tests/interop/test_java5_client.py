@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sluice.proxy import messaging_service
 from tests.conftest import Cluster
 from tests.interop.java_clients import (
     CLIENT_JVM_OPTIONS,
@@ -37,26 +38,45 @@ def java5() -> JavaBuild:
         pytest.fail(f"cannot build the Java 5.x client program: {exc}", pytrace=False)
 
 
-def run(java5: JavaBuild, tmp_path: Path, *args: str, timeout: float = 150) -> list[dict[str, Any]]:
+@pytest.fixture(autouse=True)
+def short_long_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front's bound on a receive's long polling (20 s) lowered to 3 s, which its settings tell the clients: a
+    push consumer's close waits until its receive in flight comes back, and no scenario here waits on a poll's end."""
+    monkeypatch.setattr(messaging_service, "MAX_POLL_SECONDS", 3.0)
+
+
+def run(java5: JavaBuild, tmp_path: Path, front: str, *steps: tuple[str, ...],
+        timeout: float = 240) -> list[list[dict[str, Any]]]:
+    """Run ``steps`` (each a mode and its arguments) one after the other in one JVM: the JSON lines of each step."""
+    args = [arg for i, step in enumerate(steps) for arg in ((["--"] if i else []) + list(step))]
     argv = ["java", *CLIENT_JVM_OPTIONS, f"-Duser.home={tmp_path}", "-cp", java5.classpath, "sluice.interop5.Grpc5",
-            *args]
+            front, *args]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, f"the Java 5.x client failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    out: list[list[dict[str, Any]]] = []
+    for line in r.stdout.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event["event"] == "step":
+                out.append([])
+            else:
+                out[-1].append(event)
+    assert len(out) == len(steps), r.stdout[-3000:]
+    return out
 
 
 def test_the_java_5_producer_simple_consumer_and_push_consumer_through_the_grpc_front(
         cluster: Cluster, front: str, java5: JavaBuild, tmp_path: Path):
     cluster.create_topic("Java5", 4)
-    sent = run(java5, tmp_path, front, "produce", "Java5", "12")
+    sent, got, pushed = run(java5, tmp_path, front, ("produce", "Java5", "12"),
+                            ("simple", "Java5", "java5-simple", "12", "60"),
+                            ("push", "Java5", "java5-push", "12", "90"))
     assert [e["body"] for e in sent] == [f"j-{i}" for i in range(12)]
-    got = run(java5, tmp_path, front, "simple", "Java5", "java5-simple", "12", "60")
     received = [e for e in got if e["event"] == "received"]
     assert Counter(e["body"] for e in received) == Counter(e["body"] for e in sent)
     ids = {e["body"]: e["message_id"] for e in sent}
     assert all(e["message_id"] == ids[e["body"]] and e["tag"] == "t" and e["attempt"] == 1 for e in received)
     assert got[-1] == {"event": "done", "acked": 12}
-    pushed = run(java5, tmp_path, front, "push", "Java5", "java5-push", "12", "90")
     attempts: dict[str, list[int]] = {}
     for e in pushed:
         if e["event"] == "received":
@@ -68,9 +88,10 @@ def test_the_java_5_producer_simple_consumer_and_push_consumer_through_the_grpc_
 def test_a_java_5_fifo_producer_keeps_a_message_group_in_one_queue(cluster: Cluster, front: str, java5: JavaBuild,
                                                                    tmp_path: Path):
     cluster.create_topic("Java5fifo", 4)
-    run(java5, tmp_path, front, "produce", "Java5fifo", "8", "order-7")
+    # The simple consumer acks what it receives: the queues' max offsets (what was stored where) stay as they were.
+    _, got = run(java5, tmp_path, front, ("produce", "Java5fifo", "8", "order-7"),
+                 ("simple", "Java5fifo", "java5-fifo", "8", "60"))
     store = cluster.brokers[0].store
     counts = [store.get_max_offset_in_queue("Java5fifo", q) for q in range(4)]
     assert sorted(counts) == [0, 0, 0, 8]
-    got = run(java5, tmp_path, front, "simple", "Java5fifo", "java5-fifo", "8", "60")
     assert all(e["group"] == "order-7" for e in got if e["event"] == "received")

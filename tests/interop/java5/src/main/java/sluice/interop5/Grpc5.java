@@ -2,6 +2,7 @@ package sluice.interop5;
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Set;
@@ -23,10 +24,12 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
  * The official RocketMQ 5.x Java client against a gRPC endpoint. One JSON line per event on stdout.
  *
  * <pre>
- *   Grpc5 ENDPOINT produce TOPIC COUNT [GROUP]     (GROUP: a FIFO message group)
- *   Grpc5 ENDPOINT simple TOPIC CONSUMER_GROUP COUNT TIMEOUT_S
- *   Grpc5 ENDPOINT push TOPIC CONSUMER_GROUP COUNT TIMEOUT_S   (a body ending in 7 fails once)
+ *   Grpc5 ENDPOINT STEP [-- STEP]...    (the steps one after the other, in this one JVM), a STEP being one of
+ *     produce TOPIC COUNT [GROUP]     (GROUP: a FIFO message group)
+ *     simple TOPIC CONSUMER_GROUP COUNT TIMEOUT_S
+ *     push TOPIC CONSUMER_GROUP COUNT TIMEOUT_S   (a body ending in 7 fails once)
  * </pre>
+ * Each step starts with the line {"event":"step","mode":MODE}; its clients are closed before the next starts.
  */
 public final class Grpc5 {
     private Grpc5() {
@@ -58,12 +61,30 @@ public final class Grpc5 {
             + m.getDeliveryAttempt() + ",\"group\":" + quote(m.getMessageGroup().orElse("")) + "}";
     }
 
-    public static void main(String[] args) throws Exception {
-        String endpoint = args[0];
-        String mode = args[1];
+    public static void main(String[] argv) throws Exception {
+        String endpoint = argv[0];
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         ClientConfiguration config = ClientConfiguration.newBuilder().setEndpoints(endpoint)
             .setRequestTimeout(Duration.ofSeconds(5)).enableSsl(false).build();
+        List<String> step = new ArrayList<>();
+        for (int i = 1; i <= argv.length; i++) {
+            if (i == argv.length || argv[i].equals("--")) {
+                String[] args = new String[step.size() + 1];
+                args[0] = endpoint;
+                for (int j = 0; j < step.size(); j++) {
+                    args[j + 1] = step.get(j);
+                }
+                emit("{\"event\":\"step\",\"mode\":" + quote(args[1]) + "}");
+                run(provider, config, args);
+                step.clear();
+            } else {
+                step.add(argv[i]);
+            }
+        }
+    }
+
+    static void run(ClientServiceProvider provider, ClientConfiguration config, String[] args) throws Exception {
+        String mode = args[1];
         switch (mode) {
             case "produce": {
                 String topic = args[2];
