@@ -189,6 +189,7 @@ class BrokerController:
                 for code in SLAVE_REFUSED:
                     self.dispatcher.handlers[int(code)] = self._refuse_on_slave
             else:
+                self._adopt_replicated_topics()
                 term = epoch if epoch is not None else self.epochs.last_epoch + 1
                 if term > self.epochs.last_epoch:
                     await loop.run_in_executor(None, self.epochs.append, term, self.store.commit_log.max_offset)
@@ -310,6 +311,18 @@ class BrokerController:
                       "(start it with sluice broker): replication stopped", offset)
             return
         await self.on_cut(offset)
+
+    def _adopt_replicated_topics(self) -> None:
+        """A master whose log holds queues of topics it has no config for (a slave promoted before it copied
+        the config of a topic created just before: SlaveSynchronize runs every few seconds) makes them routable
+        again, with as many queues as it holds, rather than answering that they do not exist."""
+        queues: dict[str, int] = {}
+        for topic, queue_id in self.store.consume_queues:
+            queues[topic] = max(queues.get(topic, 0), queue_id + 1)
+        for topic, n in sorted(queues.items()):
+            if self.topic_config_manager.get(topic) is None:
+                self.topic_config_manager.update(TopicConfig(topic, n, n))
+                log.warning("topic %s has queues in the log but no config: configured with %d queues", topic, n)
 
     def _store_failed(self) -> None:
         """On the loop, after the store refused writes for good (a failed fsync): no longer writeable, so

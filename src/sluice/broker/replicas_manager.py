@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK = 0.25  # seconds between looks at the group's state
+JOIN_WITHIN = 2.0  # a slave joins the in-sync set once it had everything the master had this recently
 
 
 class Leader(NamedTuple):
@@ -227,7 +228,7 @@ class ReplicasManager:
             if now - last > limit:
                 want.discard(b)
         for s in ha.slaves.values():
-            if s.connected and s.broker_id not in want and now - s.caught_up_at < 1.0:
+            if s.connected and s.broker_id not in want and now - s.caught_up_at < JOIN_WITHIN:
                 want.add(s.broker_id)
         if want == members:
             if ha.sync_state_set != members:

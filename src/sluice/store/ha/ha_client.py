@@ -132,6 +132,7 @@ class HAClient:
                         cut = self._welcome(frame, address)
                         if cut is not None:
                             return cut
+                        stored = True  # report at once: the master learns where this slave stands
                     elif not welcomed:
                         raise HAProtocolError("a transfer before the welcome")
                     elif frame.data:

@@ -241,6 +241,8 @@ class HAService:
                 log.warning("slave %d connected again from %s: the older connection is replaced", hs.broker_id,
                             address)
             slave = SlaveState(hs.broker_id, address, ack_offset=welcome.start_offset)
+            if welcome.start_offset >= welcome.master_max_offset:
+                slave.caught_up_at = time.monotonic()
             self.slaves[hs.broker_id] = slave
             log.info("slave %d at %s joined: its log %s, copying from %d", hs.broker_id, address,
                      f"is cut at {welcome.cut_at}" if welcome.cut_at >= 0 else f"ends at {hs.max_offset}",
