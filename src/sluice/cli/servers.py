@@ -183,6 +183,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     bcfg.auto_create_topic_enable = True
     if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
         raise ConfigError(f"--grpc-port {args.grpc_port}: a port is 0 to 65535")
+    if args.ha:
+        return _dev_ha(args, nscfg, bcfg, store)
     ns = NamesrvController(nscfg)
     broker: BrokerController | None = None
     front: list[Any] = []
@@ -219,6 +221,56 @@ def cmd_dev(args: argparse.Namespace) -> int:
         if broker is not None:
             await broker.stop()
         await ns.stop()
+
+    return run_until_signalled(start, stop)
+
+
+def _dev_ha(args: argparse.Namespace, nscfg: NamesrvConfig, bcfg: BrokerConfig, store: str) -> int:
+    """``sluice dev --ha``: a name server, an etcd (a child process) and three brokers of one group in controller
+    mode, SYNC_MASTER, in this process (docs/ha.md)."""
+    from pathlib import Path
+
+    from sluice.broker.broker_runner import BrokerRunner
+    from sluice.common.config import BrokerRole
+    from sluice.controller.etcd_process import EtcdServer, etcd_binary
+    from sluice.namesrv import NamesrvController
+
+    binary = etcd_binary()
+    if binary is None:
+        raise ConfigError("--ha needs etcd: install Debian's etcd-server (apt-get install etcd-server, or "
+                          "scripts/ensure_etcd.sh)")
+    if not 0 < bcfg.listen_port <= 65535 - 22:
+        raise ConfigError(f"--broker-port {bcfg.listen_port}: --ha needs a fixed port (brokers take it, +10 and +20)")
+    ns = NamesrvController(nscfg)
+    etcd = EtcdServer(Path(store) / "etcd", binary=binary)
+    runners: list[BrokerRunner] = []
+
+    async def start() -> None:
+        loop = asyncio.get_running_loop()
+        os.makedirs(etcd.root, exist_ok=True)
+        endpoint = await loop.run_in_executor(None, etcd.start)
+        await ns.start()
+        namesrv = f"{announced_ip(nscfg.host)}:{ns.port}"
+        for i in (1, 2, 3):
+            cfg = bcfg.replace(broker_id=i, listen_port=bcfg.listen_port + 10 * (i - 1), ha_listen_port=0,
+                               broker_role=BrokerRole.SYNC_MASTER, controller_etcd_endpoints=endpoint,
+                               namesrv_addr=namesrv,
+                               store=bcfg.store.replace(store_path_root_dir=os.path.join(store, f"broker-{i}")))
+            runners.append(await BrokerRunner(cfg).start())
+        async with asyncio.timeout(60):
+            while not any(r.broker is not None and r.broker.role.is_master for r in runners):
+                await asyncio.sleep(0.05)
+        lines = "\n".join(f"  broker {r.config.broker_id}     {r.config.broker_ip}:{r.config.listen_port} "
+                          f"(HA {r.config.ha_port})" for r in runners)
+        print(f"sluice dev --ha ready\n  name server  {namesrv}\n  etcd         {endpoint}\n{lines}\n"
+              f"  group        {bcfg.broker_name}, SYNC_MASTER, the master elected among the three\n"
+              f"  store        {store}\nCtrl-C stops it.", flush=True)
+
+    async def stop() -> None:
+        for r in runners:
+            await r.stop()
+        await ns.stop()
+        await asyncio.get_running_loop().run_in_executor(None, etcd.stop)
 
     return run_until_signalled(start, stop)
 
@@ -261,6 +313,8 @@ def add_server_commands(sub: Any) -> None:
     dev.add_argument("--grpc-port", type=int, default=8081,
                      help="port of the gRPC front for RocketMQ 5 clients (default 8081; 0: any free port)")
     dev.add_argument("--no-grpc", action="store_true", help="no gRPC front")
+    dev.add_argument("--ha", action="store_true", help="three brokers of one group with automatic failover, "
+                     "elected through an etcd started as a child process (docs/ha.md; needs etcd installed)")
     dev.set_defaults(func=cmd_dev)
 
     ns = sub.add_parser("namesrv", help="run a name server")
