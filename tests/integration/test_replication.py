@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sluice import Message, MessageQueue, Producer, SendStatus
+from sluice import Message, MessageQueue, Producer, PullConsumer, SendStatus
 from sluice.broker.broker_runner import BrokerRunner
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.config import BrokerConfig, BrokerRole
@@ -20,7 +20,7 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.store.ha.ha_protocol import Handshake, encode_handshake
 from tests.conftest import Cluster
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import FAST, wait_until
 
 SEGMENT = 1 << 20  # small segments: replication crosses many of them
 
@@ -141,7 +141,10 @@ def test_a_sync_master_whose_slave_never_confirms_answers_flush_slave_timeout(ha
             r = producer.send(Message("TopicSync", b"nobody confirms"))
         assert r.status is SendStatus.FLUSH_SLAVE_TIMEOUT
     finally:
-        writer.close()
+        async def close() -> None:
+            writer.close()
+
+        ha.loop.run(close())
         _stop(ha, master)
 
 
@@ -237,3 +240,69 @@ def test_a_slave_whose_log_diverged_is_cut_back_to_where_it_agrees_with_the_new_
     _stop(ha, a, b)
     assert _same_files(tmp_path / "b" / "commitlog", tmp_path / "a" / "commitlog") == []
     assert _same_files(tmp_path / "b" / "consumequeue", tmp_path / "a" / "consumequeue") == []
+
+
+def test_a_master_points_pulls_of_messages_out_of_memory_at_its_slave(ha: Cluster) -> None:
+    master = _start(ha, "m", slave_read_enable=True)
+    slave = _start(ha, "s", broker_role=BrokerRole.SLAVE, broker_id=1)
+    with Producer("ha-p", namesrv=ha.namesrv_addr) as producer:
+        for i in range(10):
+            producer.send(Message("TopicSlow", f"s{i}".encode()), queue=MessageQueue("TopicSlow", "broker-ha", 0))
+    wait_until(lambda: _caught_up(ha, master, slave), 30, "the slave to catch up")
+    assert master.broker is not None
+
+    async def suggested(memory: int) -> str:
+        master.broker._memory = memory  # type: ignore[union-attr]  # (what the broker takes for its RAM)
+        remoting = RemotingClient()
+        try:
+            resp = await MQClientAPI(remoting, []).invoke(
+                master.broker.broker_addr, RequestCode.PULL_MESSAGE,  # type: ignore[union-attr]
+                {"consumerGroup": "g-slow", "topic": "TopicSlow", "queueId": "0", "queueOffset": "0",
+                 "maxMsgNums": "4", "sysFlag": "4", "commitOffset": "-1", "suspendTimeoutMillis": "0",
+                 "subscription": "*", "subVersion": "0", "expressionType": "TAG"})
+            assert resp.code == ResponseCode.SUCCESS
+            return resp.ext_fields["suggestWhichBrokerId"]
+        finally:
+            await remoting.close()
+
+    assert ha.loop.run(suggested(1 << 40)) == "0"  # in memory: the master serves it
+    assert ha.loop.run(suggested(100)) == "1"  # far behind the log's end for this RAM: slave 1
+    _stop(ha, slave, master)
+
+
+def test_with_the_master_gone_a_consumer_reads_from_the_slave_and_its_offsets_reach_the_master_again(
+        ha: Cluster) -> None:
+    master = _start(ha, "m")
+    slave = _start(ha, "s", broker_role=BrokerRole.SLAVE, broker_id=1)
+    mq = MessageQueue("TopicBack", "broker-ha", 0)
+    with Producer("ha-p", namesrv=ha.namesrv_addr) as producer:
+        for i in range(40):
+            producer.send(Message("TopicBack", f"b{i}".encode()), queue=mq)
+    wait_until(lambda: _caught_up(ha, master, slave), 30, "the slave to catch up")
+    wait_until(lambda: slave.broker.topic_config_manager.get("TopicBack") is not None, 20,  # type: ignore
+               "the slave to copy the topic")
+    _stop(ha, master)
+    consumer = PullConsumer("g-back", namesrv=ha.namesrv_addr, **FAST)
+    consumer.start()
+    consumer.assign([mq])
+    consumer.seek(mq, 0)
+    got: list[bytes] = []
+    try:
+        wait_until(lambda: len(got.extend(m.body for m in consumer.poll(0.2)) or got) >= 40, 30,
+                   "the messages, read from the slave")
+        consumer.commit()
+
+        def offset_on(runner: BrokerRunner) -> int:
+            async def q() -> int:
+                assert runner.broker is not None
+                return runner.broker.store.consumer_offsets.query_offset("g-back", "TopicBack", 0)
+
+            return ha.loop.run(q())
+
+        wait_until(lambda: offset_on(slave) == 40, 20, "the commit on the slave")
+        master = _start(ha, "m")
+        wait_until(lambda: offset_on(master) == 40, 30, "the consumer's offset on the master once it is back")
+    finally:
+        consumer.shutdown()
+    assert sorted(got) == sorted(f"b{i}".encode() for i in range(40))
+    _stop(ha, slave, master)

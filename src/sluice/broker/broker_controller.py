@@ -212,6 +212,8 @@ class BrokerController:
             self.pop_revive.start()
         else:
             self.ha_client = HAClient(self.store, self.epochs, c, lambda: self.master_ha_address, self._cut)
+            if self.follow_name_server:
+                self.ha_client.on_lost = self.trigger_register
             self.ha_client.start()
             self.slave_sync = SlaveSynchronize(self, lambda: self.master_address)
             self.slave_sync.start()

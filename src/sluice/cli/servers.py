@@ -247,7 +247,6 @@ def _dev_ha(args: argparse.Namespace, nscfg: NamesrvConfig, bcfg: BrokerConfig, 
 
     async def start() -> None:
         loop = asyncio.get_running_loop()
-        os.makedirs(etcd.root, exist_ok=True)
         endpoint = await loop.run_in_executor(None, etcd.start)
         await ns.start()
         namesrv = f"{announced_ip(nscfg.host)}:{ns.port}"

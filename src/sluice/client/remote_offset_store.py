@@ -23,7 +23,7 @@ class RemoteBrokerOffsetStore:
         self.client = client
         self.group = group
         self.table = OffsetTable()
-        self._committed: dict[MessageQueue, int] = {}
+        self._committed: dict[MessageQueue, tuple[str, int]] = {}  # the last commit: where, which offset
 
     def load(self) -> None:
         """Nothing to load: the brokers hold the offsets."""
@@ -37,20 +37,25 @@ class RemoteBrokerOffsetStore:
 
     async def read_from_store(self, mq: MessageQueue, zero_if_not_found: bool = True) -> int:
         """The offset committed on the broker (-1 when none); remembered in memory."""
-        offset = await self.client.api.query_consumer_offset(await self.client.master_addr_of(mq), self.group, mq,
-                                                             zero_if_not_found=zero_if_not_found)
+        addr = await self.client.master_addr_of(mq)
+        offset = await self.client.api.query_consumer_offset(addr, self.group, mq, zero_if_not_found=zero_if_not_found)
         if offset >= 0:
             self.table.update(mq, offset)
-            self._committed[mq] = offset
+            self._committed[mq] = (addr, offset)
         return offset
 
     async def persist(self, mq: MessageQueue) -> None:
+        """Commit the offset in memory, unless this broker has it already: an offset committed to a slave while
+        the master was gone is committed again once the master is back (it flows back to it)."""
         offset = self.table.read(mq)
-        if offset < 0 or self._committed.get(mq) == offset:
+        if offset < 0:
             return
         try:
-            await self.client.api.update_consumer_offset(await self.client.master_addr_of(mq), self.group, mq, offset)
-            self._committed[mq] = offset
+            addr = await self.client.master_addr_of(mq)
+            if self._committed.get(mq) == (addr, offset):
+                return
+            await self.client.api.update_consumer_offset(addr, self.group, mq, offset)
+            self._committed[mq] = (addr, offset)
         except (ClientError, RemotingError) as exc:
             if isinstance(exc, RemotingError):  # its master may be gone: the next commit goes by a fresh route
                 self.client.refresh_route_soon(mq.topic)

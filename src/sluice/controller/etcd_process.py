@@ -55,6 +55,7 @@ class EtcdServer:
         """Start it (a few times over if a free port was taken meanwhile) and wait until it is healthy; its
         endpoint."""
         problem = ""
+        self.root.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
             self.client_port, peer_port = free_port(), free_port()
             client_url, peer_url = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer_port}"

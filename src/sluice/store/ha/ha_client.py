@@ -48,6 +48,9 @@ class HAClient:
         self.config = config
         self.master_address = master_address
         self.on_cut = on_cut
+        # Called when the master could not be reached or left: the broker asks the name server again where
+        # its master is (a restarted master may have new addresses).
+        self.on_lost: Callable[[], None] | None = None
         self.connected_to = ""
         self.master_epoch = 0
         self.master_max_offset = 0  # as the master last said (lag = this − our end, roughly)
@@ -85,6 +88,8 @@ class HAClient:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("replication from %s stopped: %s", address, self.last_error)
                 cut = None
+                if self.on_lost is not None:
+                    self.on_lost()
             finally:
                 self.connected_to = ""
             if cut is not None:
