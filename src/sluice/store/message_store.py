@@ -608,9 +608,9 @@ class MessageStore:
         """Dispatch the whole records between ``dispatched_offset`` and the log's end (under the put lock)."""
         cl = self.commit_log
         file_size = cl.file_size
-        table = cl.topic_queue_table
         at = self.dispatched_offset
         end = cl.max_offset
+        reqs: list[DispatchRequest] = []
         try:
             while at < end:
                 mf = cl.queue.find_by_offset(at)
@@ -634,19 +634,53 @@ class MessageStore:
                     raise MessageFormatError(f"no record at offset {at}")
                 if _I64.unpack_from(mf.buf, pos + POS_PHYSICAL_OFFSET)[0] != at:
                     raise MessageFormatError(f"the record at {at} claims another physical offset")
-                req = dispatch_request_of(at, mf.buf[pos:pos + size])
-                self.dispatch_one(req)
-                if not no_queue_offset(req.sys_flag):
-                    key = (req.topic, req.queue_id)
-                    table[key] = req.queue_offset + 1
-                    arrivals[key] = req.queue_offset + 1
+                reqs.append(dispatch_request_of(at, mf.buf[pos:pos + size]))
                 at += size
         except MessageFormatError:
             log.error("replicated bytes at %d are not an intact record: the log is cut back there", at)
+            self._dispatch_replicated(reqs, arrivals)
             cl.set_end(at)
             raise
         finally:
             self.dispatched_offset = at
+        self._dispatch_replicated(reqs, arrivals)
+
+    def _dispatch_replicated(self, reqs: list[DispatchRequest], arrivals: dict[tuple[str, int], int]) -> None:
+        """The consume-queue and index entries of replicated records, in bulk: each queue's entries in one
+        write, each group of records stored at one time indexed at once (the master's own timestamps)."""
+        if not reqs:
+            return
+        by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
+        for r in reqs:
+            if not no_queue_offset(r.sys_flag):
+                by_queue.setdefault((r.topic, r.queue_id), []).append(r)
+        table = self.commit_log.topic_queue_table
+        for key, rs in by_queue.items():
+            cq = self.find_consume_queue(*key)
+            assert cq is not None
+            first = rs[0].queue_offset
+            if len(rs) > 1 and all(r.queue_offset == first + i for i, r in enumerate(rs)):
+                entries = np.empty(len(rs), CQ_ENTRY_DTYPE)
+                entries["offset"] = [r.phys_offset for r in rs]
+                entries["size"] = [r.size for r in rs]
+                entries["tag"] = [r.tags_code for r in rs]
+                cq.put_entries(first, entries)
+            else:
+                for r in rs:
+                    cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
+            table[key] = arrivals[key] = rs[-1].queue_offset + 1
+        if self.config.message_index_enable:
+            group: list[tuple[str, list[str], str | None, int]] = []
+            ts = reqs[0].store_timestamp
+            for r in reqs:
+                if r.store_timestamp != ts and group:
+                    self.index_service.build_index_batch(group, ts)
+                    group = []
+                ts = r.store_timestamp
+                if (r.uniq_key or r.keys) and (r.sys_flag & 0xC) != 0xC:
+                    group.append((r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset))
+            if group:
+                self.index_service.build_index_batch(group, ts)
 
     # == dispatch (ConsumeQueue and index) ============================================================
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
