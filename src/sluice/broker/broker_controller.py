@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import os
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,7 +42,7 @@ from sluice.broker.subscription_group_manager import SubscriptionGroupManager
 from sluice.broker.timer_message_service import TimerMessageService
 from sluice.broker.topic_config_manager import TopicConfigManager
 from sluice.broker.transactional_message_service import TransactionalMessageService
-from sluice.common.config import BrokerConfig, BrokerRole
+from sluice.common.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from sluice.common.loop_lag import LoopLagProbe
 from sluice.common.message import host_to_bytes
 from sluice.common.naming import SCHEDULE_TOPIC
@@ -152,7 +153,14 @@ class BrokerController:
             self.config.store = store_config
             self.store = MessageStore(store_config)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self.store.start, truncate_at)
+            opening = loop.run_in_executor(None, self.store.start, truncate_at)
+            try:
+                await asyncio.shield(opening)
+            except asyncio.CancelledError:  # the store opens anyway (its thread goes on): close it again
+                await asyncio.gather(opening, return_exceptions=True)
+                if self.store.running:
+                    await loop.run_in_executor(None, self.store.shutdown)
+                raise
         except BaseException:
             sock.close()
             raise
@@ -160,12 +168,26 @@ class BrokerController:
         self.store.slave_mode = slave
         self.store.write_guard = self.write_guard
         try:
+            self.epochs = EpochFile(os.path.join(c.store.store_path_root_dir, "epochFileCheckpoint")).load()
+            # Epochs that began past the log's end (it was cut) are forgotten; a master's new term begins here,
+            # before any of its services writes (a torn transaction's repair, say).
+            await loop.run_in_executor(None, self.epochs.truncate_to, self.store.commit_log.max_offset)
+            if not slave:
+                term = epoch if epoch is not None else max(self.epochs.last_epoch + 1, int(time.time() * 1000))
+                if term > self.epochs.last_epoch:
+                    await loop.run_in_executor(None, self.epochs.append, term, self.store.commit_log.max_offset)
+        except BaseException:
+            sock.close()
+            await loop.run_in_executor(None, self.store.shutdown)
+            raise
+        try:
             self.topic_config_manager.load()
             self.subscription_group_manager.load()
             self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
             self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
             self.store.write_failure_listeners.append(lambda: loop.call_soon_threadsafe(self._store_failed))
-            self.epochs = EpochFile(os.path.join(c.store.store_path_root_dir, "epochFileCheckpoint")).load()
+            if slave:  # the timer wheel is rebuilt from the log if this broker becomes master (see load)
+                await loop.run_in_executor(None, _forget_timer_state, c.store)
             if not slave:  # a slave's delayed, timer, transaction and POP work is its master's, copied
                 self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
                                                                c.store.flush_consumer_offset_interval)
@@ -190,9 +212,6 @@ class BrokerController:
                     self.dispatcher.handlers[int(code)] = self._refuse_on_slave
             else:
                 self._adopt_replicated_topics()
-                term = epoch if epoch is not None else self.epochs.last_epoch + 1
-                if term > self.epochs.last_epoch:
-                    await loop.run_in_executor(None, self.epochs.append, term, self.store.commit_log.max_offset)
                 self.ha_service = HAService(self.store, self.epochs, c)
                 self.ha_service.set_sync_state_set(self.initial_sync_state_set)
                 await self.ha_service.start(c.listen_host, c.ha_port)
@@ -322,6 +341,8 @@ class BrokerController:
         for topic, queue_id in self.store.consume_queues:
             queues[topic] = max(queues.get(topic, 0), queue_id + 1)
         for topic, n in sorted(queues.items()):
+            if topic.startswith(("rmq_sys_", "RMQ_SYS_", SCHEDULE_TOPIC)):
+                continue  # internal: the services that use them create them as they need them
             if self.topic_config_manager.get(topic) is None:
                 self.topic_config_manager.update(TopicConfig(topic, n, n))
                 log.warning("topic %s has queues in the log but no config: configured with %d queues", topic, n)
@@ -416,6 +437,15 @@ class BrokerController:
         """Whether the message at ``queue_offset`` is too far behind the log's end to be in memory."""
         phys = self.store.get_commit_log_offset_in_queue(topic, queue_id, queue_offset)
         return self.store.get_max_phy_offset() - phys > self._memory * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO
+
+
+def _forget_timer_state(store: MessageStoreConfig) -> None:
+    """A slave keeps no timer log of its own (its master's progress comes with SlaveSynchronize)."""
+    shutil.rmtree(store.store_path_timer_log, ignore_errors=True)
+    try:
+        os.unlink(os.path.join(store.store_path_config, "timercheck.json"))
+    except FileNotFoundError:
+        pass
 
 
 @functools.lru_cache(maxsize=16)

@@ -64,8 +64,8 @@ class BrokerRunner:
 
     async def stop(self) -> None:
         self._stopping = True
-        for t in list(self._pending):
-            t.cancel()
+        # A restart under way finishes (a half-made one would leave a store open); one not begun is skipped.
+        await asyncio.gather(*self._pending, return_exceptions=True)
         if self.replicas is not None:
             await self.replicas.stop()
         async with self._lock:
@@ -92,16 +92,19 @@ class BrokerRunner:
         self.broker = b
 
     async def _restart(self, role: BrokerRole, truncate_at: int | None = None, epoch: int | None = None,
-                       sync_state_set: set[int] | None = None, master: tuple[str, str] | None = None) -> None:
+                       sync_state_set: set[int] | None = None, master: tuple[str, str] | None = None,
+                       expect: BrokerController | None = None) -> None:
+        """Stop the broker and start it again as ``role``; with ``expect``, only if that is still the broker (a
+        cut asked for by a broker that has been replaced since is moot)."""
         async with self._lock:
-            if self._stopping:
+            if self._stopping or (expect is not None and self.broker is not expect):
                 return
             old = self.broker
             if master is None and old is not None and old.master_ha_address:
                 master = (old.master_address, old.master_ha_address)
-            self.broker = None
             if old is not None:
                 await old.stop()
+            self.broker = None
             log.warning("broker %s/%d restarting as %s%s", self.config.broker_name, self.config.broker_id,
                         role.value, f", its log cut at {truncate_at}" if truncate_at is not None else "")
             await self._start(role, truncate_at, epoch, sync_state_set, master)
@@ -123,6 +126,13 @@ class BrokerRunner:
     async def _on_cut(self, offset: int) -> None:
         b = self.broker
         role = b.role if b is not None else BrokerRole.SLAVE
-        task = asyncio.get_running_loop().create_task(self._restart(role, truncate_at=offset))
+        task = asyncio.get_running_loop().create_task(self._restart(role, truncate_at=offset, expect=b))
         self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(self._restarted)
+
+    def _restarted(self, task: asyncio.Task) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("broker %s/%d could not restart with its log cut: %s; it serves nothing until it is started "
+                      "again", self.config.broker_name, self.config.broker_id, task.exception(),
+                      exc_info=task.exception())

@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 TICK = 0.25  # seconds between looks at the group's state
 JOIN_WITHIN = 2.0  # a slave joins the in-sync set once it had everything the master had this recently
+GONE_AFTER = 2.0  # a member disconnected this long leaves the in-sync set (puts stop waiting for it)
+
+
+def _clock() -> float:
+    """Seconds that go on while the machine or VM is suspended (a lease runs out meanwhile too)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class Leader(NamedTuple):
@@ -79,13 +85,16 @@ class ReplicasManager:
         self.ha_address = f"{c.broker_ip}:{c.ha_port}"
         self.ttl = max(1, c.controller_lease_ttl // 1000)
         self.lease = 0
-        self.lease_valid_until = 0.0  # monotonic: no write is acknowledged past this (fencing)
+        self.lease_valid_until = 0.0  # _clock(): no write is acknowledged past this (fencing)
         self.is_leader = False
         self.leader: Leader | None = None
         self.became_master_at = 0.0
         self._renewed_at = 0.0
         self._task: asyncio.Task | None = None
         self._waiting_logged = ""
+        # Members added by an etcd write whose outcome is unknown (a timeout): kept in the local set until a write
+        # known to have applied replaces etcd's set, so that the local set always holds etcd's.
+        self._maybe_added: set[int] = set()
 
     def key(self, name: str) -> bytes:
         return self.prefix + name.encode()
@@ -112,12 +121,12 @@ class ReplicasManager:
         """Why this master may not acknowledge writes now ("" when it may)."""
         if not self.is_leader:
             return "this broker is no longer the master of its group (the controller elected another)"
-        if time.monotonic() >= self.lease_valid_until:
+        if _clock() >= self.lease_valid_until:
             return "this master could not renew its lease with the controller in time: it takes no write"
         return ""
 
     async def _new_lease(self) -> None:
-        sent = time.monotonic()
+        sent = _clock()
         lease = await self.etcd.lease_grant(self.ttl)
         self.lease = lease.id
         self._renewed_at = sent
@@ -127,7 +136,7 @@ class ReplicasManager:
                             lease=self.lease)
 
     async def _keepalive(self) -> None:
-        sent = time.monotonic()
+        sent = _clock()
         ttl = await self.etcd.lease_keepalive(self.lease)
         if ttl <= 0:
             log.warning("the controller lease of broker %d ran out: taking a new one", self.broker_id)
@@ -141,7 +150,7 @@ class ReplicasManager:
     async def _run(self) -> None:
         while True:
             try:
-                if time.monotonic() - self._renewed_at >= self.ttl / 3:
+                if _clock() - self._renewed_at >= self.ttl / 3:
                     await self._keepalive()
                 await self._tick()
             except (EtcdError, OSError, ValueError, KeyError) as exc:
@@ -173,13 +182,12 @@ class ReplicasManager:
             self.is_leader = True
             broker = self.runner.broker
             if broker is None or not broker.role.is_master:
-                await self.runner.become_master(leader.epoch, {self.broker_id})
-                self.became_master_at = time.monotonic()
+                await self._become_master(leader.epoch)
                 return
             await self._maintain_sync_state_set(kvs, leader_kv)
             return
         self.is_leader = False
-        await self.runner.follow(leader.address, leader.ha_address)
+        await asyncio.shield(self.runner.follow(leader.address, leader.ha_address))
 
     def _log_waiting(self, why: str) -> None:
         if why != self._waiting_logged:
@@ -188,7 +196,7 @@ class ReplicasManager:
 
     async def _elect(self, kvs: dict[str, KeyValue]) -> None:
         epoch_kv, sss_kv = kvs.get("epoch"), kvs.get("syncStateSet")
-        if time.monotonic() >= self.lease_valid_until:
+        if _clock() >= self.lease_valid_until:
             return
         broker = self.runner.broker
         local = broker.epochs.last_epoch if broker is not None and broker.epochs is not None else 0
@@ -210,42 +218,75 @@ class ReplicasManager:
         log.warning("broker %d elected master of %s, epoch %d", self.broker_id, self.config.broker_name, epoch)
         self.is_leader = True
         self.leader = leader
-        await self.runner.become_master(epoch, {self.broker_id})
-        self.became_master_at = time.monotonic()
+        await self._become_master(epoch)
+
+    async def _become_master(self, epoch: int) -> None:
+        """Restart as master; if that fails, give the leadership up (the lease goes, and the leader key with it)
+        so that another member can be elected, rather than hold it with no master running."""
+        self._maybe_added.clear()
+        try:
+            await asyncio.shield(self.runner.become_master(epoch, {self.broker_id}))
+        except Exception:
+            log.exception("broker %d could not start as master: giving the leadership up", self.broker_id)
+            self.is_leader = False
+            self.lease_valid_until = 0.0
+            try:
+                await self.etcd.lease_revoke(self.lease)
+            finally:
+                await self._new_lease()
+            return
+        self.became_master_at = _clock()
 
     async def _maintain_sync_state_set(self, kvs: dict[str, KeyValue], leader_kv: KeyValue) -> None:
         broker = self.runner.broker
         ha = broker.ha_service if broker is not None else None
         if ha is None:
             return
-        members = _members(kvs.get("syncStateSet")) or {self.broker_id}
-        now = time.monotonic()
+        sss_kv = kvs.get("syncStateSet")
+        members = _members(sss_kv) or {self.broker_id}
+        now = _clock()
+        mono = time.monotonic()  # (the HA service's times)
         limit = self.config.ha_max_time_slave_not_catchup / 1000
         want = set(members)
         for b in members - {self.broker_id}:
             s = ha.slaves.get(b)
-            last = max(s.caught_up_at if s is not None else 0.0, self.became_master_at)
-            if now - last > limit:
+            if s is None:
+                gone = now - self.became_master_at > GONE_AFTER
+            elif not s.connected:
+                gone = mono - s.last_heard > GONE_AFTER
+            else:
+                gone = mono - max(s.caught_up_at, s.connected_at) > limit  # not caught up for that long
+            if gone:
                 want.discard(b)
         for s in ha.slaves.values():
-            if s.connected and s.broker_id not in want and now - s.caught_up_at < JOIN_WITHIN:
+            # A newcomer must hold every message acknowledged through the slaves so far (a SYNC_MASTER's confirm
+            # offset), and have had everything the master had a moment ago.
+            if (s.connected and s.broker_id not in want and mono - s.caught_up_at < JOIN_WITHIN
+                    and s.ack_offset >= ha.confirm_offset):
                 want.add(s.broker_id)
         if want == members:
-            if ha.sync_state_set != members:
-                ha.set_sync_state_set(members)
+            ha.set_sync_state_set(members | self._maybe_added)
             return
         added = want - members
-        if added:  # wait for the newcomers before etcd names them
-            ha.set_sync_state_set(members | added)
+        # Grown here first: puts wait for the newcomers (checked just above, with no await since) before etcd
+        # names them; shrunk in etcd first.
+        ha.set_sync_state_set(members | added | self._maybe_added)
         epoch = self.leader.epoch if self.leader else 0
-        r = await self.etcd.txn([Compare.value(self.key("leader"), "=", leader_kv.value),
-                                 Compare.lease(self.key("leader"), "=", self.lease)],
-                                [Op.put(self.key("syncStateSet"), _sss_value(want, epoch))])
+        sss_unchanged = (Compare.mod_revision(self.key("syncStateSet"), "=", sss_kv.mod_revision) if sss_kv
+                         else Compare.version(self.key("syncStateSet"), "=", 0))
+        try:
+            r = await self.etcd.txn([Compare.value(self.key("leader"), "=", leader_kv.value),
+                                     Compare.lease(self.key("leader"), "=", self.lease), sss_unchanged],
+                                    [Op.put(self.key("syncStateSet"), _sss_value(want, epoch))])
+        except EtcdError:
+            self._maybe_added |= added  # it may yet apply: they stay in the local set until a known write
+            raise
         if r.succeeded:
+            self._maybe_added.clear()
             ha.set_sync_state_set(want)
             log.info("in-sync set of %s: %s (was %s)", self.config.broker_name, sorted(want), sorted(members))
         else:
-            ha.set_sync_state_set(members)
+            ha.set_sync_state_set(members | self._maybe_added)
 
     def describe(self) -> dict[str, Any]:
         return {"brokerId": self.broker_id, "leader": self.leader._asdict() if self.leader else None,

@@ -1,7 +1,8 @@
 """A slave's copy of its master's metadata (RocketMQ SlaveSynchronize): topic configs, consumer offsets,
-delay-level offsets and subscription groups, fetched every ``SYNC_INTERVAL`` seconds with GET_ALL_TOPIC_CONFIG,
-GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG, and kept in the slave's own
-config files, so that a slave made master goes on from where its master was."""
+delay-level offsets, the timer service's progress and subscription groups, fetched every ``SYNC_INTERVAL``
+seconds with GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET, GET_TIMER_CHECK_POINT and
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG, and kept in the slave's own config files, so that a slave made master goes on
+from where its master was."""
 
 from __future__ import annotations
 
@@ -37,10 +38,15 @@ class SlaveSynchronize:
         self._task: asyncio.Task | None = None
         self._delay_writer: ConfigWriter | None = None
         self._delay_offsets: dict[str, Any] = {}
+        self._timer_writer: ConfigWriter | None = None
+        self._timer_checkpoint: dict[str, int] = {}
 
     def start(self) -> None:
-        path = os.path.join(self.broker.config.store.store_path_config, "delayOffset.json")
-        self._delay_writer = ConfigWriter(path, lambda: {"offsetTable": self._delay_offsets})
+        config_dir = self.broker.config.store.store_path_config
+        self._delay_writer = ConfigWriter(os.path.join(config_dir, "delayOffset.json"),
+                                          lambda: {"offsetTable": self._delay_offsets})
+        self._timer_writer = ConfigWriter(os.path.join(config_dir, "timercheck.json"),
+                                          lambda: {"masterCheckpoint": self._timer_checkpoint})
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -48,8 +54,9 @@ class SlaveSynchronize:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        if self._delay_writer is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._delay_writer.close)
+        for writer in (self._delay_writer, self._timer_writer):
+            if writer is not None:
+                await asyncio.get_running_loop().run_in_executor(None, writer.close)
 
     async def _run(self) -> None:
         while True:
@@ -97,6 +104,11 @@ class SlaveSynchronize:
         if table != self._delay_offsets and self._delay_writer is not None:
             self._delay_offsets = table
             self._delay_writer.request()
+        timers = await self._get(addr, RequestCode.GET_TIMER_CHECK_POINT)
+        checkpoint = {"enqueueOffset": int(timers["enqueueOffset"]), "dequeueMs": int(timers["dequeueMs"])}
+        if checkpoint != self._timer_checkpoint and self._timer_writer is not None:
+            self._timer_checkpoint = checkpoint
+            self._timer_writer.request()
         groups = await self._get(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         sg = b.subscription_group_manager
         version = DataVersion.from_json(groups.get("dataVersion"))

@@ -90,6 +90,8 @@ class TimerMessageService:
         # (dequeue_ms reached, the commit-log end then): what the checkpoint may claim once that much is flushed
         self._delivered_marks: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
         self._checkpoint = (0, 0, 0)  # enqueue offset, timer-log end, dequeue ms: consistent with one another
+        # (enqueue offset, dequeue ms) of the master this broker took over from (see ``load``)
+        self.delivered_by_master: tuple[int, int] | None = None
         self._saved_dequeue_ms = 0
         self._undelivered_from: tuple[int, int] | None = None  # see _enqueued
         self._tasks: list[asyncio.Task[None]] = []
@@ -111,6 +113,16 @@ class TimerMessageService:
         except (TypeError, ValueError) as exc:
             raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
 
+        master = data.get("masterCheckpoint")
+        if isinstance(master, dict):
+            # Written by this broker as a slave (SlaveSynchronize): its timer log is empty; it is rebuilt from the
+            # whole timer queue, but what the old master had taken (below its enqueue offset) and delivered
+            # (due before its dequeue time) is not delivered again.
+            try:
+                self.delivered_by_master = (int(master["enqueueOffset"]), int(master["dequeueMs"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
+            enqueue_offset, log_end, dequeue_ms = 0, 0, self.delivered_by_master[1]
         self.timer_log.load(log_end)
         # (never past the queue's end: after a power loss the log may hold less than the checkpoint saw)
         self.enqueue_offset = min(max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0)),
@@ -271,6 +283,10 @@ class TimerMessageService:
             if msg is not None and PROPERTY_REAL_TOPIC not in msg.properties:
                 log.warning("timer message at commit-log offset %d has no REAL_TOPIC: dropped", msg.commit_log_offset)
                 msg = None
+            skipped = self.delivered_by_master
+            if msg is not None and skipped is not None and self.enqueue_offset < skipped[0] \
+                    and _due_of(msg) < skipped[1]:
+                msg = None  # the old master delivered it
             if msg is not None:
                 due = _due_of(msg)
                 enqueued = now_ms()

@@ -377,7 +377,9 @@ class CommitLog:
         with self.put_lock:
             if self.closed:
                 raise CommitLogClosed("the message store is shut down")
-            if offset != self.max_offset:
+            # (an empty log starts wherever the master's oldest segment does)
+            fresh = not self.queue.files and offset % self.file_size == 0
+            if offset != self.max_offset and not fresh:
                 raise ReplicationGap(f"replicated bytes at {offset}, but this log ends at {self.max_offset}")
             mf = self.queue.last_or_create(offset)
             pos = offset - mf.file_from_offset

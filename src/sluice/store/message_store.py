@@ -598,6 +598,8 @@ class MessageStore:
         arrivals: dict[tuple[str, int], int] = {}
 
         def reput() -> None:
+            if self.dispatched_offset < self.commit_log.min_offset:  # a fresh log that starts past 0
+                self.dispatched_offset = self.commit_log.min_offset
             self._reput(arrivals)
 
         self.commit_log.append_replicated(offset, data, reput)
@@ -639,11 +641,12 @@ class MessageStore:
         except MessageFormatError:
             log.error("replicated bytes at %d are not an intact record: the log is cut back there", at)
             self._dispatch_replicated(reqs, arrivals)
+            self.dispatched_offset = at
             cl.set_end(at)
             raise
-        finally:
-            self.dispatched_offset = at
+        # Moved only once the entries are written: the flush takes everything below it as in the files.
         self._dispatch_replicated(reqs, arrivals)
+        self.dispatched_offset = at
 
     def _dispatch_replicated(self, reqs: list[DispatchRequest], arrivals: dict[tuple[str, int], int]) -> None:
         """The consume-queue and index entries of replicated records, in bulk: each queue's entries in one

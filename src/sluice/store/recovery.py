@@ -34,8 +34,9 @@ def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None)
         last_end = queue.files[-1].file_from_offset + commit_log.file_size
         if start < queue.min_offset or start > last_end:
             start = queue.min_offset
-    if truncate_at is not None:
-        start = max(min(start, truncate_at), queue.min_offset if queue.files else 0)
+    if truncate_at is not None:  # (from the start of its segment: a cut inside a record drops that record)
+        start = max(min(start, truncate_at - truncate_at % commit_log.file_size),
+                    queue.min_offset if queue.files else 0)
         abnormal = True  # index entries past the cut are dropped below, as after a crash
     if abnormal:
         log.warning("the store was not shut down cleanly: checking the commit log from offset %d", start)

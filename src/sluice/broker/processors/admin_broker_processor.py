@@ -210,6 +210,16 @@ class AdminBrokerProcessor:
         return req.response(ResponseCode.SUCCESS,
                             body=json_body({"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}))
 
+    def get_timer_check_point(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """How far the timer service has taken the timer queue and delivered (a slave copies it: a slave made
+        master does not deliver those timers again). JSON, not RocketMQ's binary TimerCheckpoint."""
+        t = self.broker.timer_service
+        if t is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, "this broker runs no timer service (a slave)")
+        enqueue_offset, _, dequeue_ms = t._checkpoint
+        return req.response(ResponseCode.SUCCESS,
+                            body=json_body({"enqueueOffset": enqueue_offset, "dequeueMs": dequeue_ms}))
+
     def get_all_subscriptiongroup_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         m = self.broker.subscription_group_manager
         return req.response(ResponseCode.SUCCESS, body=json_body({

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import MessageFormatError
-from sluice.store.ha.epoch_file import EpochEntry, EpochFile
+from sluice.store.commit_log import CommitLogClosed
+from sluice.store.ha.epoch_file import EpochEntry, EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
     Handshake,
     HAProtocolError,
@@ -84,7 +85,7 @@ class HAClient:
             try:
                 cut = await self._session(address)
             except (OSError, asyncio.IncompleteReadError, HAProtocolError, TimeoutError, ReplicationGap,
-                    MessageFormatError) as exc:
+                    MessageFormatError, CommitLogClosed) as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("replication from %s stopped: %s", address, self.last_error)
                 cut = None
@@ -134,7 +135,7 @@ class HAClient:
                         if welcomed:
                             raise HAProtocolError("a second welcome")
                         welcomed = True
-                        cut = self._welcome(frame, address)
+                        cut = await self._welcome(frame, address)
                         if cut is not None:
                             return cut
                         stored = True  # report at once: the master learns where this slave stands
@@ -143,6 +144,8 @@ class HAClient:
                     elif frame.data:
                         self._store(frame)
                         stored = True
+                if len(self.epochs.entries) < len(self._master_epochs):  # this log reached a new epoch's start
+                    await self._note_epochs(self.store.commit_log.max_offset)
                 if welcomed and (stored or now - last_report >= heartbeat):
                     await self._report(writer)
                     last_report = now
@@ -150,9 +153,15 @@ class HAClient:
         finally:
             writer.close()
 
-    def _welcome(self, w: Welcome, address: str) -> int | None:
+    async def _welcome(self, w: Welcome, address: str) -> int | None:
         store = self.store
         end = store.commit_log.max_offset
+        for a, b in zip(w.epochs, w.epochs[1:], strict=False):
+            if not (a.epoch < b.epoch and a.start_offset <= b.start_offset):
+                raise HAProtocolError(f"the master's epochs are out of order ({tuple(a)} then {tuple(b)})")
+        if end and w.cut_at != (expected := self._cut_point(w, end)):
+            raise HAProtocolError(f"the master says to cut this log at {w.cut_at}, but by the epochs it is "
+                                  f"{expected}: not cutting")
         if 0 <= w.cut_at < end:
             log.warning("this slave's log holds %d bytes from offset %d that master %s does not: cutting it there",
                         end - w.cut_at, w.cut_at, address)
@@ -163,20 +172,25 @@ class HAClient:
         self.master_epoch = w.epoch
         self.master_max_offset = w.master_max_offset
         self._master_epochs = list(w.epochs)
-        self._note_epochs(w.start_offset)
+        await self._note_epochs(w.start_offset)
         log.info("replicating from %s (epoch %d) from offset %d; the master's log ends at %d", address, w.epoch,
                  w.start_offset, w.master_max_offset)
         return None
 
-    def _note_epochs(self, end: int) -> None:
-        """This log now holds the master's epochs that began at or before ``end``."""
-        self.epochs.replace([e for e in self._master_epochs if e.start_offset <= end])
+    def _cut_point(self, w: Welcome, end: int) -> int:
+        """Where this log must be cut by its epochs and the master's (-1: nowhere), as the master reckons it."""
+        point = consistent_point(self.epochs.entries, end, w.epochs, w.master_max_offset)
+        return point if 0 <= point < end else -1
+
+    async def _note_epochs(self, end: int) -> None:
+        """This log now holds the master's epochs that began at or before ``end`` (the file written off the
+        loop)."""
+        entries = [e for e in self._master_epochs if e.start_offset <= end]
+        await asyncio.get_running_loop().run_in_executor(None, self.epochs.replace, entries)
 
     def _store(self, t: Transfer) -> None:
         end = self.store.append_replicated(t.offset, t.data)
         self.master_max_offset = max(self.master_max_offset, end)
-        if len(self.epochs.entries) < len(self._master_epochs):
-            self._note_epochs(end)
 
     async def _report(self, writer: asyncio.StreamWriter) -> None:
         store = self.store

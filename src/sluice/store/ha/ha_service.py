@@ -52,6 +52,7 @@ class SlaveState:
     # this is recent (controller mode).
     caught_up_at: float = 0.0
     last_heard: float = field(default_factory=time.monotonic)
+    connected_at: float = field(default_factory=time.monotonic)
     _sent_max: int = -1  # the master's log end when the last transfer went
     _sent_at: float = 0.0
 
@@ -79,6 +80,10 @@ class HAService:
         self.config = config
         self.broker_id = config.broker_id
         self.slaves: dict[int, SlaveState] = {}
+        self._writers_by_slave: dict[int, asyncio.StreamWriter] = {}
+        # The end of the last put answered OK through the slaves: a slave joins the in-sync set only once it has
+        # this much of the log (it has every acknowledged message).
+        self.confirm_offset = 0
         # Controller mode: the brokers of the in-sync replica set (this one too); None: any slave will do.
         self.sync_state_set: set[int] | None = None
         self.port = 0
@@ -151,6 +156,7 @@ class HAService:
             callback((PutMessageStatus.SLAVE_NOT_AVAILABLE, "no slave is in sync with the master"))
             return
         if self.replicated_offset() >= end_offset:
+            self.confirm_offset = max(self.confirm_offset, end_offset)
             callback(None)
             return
         assert self._loop is not None
@@ -180,7 +186,10 @@ class HAService:
             return
         acked = self.replicated_offset()
         while self._by_end and self._by_end[0].end <= acked:
-            self._settle(heapq.heappop(self._by_end), None)
+            w = heapq.heappop(self._by_end)
+            if not w.done:
+                self.confirm_offset = max(self.confirm_offset, w.end)
+            self._settle(w, None)
 
     def _expire(self) -> None:
         assert self._loop is not None
@@ -238,12 +247,16 @@ class HAService:
                 return
             old = self.slaves.get(hs.broker_id)
             if old is not None and old.connected:
-                log.warning("slave %d connected again from %s: the older connection is replaced", hs.broker_id,
+                log.warning("slave %d connected again from %s: the older connection is closed", hs.broker_id,
                             address)
-            slave = SlaveState(hs.broker_id, address, ack_offset=welcome.start_offset)
-            if welcome.start_offset >= welcome.master_max_offset:
-                slave.caught_up_at = time.monotonic()
+                older = self._writers_by_slave.get(hs.broker_id)
+                if older is not None:
+                    older.close()
+            # What it has counts from its first report (it reports at once), not from what its handshake claims.
+            slave = SlaveState(hs.broker_id, address)
             self.slaves[hs.broker_id] = slave
+            self._writers_by_slave[hs.broker_id] = writer
+            self._forget_gone_slaves()
             log.info("slave %d at %s joined: its log %s, copying from %d", hs.broker_id, address,
                      f"is cut at {welcome.cut_at}" if welcome.cut_at >= 0 else f"ends at {hs.max_offset}",
                      welcome.start_offset)
@@ -266,10 +279,19 @@ class HAService:
         finally:
             if slave is not None and self.slaves.get(slave.broker_id) is slave:
                 slave.connected = False
+                slave.last_heard = time.monotonic()
+                if self._writers_by_slave.get(slave.broker_id) is writer:
+                    del self._writers_by_slave[slave.broker_id]
                 self._acked()
             self._writers.discard(writer)
             writer.close()
             self._tasks.discard(task)
+
+    def _forget_gone_slaves(self) -> None:
+        """Disconnected slaves outside the in-sync set are forgotten (the table stays bounded)."""
+        keep = self.sync_state_set or set()
+        for b in [b for b, s in self.slaves.items() if not s.connected and b not in keep]:
+            del self.slaves[b]
 
     async def _read_handshake(self, reader: asyncio.StreamReader, frames: MasterReader) -> Handshake | None:
         async with asyncio.timeout(self.config.ha_housekeeping_interval / 1000):
