@@ -58,7 +58,10 @@ class HACluster:
         port, ha_port = self.ports[i]
         config = self.root / f"broker-{i}.toml"
         config.write_text(f"[broker]\ncontroller_lease_ttl = {self.lease_ttl_ms}\nregister_name_server_period = 5000\n"
-                          f"{self.settings}\n[store]\nmapped_file_size_commit_log = 8388608\n")
+                          f"{self.settings}\n[store]\nmapped_file_size_commit_log = 8388608\n"
+                          # (small index and queue files: three brokers per test, on whatever disk CI has)
+                          "max_hash_slot_num = 100000\nmax_index_num = 400000\n"
+                          "mapped_file_size_consume_queue = 2000000\n")
         with open(self.root / f"broker-{i}.log", "a") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "sluice.cli.main", "broker", "--config", str(config), "--namesrv",
