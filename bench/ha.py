@@ -8,8 +8,8 @@ Each case on fresh ``sluice namesrv`` + ``sluice broker`` processes on 127.0.0.1
   waiting for the slave costs.
 - **catch-up**: ``--backlog`` MiB written to a master alone, then a slave started: how fast it copies the log
   (MB/s from its start until its log ends where the master's does).
-- **async-loss**: three brokers in controller mode (etcd) with ASYNC_MASTER, under a steady load from one sync
-  sender; the master SIGKILLed ``--rounds`` times: messages acknowledged but not on the new master (never
+- **async-loss**: three brokers in controller mode (etcd) with ASYNC_MASTER, under a steady load from 1, then 8
+  sync senders; the master SIGKILLed ``--rounds`` times: messages acknowledged but not on the new master (never
   replicated) each time.
 
     .venv/bin/python bench/ha.py                       # every case (~3 minutes)
@@ -150,31 +150,38 @@ def case_catch_up(root: Path, backlog_mib: int) -> dict[str, Any]:
         g.stop()
 
 
-def case_async_loss(root: Path, rounds: int) -> dict[str, Any]:
+def case_async_loss(root: Path, rounds: int, senders: int) -> dict[str, Any]:
     c = HACluster(root, role="ASYNC_MASTER")
-    kills: list[int] = []  # the sender's next index when each kill happened
+    kills: list[list[int]] = []  # each sender's next index when each kill happened
     try:
         c.start()
-        load = SluiceLoad(c.namesrv, "BenchLoss").start()
+        loads = [SluiceLoad(c.namesrv, "BenchLoss", prefix=f"s{k}").start() for k in range(senders)]
         try:
-            load.wait_acked(500, 60)
+            for load in loads:
+                load.wait_acked(100, 60)
             for _ in range(rounds):
                 master = c.master()
-                load.wait_acked(len(load.acked) + 500, 60)
-                kills.append(len(load.acked))
+                loads[0].wait_acked(len(loads[0].acked) + 300, 60)
+                kills.append([len(load.acked) for load in loads])
                 c.kill(master)
                 c.wait_new_master(master, 30)
-                load.wait_acked(len(load.acked), 60)
+                for load in loads:
+                    load.wait_acked(len(load.acked), 60)
                 c.start_broker(master)
                 c.wait_in_sync(3, 60)
         finally:
-            load.stop()
+            for load in loads:
+                load.stop()
         stored = consume_all(c.namesrv, "BenchLoss")
-        lost = sorted(i for i in load.acked if f"py-{i}" not in stored)
         # A loss belongs to the kill it came before: acknowledged before it, not replicated when it came.
-        per_round = [sum(1 for i in lost if (kills[r - 1] if r else 0) <= i < kills[r]) for r in range(len(kills))]
-        return {"case": "async-loss", "rounds": rounds, "lost_per_round": per_round, "lost": len(lost),
-                "acked": len(load.acked), "outcomes": dict(load.outcomes)}
+        per_round = [0] * len(kills)
+        for k, load in enumerate(loads):
+            for i in load.acked:
+                if f"s{k}-{i}" not in stored:
+                    r = next((r for r in range(len(kills)) if i < kills[r][k]), len(kills) - 1)
+                    per_round[r] += 1
+        return {"case": "async-loss", "senders": senders, "rounds": rounds, "lost_per_round": per_round,
+                "lost": sum(per_round), "acked": sum(len(load.acked) for load in loads)}
     finally:
         c.close()
 
@@ -197,7 +204,8 @@ def main() -> int:
         if "catch-up" in cases:
             results.append(case_catch_up(root / "catch-up", a.backlog))
         if "async-loss" in cases:
-            results.append(case_async_loss(root / "async-loss", a.rounds))
+            for senders in (1, 8):
+                results.append(case_async_loss(root / f"async-loss-{senders}", a.rounds, senders))
     for r in results:
         print(json.dumps({k: v for k, v in r.items() if k != "raw"}))
     print("\n| case | senders | msgs/s | send RT p50 / p99 (ms) |\n|---|---:|---:|---:|")
