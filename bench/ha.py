@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.reference import stop_processes  # noqa: E402
 from tests.broker_process import free_port  # noqa: E402
 from tests.ha.ha_cluster import HACluster, SluiceLoad, consume_all  # noqa: E402
 
@@ -78,16 +78,7 @@ class Group:
         return addr
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(10)
-            if p.stdout is not None:
-                p.stdout.close()
+        stop_processes(self.procs)
 
 
 def produce(namesrv: str, topic: str, concurrency: int, duration: float, count: int = 0) -> dict[str, Any]:

@@ -92,16 +92,21 @@ class SluiceServers:
         return proc
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(10)
-            if p.stdout is not None:
-                p.stdout.close()
+        stop_processes(self.procs)
+
+
+def stop_processes(procs: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM each (the last started first), SIGKILL after 60 s; their pipes closed."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def _ready(proc: subprocess.Popen[str], pattern: str) -> str:
