@@ -80,6 +80,7 @@ async def load_and_measure(namesrv: str, broker: str) -> tuple[float, float, int
         while (n := await delivered()) < DELAYED and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         info = await admin.broker_runtime_info(broker)
+    # (the collector's pauses count in the lag, not in the busy stretch: see sluice.common.loop_lag)
     return float(info["eventLoopBusyMaxMs"]), float(info["eventLoopLagMaxMs"]), n
 
 

@@ -327,7 +327,8 @@ class AdminBrokerProcessor:
                  "bootTimestamp": str(b.boot_timestamp), "runtime": f"{int(time.time() * 1000) - b.boot_timestamp} ms",
                  "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(b.hold_service.count),
                  "eventLoopLagMaxMs": f"{b.loop_lag.max_lag * 1000:.1f}",
-                 "eventLoopBusyMaxMs": f"{b.loop_lag.max_busy * 1000:.1f}", "brokerRole": b.role.value}
+                 "eventLoopBusyMaxMs": f"{b.loop_lag.max_busy * 1000:.1f}",
+                 "gcPauseMaxMs": f"{b.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": b.role.value}
         if b.ha_service is not None:  # replication lag of each connected slave, in bytes ("id:lag,...")
             table["haSlaveLagBytes"] = ",".join(f"{i}:{lag}" for i, lag in sorted(b.ha_service.lag().items()))
             table["haInSyncSlaves"] = ",".join(str(s.broker_id) for s in b.ha_service.in_sync_slaves())
