@@ -26,7 +26,8 @@ ELECTION_BOUND = 10.0  # seconds from the kill to a new master
 @pytest.fixture
 def ha_cluster(tmp_path: Path) -> Iterator[HACluster]:
     require_etcd()
-    cluster = HACluster(tmp_path)
+    # (a 2 s lease, not the default 3 s: the elections a second quicker; docs/ha.md's figures are with 3 s)
+    cluster = HACluster(tmp_path, lease_ttl_ms=2000)
     try:
         cluster.start()
         yield cluster
@@ -60,7 +61,8 @@ def test_killing_the_master_ten_times_under_sync_load_loses_no_acknowledged_mess
             elections.append(took)
             resumed.append(took + py.wait_acked(len(py.acked), 30))  # sends resume on the new master
             c.start_broker(master)  # the old master comes back as a slave and catches up
-            c.wait_in_sync(3, 60)
+            c.wait_in_sync(2, 60)  # (the next master must have a slave in sync; the third joins meanwhile)
+        c.wait_in_sync(3, 60)
         py.wait_acked(len(py.acked), 30)
     finally:
         py.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +38,28 @@ async def wait_for(condition: Callable[[], Awaitable[bool]], timeout: float = 15
     while not await condition():
         assert time.monotonic() < deadline, f"condition not met within {timeout} s"
         await asyncio.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def _module_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = EtcdServer(tmp_path_factory.mktemp("etcd"), binary=require_etcd())
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def etcd_server(_module_etcd: str) -> str:
+    """One etcd for this module's tests (one start instead of one a test), emptied before each."""
+
+    async def clear() -> None:
+        async with EtcdClient([_module_etcd]) as etcd:
+            for kv in await etcd.get_prefix(b""):
+                await etcd.delete(kv.key)
+
+    run(clear())
+    return _module_etcd
 
 
 def dead_endpoint() -> str:
