@@ -306,3 +306,29 @@ def test_with_the_master_gone_a_consumer_reads_from_the_slave_and_its_offsets_re
         consumer.shutdown()
     assert sorted(got) == sorted(f"b{i}".encode() for i in range(40))
     _stop(ha, slave, master)
+
+
+def test_a_master_whose_default_ha_port_is_taken_listens_on_another_and_its_slave_finds_it(ha: Cluster) -> None:
+    import socket
+
+    from tests.broker_process import free_port
+
+    while True:  # a fixed port whose neighbour (the default HA port) something else holds
+        port = free_port()
+        blocker = socket.socket()
+        try:
+            blocker.bind(("127.0.0.1", port + 1))
+            blocker.listen()
+            break
+        except OSError:
+            blocker.close()
+    try:
+        master = _start(ha, "m", listen_port=port)
+        assert master.broker is not None and master.broker.ha_address != f"127.0.0.1:{port + 1}"
+        slave = _start(ha, "s", broker_role=BrokerRole.SLAVE, broker_id=1)
+        with Producer("ha-p", namesrv=ha.namesrv_addr) as producer:
+            producer.send(Message("TopicPort", b"x"))
+        wait_until(lambda: _caught_up(ha, master, slave), 30, "the slave to find the master's HA port")
+        _stop(ha, slave, master)
+    finally:
+        blocker.close()

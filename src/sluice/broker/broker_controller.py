@@ -214,7 +214,16 @@ class BrokerController:
                 self._adopt_replicated_topics()
                 self.ha_service = HAService(self.store, self.epochs, c)
                 self.ha_service.set_sync_state_set(self.initial_sync_state_set)
-                await self.ha_service.start(c.listen_host, c.ha_port)
+                try:
+                    await self.ha_service.start(c.listen_host, c.ha_port)
+                except OSError as exc:
+                    if c.ha_listen_port or c.controller_etcd_endpoints or not c.ha_port:
+                        raise OSError(exc.errno, f"the HA port {c.listen_host}:{c.ha_port} cannot be bound "
+                                                 f"(ha_listen_port): {exc.strerror}") from exc
+                    # listen_port + 1 was only a default: the name server tells slaves where the HA port is.
+                    log.warning("the default HA port %d (listen_port + 1) is taken (%s): listening on a free one",
+                                c.ha_port, exc.strerror)
+                    await self.ha_service.start(c.listen_host, 0)
                 if self.role is BrokerRole.SYNC_MASTER:
                     self.store.replication = self.ha_service
             await self.server.start(sock=sock)

@@ -105,8 +105,8 @@ class HAService:
     async def start(self, host: str, port: int) -> int:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self.store.arrival_listeners.append(self._on_arrival)
         self._server = await asyncio.start_server(self._serve, host, port, limit=1 << 16)
+        self.store.arrival_listeners.append(self._on_arrival)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service of broker %d listening on %s:%d (epoch %d)", self.broker_id, host, self.port,
                  self.epoch)
