@@ -16,6 +16,7 @@ Master to slave:
 
 from __future__ import annotations
 
+import abc
 import struct
 from typing import Final, NamedTuple
 
@@ -96,8 +97,8 @@ def encode_refuse(reason: str) -> bytes:
     return _REFUSE.pack(REFUSE, len(raw)) + raw
 
 
-class _Reader:
-    """Accumulates bytes and cuts frames; ``feed`` returns the whole frames so far."""
+class _Reader(abc.ABC):
+    """Accumulates bytes and cuts frames; ``feed`` returns the whole frames so far (``_next``: one side's frames)."""
 
     def __init__(self, max_body: int) -> None:
         self.buf = bytearray()
@@ -112,8 +113,9 @@ class _Reader:
                 return out
             out.append(frame)
 
+    @abc.abstractmethod
     def _next(self) -> object | None:
-        raise NotImplementedError
+        """The next whole frame taken off the buffer, or None until more bytes come."""
 
     def _epoch_list(self, at: int, count: int) -> list[EpochEntry] | None:
         if not 0 <= count <= MAX_EPOCHS:
