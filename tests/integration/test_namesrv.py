@@ -195,7 +195,7 @@ def test_unregister_and_query_data_version(tmp_path: Path):
                 resp = await client.invoke(ns.address, RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, ext,
                                                                                 body))
                 assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["changed"] == changed
-                assert json.loads(bytes(resp.body)) == {"counter": 3, "timestamp": 1700000000000}
+                assert json.loads(bytes(resp.body)) == {"counter": 3, "stateVersion": 0, "timestamp": 1700000000000}
             resp = await client.invoke(ns.address, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext))
             assert resp.code == ResponseCode.SUCCESS
             assert (await get_route(client, ns.address, "T")).code == ResponseCode.TOPIC_NOT_EXIST

@@ -32,7 +32,8 @@ def test_body_round_trips(compressed: bool):
 def test_plain_body_is_rocketmq_json():
     d = json.loads(encode_register_broker_body(WRAPPER))
     assert d["filterServerList"] == []
-    assert d["topicConfigSerializeWrapper"]["dataVersion"] == {"counter": 3, "timestamp": 1700000000000}
+    assert d["topicConfigSerializeWrapper"]["dataVersion"] == {"counter": 3, "stateVersion": 0,
+                                                               "timestamp": 1700000000000}
     assert d["topicConfigSerializeWrapper"]["topicConfigTable"]["TopicTest"] == {
         "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "MULTI_TAG", "topicName": "TopicTest",
         "topicSysFlag": 0, "writeQueueNums": 2}

@@ -23,6 +23,7 @@ class BrokerOuterAPI:
         self.timeout_ms = timeout_ms
         # A slave's master, as the name servers last answered its registration: (address, HA address).
         self.master_addresses: tuple[str, str] | None = None
+        self._ignored_by: set[str] = set()  # name servers that ignored the last registration (said in a remark)
 
     async def register_broker_all(self, namesrv_addrs: list[str], cluster: str, broker_addr: str, broker_name: str,
                                   broker_id: int, ha_addr: str, wrapper: dict[str, Any]) -> int:
@@ -43,6 +44,11 @@ class BrokerOuterAPI:
             if resp.code != ResponseCode.SUCCESS:
                 log.warning("name server %s refused the registration: %s %s", addr, resp.code, resp.remark)
                 return False
+            if resp.remark and addr not in self._ignored_by:  # (a replaced master: once a name server, an episode)
+                self._ignored_by.add(addr)
+                log.warning("name server %s: %s", addr, resp.remark)
+            elif not resp.remark:
+                self._ignored_by.discard(addr)
             master = resp.ext_fields.get("masterAddr") or ""
             if master and broker_id != 0:
                 self.master_addresses = (master, resp.ext_fields.get("haServerAddr") or "")

@@ -129,23 +129,26 @@ class TopicConfig:
 
 @dataclass(slots=True)
 class DataVersion:
-    """A (timestamp, counter) pair a broker bumps whenever its topic table changes."""
+    """A (timestamp, counter) pair a broker bumps whenever its topic table changes, and RocketMQ 5's
+    ``stateVersion``: the master epoch of the registering broker, by which a name server tells a newer master of
+    a group from an older one that still registers (a fenced master cut off from its group)."""
 
     timestamp: int = 0
     counter: int = 0
+    state_version: int = 0
 
     def next_version(self, now_ms: int) -> None:
         self.timestamp = now_ms
         self.counter += 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
+        return {"counter": self.counter, "stateVersion": self.state_version, "timestamp": self.timestamp}
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> DataVersion:
         d = _obj(d, allow_none=True)
         d = d or {}
-        return cls(_int(d.get("timestamp")), _int(d.get("counter")))
+        return cls(_int(d.get("timestamp")), _int(d.get("counter")), _int(d.get("stateVersion"), 0))
 
 
 # == routes ========================================================================================

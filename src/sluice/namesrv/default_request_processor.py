@@ -140,7 +140,10 @@ class DefaultRequestProcessor:
         if result.ha_server_addr is not None:
             ext["haServerAddr"] = result.ha_server_addr
         order_conf = self.kv_config.kv_list_json(NAMESPACE_ORDER_TOPIC_CONFIG) or b""
-        return request.response(ResponseCode.SUCCESS, ext_fields=ext, body=order_conf)
+        # (RocketMQ answers an ignored registration SUCCESS too; the remark says why, for the broker's log)
+        remark = (f"registration ignored: another broker holds id {broker_id} of {broker_name} under a newer master "
+                  "epoch") if result.rejected else None
+        return request.response(ResponseCode.SUCCESS, remark, ext_fields=ext, body=order_conf)
 
     @_answers_bad_input
     def unregister_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

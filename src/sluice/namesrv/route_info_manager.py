@@ -60,6 +60,7 @@ class RegisterBrokerResult:
     master_addr: str | None = None
     ha_server_addr: str | None = None
     first_registration: bool = False  # this address was not live before
+    rejected: bool = False  # another address holds the id under a newer master epoch (state version)
 
 
 @dataclass(slots=True)
@@ -86,6 +87,20 @@ class RouteInfoManager:
         for bid in [bid for bid, a in addrs.items() if a == broker_addr and bid != broker_id]:
             del addrs[bid]
         old_addr = addrs.get(broker_id)
+        state_version = topic_config_wrapper.data_version.state_version if topic_config_wrapper is not None else 0
+        holder = (self.broker_live_table.get(old_addr)
+                  if broker_id == MASTER_ID and old_addr is not None and old_addr != broker_addr else None)
+        if holder is not None and holder.data_version.state_version > state_version:
+            # Another broker holds this id under a newer master epoch: this one is an older master that has not
+            # learnt yet that it was replaced (RocketMQ's stateVersion rule). Its registration is ignored, and it
+            # is no longer live, so that no route names it.
+            log.warning("registration of %s/%s id %d at %s ignored: %s holds that id with state version %d, newer "
+                        "than %d", cluster, broker_name, broker_id, broker_addr, old_addr,
+                        holder.data_version.state_version, state_version)
+            if self.broker_live_table.pop(broker_addr, None) is not None:
+                for name, data in list(self.broker_addr_table.items()):
+                    self._remove_addr_from_group(name, data, broker_addr)
+            return RegisterBrokerResult(rejected=True)
         addrs[broker_id] = broker_addr
         first = first or old_addr is None
 
