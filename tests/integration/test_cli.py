@@ -390,6 +390,33 @@ def test_options_with_fixed_values_refuse_others(capsys, argv):
     assert f"argument {argv[-2]}: invalid choice: '{argv[-1]}' (choose from " in err
 
 
+def test_dev_refuses_a_bad_value_from_its_config_file_instead_of_replacing_it(tmp_path: Path, capsys):
+    path = tmp_path / "dev.toml"
+    path.write_text("[broker]\nlisten_port = -5\n")
+    rc, out, err = sluice(capsys, "dev", "--config", str(path), "--store", str(tmp_path / "store"))
+    assert rc != 0 and "ready" not in out
+    assert f"{path} [broker]: listen_port: an integer from 0 to 65535 is allowed, got -5" in err
+
+
+def test_dev_takes_its_ports_and_host_from_the_config_file_unless_a_flag_says_otherwise(tmp_path: Path):
+    from sluice.cli.main import build_parser
+    from sluice.cli.servers import broker_config, namesrv_config
+    from sluice.common.config_loader import load_toml
+
+    path = tmp_path / "dev.toml"
+    path.write_text("[namesrv]\nport = 19876\nhost = '127.0.0.3'\n[broker]\nlisten_port = 20911\n")
+    data = load_toml(str(path))
+    args = build_parser().parse_args(["dev", "--config", str(path)])
+    assert namesrv_config(args, data, str(path)).port == 19876
+    assert namesrv_config(args, data, str(path)).host == "127.0.0.3"
+    assert broker_config(args, data, str(path)).listen_port == 20911
+    args = build_parser().parse_args(["dev", "--config", str(path), "--broker-port", "30911"])
+    assert broker_config(args, data, str(path)).listen_port == 30911
+    defaults = build_parser().parse_args(["dev"])
+    assert (namesrv_config(defaults, {}, "flags").port, broker_config(defaults, {}, "flags").listen_port,
+            broker_config(defaults, {}, "flags").listen_host) == (9876, 10911, "127.0.0.1")
+
+
 def test_log_level_is_case_insensitive():
     from sluice.cli.main import build_parser
 

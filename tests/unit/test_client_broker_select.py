@@ -123,3 +123,29 @@ def test_producers_heartbeat_masters_and_consumers_every_broker(client):
     assert c.heartbeat_addrs() == [M]
     c.consumers["g"] = object()  # type: ignore[assignment]
     assert c.heartbeat_addrs() == sorted([M, S1, S2])
+
+
+@pytest.mark.parametrize(("code", "avoided"), [(2, True), (14, True), (16, True), (13, False), (1, False)])
+def test_a_broker_that_pushes_back_or_refuses_writes_is_avoided_for_a_while(code: int, avoided: bool):
+    """SYSTEM_BUSY (2), SERVICE_NOT_AVAILABLE (14), NO_PERMISSION (16): the next attempt goes to another broker
+    (RocketMQ 5 isolates such a broker for 10 s); a refusal of the message itself (MESSAGE_ILLEGAL 13) or a
+    SYSTEM_ERROR says nothing of the broker."""
+    from sluice.client.aio.producer import AVOID_SECONDS, Producer
+    from sluice.common.errors import BrokerResponseError
+    from sluice.common.structs import MessageQueue
+    from sluice.remoting.command import RemotingCommand
+
+    async def go() -> None:
+        producer = Producer("avoid-pg", "127.0.0.1:1")
+        mq = MessageQueue("T", "broker-a", 0)
+        resp = RemotingCommand(code, {}, b"", 1, 1, "refused")
+        try:
+            outcome = producer._outcome(mq, M, 1.0, resp, None)
+        except BrokerResponseError as exc:  # not retried at all
+            outcome = exc
+        assert isinstance(outcome, BrokerResponseError) and outcome.code == code
+        assert producer.faults.is_available("broker-a") is not avoided
+        if avoided:
+            assert AVOID_SECONDS <= 10.0
+
+    asyncio.run(go())

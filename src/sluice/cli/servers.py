@@ -306,9 +306,11 @@ def add_server_commands(sub: Any) -> None:
     common(dev)
     dev.add_argument("--store", help=f"store directory (default ./{DEV_STORE})")
     dev.add_argument("--flush", choices=FLUSH_MODES, help=FLUSH_HELP)
-    dev.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
-    dev.add_argument("--broker-port", type=int, default=10911, help="broker port (default 10911)")
-    dev.add_argument("--host", default="127.0.0.1", help="address to bind and announce (default 127.0.0.1)")
+    # No defaults here: a flag given wins over --config's value, which wins over the config's own default (the
+    # same values: 9876, 10911, 127.0.0.1); a value from the file is used or refused, never silently replaced.
+    dev.add_argument("--namesrv-port", type=int, help="name server port (default 9876)")
+    dev.add_argument("--broker-port", type=int, help="broker port (default 10911)")
+    dev.add_argument("--host", help="address to bind and announce (default 127.0.0.1)")
     dev.add_argument("--grpc-port", type=int, default=8081,
                      help="port of the gRPC front for RocketMQ 5 clients (default 8081; 0: any free port)")
     dev.add_argument("--no-grpc", action="store_true", help="no gRPC front")

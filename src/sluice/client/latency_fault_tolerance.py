@@ -32,6 +32,12 @@ class LatencyFaultTolerance:
         else:
             self._until.pop(broker_name, None)
 
+    def avoid(self, broker_name: str, seconds: float) -> None:
+        """Avoid ``broker_name`` for ``seconds`` (it refused a send: pushing back, or no longer the master)."""
+        until = time.monotonic() + seconds
+        if self._until.get(broker_name, 0.0) < until:
+            self._until[broker_name] = until
+
     def forget(self, broker_name: str) -> None:
         """Avoid ``broker_name`` no longer (its master changed: the failures were the old one's)."""
         self._until.pop(broker_name, None)

@@ -45,6 +45,10 @@ RETRY_RESPONSE_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SER
 # wiped): its route may have changed, so it is fetched again soon. FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
 # SLAVE_NOT_AVAILABLE are not among them: the message is stored, and they are send results, as in RocketMQ.
 REROUTE_RESPONSE_CODES = frozenset({ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.NO_PERMISSION})
+# Refusals after which the broker is avoided for AVOID_SECONDS (it pushes back, or takes no writes now).
+AVOID_RESPONSE_CODES = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE,
+                                  ResponseCode.NO_PERMISSION})
+AVOID_SECONDS = 10.0
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
@@ -655,6 +659,10 @@ class Producer:
         self.faults.update(mq.broker_name, latency_ms)
         if SendStatus.from_response_code(resp.code) is not None:
             return resp
+        if resp.code in AVOID_RESPONSE_CODES:
+            # A broker pushing back, or no longer taking writes: avoided for a while, the retry goes to another
+            # (RocketMQ 5's producer isolates a broker that answered so, for 10 s).
+            self.faults.avoid(mq.broker_name, AVOID_SECONDS)
         error = BrokerResponseError(resp.code, resp.remark, addr)
         if resp.code in REROUTE_RESPONSE_CODES:
             self.client.refresh_route_soon(mq.topic)

@@ -37,6 +37,8 @@ Listener = Callable[[list[MessageExt]], Any]
 
 # A batch that cannot be sent back is consumed again locally after this long (RocketMQ: 5 s).
 CONSUME_LATER_DELAY = 5.0
+# The delay level a message whose listener timed out goes back with (RocketMQ cleanExpiredMsg: level 3, 10 s).
+CONSUME_TIMEOUT_DELAY_LEVEL = 3
 
 
 class PushConsumer(ConsumerBase):
@@ -97,6 +99,8 @@ class PushConsumer(ConsumerBase):
         await self.start_client()
         if self.orderly and self.clustering:
             self._timers.append(asyncio.get_running_loop().create_task(self._renew_locks_loop()))
+        if not self.orderly:
+            self._timers.append(asyncio.get_running_loop().create_task(self._clean_expired_loop()))
         self.client.rebalance_now()
         return self
 
@@ -354,6 +358,7 @@ class PushConsumer(ConsumerBase):
         async with self._consume_sem:
             if pq.dropped:
                 return
+            pq.consume_started(msgs)
             try:
                 status = await self._call_listener(msgs)
             except Exception:
@@ -382,6 +387,33 @@ class PushConsumer(ConsumerBase):
         if offset >= 0 and not pq.dropped:
             self.offset_store.update_offset(mq, offset, increase_only=True)
 
+    async def _clean_expired_loop(self) -> None:
+        """Every so often, what listeners have held for longer than ``consume_timeout_millis`` goes back."""
+        timeout = self.config.consume_timeout_millis / 1000
+        while True:
+            await asyncio.sleep(min(max(timeout / 4, 0.05), 60.0))
+            for mq, pq in list(self.process_queues.items()):
+                try:
+                    await self._clean_expired(mq, pq, timeout)
+                except Exception:  # one queue's failure must not stop the others' cleaning
+                    log.exception("cleaning the expired messages of %s failed", mq)
+
+    async def _clean_expired(self, mq: MessageQueue, pq: ProcessQueue, timeout: float) -> None:
+        """Messages whose listener call has run for longer than ``timeout``: sent back with delay level 3 (a
+        clustering group: redelivered later, to this or another member) and taken off the queue's cache, so its
+        offset moves on; a broadcasting consumer drops them, as it drops those its listener fails on."""
+        for msg in pq.expired(timeout):
+            if pq.dropped:
+                return
+            if self.clustering and not await self._send_back(mq, msg, CONSUME_TIMEOUT_DELAY_LEVEL):
+                return  # tried again at the next round
+            log.warning("the listener of group %s has held message %s of %s for over %.0f ms: %s", self.group,
+                        msg.msg_id, mq, timeout * 1000,
+                        "sent back for a later retry" if self.clustering else "dropped (broadcasting)")
+            offset = pq.remove_messages([msg])
+            if offset >= 0 and not pq.dropped:
+                self.offset_store.update_offset(mq, offset, increase_only=True)
+
     def _dispatch_later(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if not pq.dropped and self.started:
             self._dispatch(mq, pq, msgs)
@@ -408,6 +440,7 @@ class PushConsumer(ConsumerBase):
             msgs = pq.take_messages(max(1, cfg.consume_message_batch_max_size))
             if not msgs:
                 return
+            pq.consume_started(msgs)
             try:
                 status = await self._call_listener(msgs)
             except Exception:
