@@ -776,6 +776,87 @@ static PyTypeObject IdClockType = {
     .tp_members = idclock_members,
 };
 
+/* == writing mapped pages without the GIL ======================================================== */
+
+/* store_spans(buf, spans, positions=b"", values=b"", width=4): copy each (offset, bytes) of the list spans into
+ * the writable buffer buf, and value i of values (width bytes each) at positions[i] (native int64), with the GIL
+ * released while the bytes are copied: a page of a mapped file that the kernel is writing back, or that it must
+ * throttle, keeps only this thread waiting, not every thread of the process. Every span is checked against the
+ * buffer before anything is written. */
+static PyObject *
+store_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer dst, pos = {0}, val = {0};
+    PyObject *spans;
+    Py_ssize_t width = 4;
+    if (!PyArg_ParseTuple(args, "w*O!|y*y*n", &dst, &PyList_Type, &spans, &pos, &val, &width))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(spans);
+    Py_buffer *srcs = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(Py_buffer));
+    Py_ssize_t *offs = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(Py_ssize_t));
+    Py_ssize_t got = 0;
+    if (srcs == NULL || offs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        PyObject *item = PyList_GET_ITEM(spans, got);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "store_spans: each span is an (offset, bytes) tuple");
+            goto done;
+        }
+        Py_ssize_t off = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+        if (off == -1 && PyErr_Occurred())
+            goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 1), &srcs[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        if (off < 0 || srcs[got].len > dst.len - off) {
+            PyBuffer_Release(&srcs[got]);
+            PyErr_Format(PyExc_ValueError, "store_spans: %zd bytes at %zd do not fit a buffer of %zd", srcs[got].len,
+                         off, dst.len);
+            goto done;
+        }
+        offs[got] = off;
+    }
+    Py_ssize_t count = pos.buf != NULL ? pos.len / 8 : 0;
+    if (width < 1 || width > 8 || (pos.buf != NULL && pos.len % 8 != 0) ||
+            (val.buf != NULL ? val.len : 0) != count * width) {
+        PyErr_SetString(PyExc_ValueError, "store_spans: positions are int64 and values hold width bytes for each");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t p;
+        memcpy(&p, (const char *)pos.buf + 8 * i, 8);
+        if (p < 0 || p > (int64_t)(dst.len - width)) {
+            PyErr_Format(PyExc_ValueError, "store_spans: a value at %lld does not fit a buffer of %zd", (long long)p,
+                         dst.len);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        memcpy((char *)dst.buf + offs[i], srcs[i].buf, (size_t)srcs[i].len);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t p;
+        memcpy(&p, (const char *)pos.buf + 8 * i, 8);
+        memcpy((char *)dst.buf + p, (const char *)val.buf + width * i, (size_t)width);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&srcs[i]);
+    PyMem_Free(srcs);
+    PyMem_Free(offs);
+    PyBuffer_Release(&dst);
+    if (pos.buf != NULL)
+        PyBuffer_Release(&pos);
+    if (val.buf != NULL)
+        PyBuffer_Release(&val);
+    return result;
+}
+
 /* == module ====================================================================================== */
 
 static PyMethodDef methods[] = {
@@ -792,6 +873,8 @@ static PyMethodDef methods[] = {
      "body_crcs(data, starts, ends) -> the BODYCRC of every span, native int64 bytes."},
     {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_VARARGS | METH_KEYWORDS,
      "encode_batch_record(body, properties, flag=0) -> one batch record."},
+    {"store_spans", store_spans, METH_VARARGS,
+     "store_spans(buf, spans, positions=b'', values=b'', width=4): copy spans and values into buf, GIL released."},
     {NULL, NULL, 0, NULL},
 };
 

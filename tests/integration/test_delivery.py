@@ -563,3 +563,41 @@ def test_an_orderly_consumer_reset_while_busy_never_runs_two_listener_calls_on_o
         c.shutdown()
     assert most[0] == 1
     assert got[:6] == [0, 1, 2, 3, 4, 5] and got[6:] == list(range(11))  # the second reading in order, from 0
+
+
+def test_a_listener_that_never_returns_lets_its_message_come_back_and_its_queue_move_on(empty_cluster):
+    """RocketMQ's consumeTimeout (here 300 ms): the message the listener holds goes back for a retry, and the
+    queue's offset passes it while the listener call still hangs."""
+    cluster = empty_cluster
+    cluster.start_broker("broker-a", message_delay_level=FAST_DELAYS)
+    topic, group = "delivery-hang", "delivery-hang-cg"
+    cluster.create_topic(topic, 1)
+    release = threading.Event()
+    returned = threading.Event()
+    lock = threading.Lock()
+    seen: list[tuple[bytes, int]] = []
+
+    def handle(msgs: list[MessageExt]) -> ConsumeStatus:
+        m = msgs[0]
+        with lock:
+            seen.append((m.body, m.reconsume_times))
+        if m.body == b"hang" and m.reconsume_times == 0:
+            release.wait(60)  # a listener stuck (a dead lock, a call that never returns)
+            returned.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(group, namesrv=cluster.namesrv_addr, consume_timeout_millis=300, **FAST)
+    c.subscribe(topic)
+    c.register_listener(handle)
+    c.start()
+    try:
+        with Producer("delivery-hang-pg", namesrv=cluster.namesrv_addr) as producer:
+            for body in (b"before", b"hang", b"after-1", b"after-2"):
+                producer.send(Message(topic, body))
+        wait_until(lambda: (b"hang", 1) in seen, 30, "the held message to come back through the retry topic")
+        wait_until(lambda: committed_to_end(cluster, group, topic, 1), 30, "the queue's offset past the held one")
+        assert not returned.is_set()  # the first listener call has not returned: the queue moved on without it
+        assert {b for b, _ in seen} == {b"before", b"hang", b"after-1", b"after-2"}
+    finally:
+        release.set()
+        c.shutdown()

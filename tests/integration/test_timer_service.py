@@ -58,7 +58,9 @@ def test_a_message_taken_while_its_due_time_is_delivered_is_delivered_too(empty_
         await ts.deliver_due()
 
     empty_cluster.loop.run(go())
-    assert delivered(broker) == 2 and ts.wheel.pending == 0
+    # (stored without waiting for the flush, they are served once it comes)
+    wait_until(lambda: delivered(broker) == 2, 10, "both delivered messages served")
+    assert ts.wheel.pending == 0
 
 
 def test_messages_already_due_are_delivered_when_taking_the_queue_fails_half_way(empty_cluster: Cluster):

@@ -41,7 +41,8 @@ def test_a_late_end_transaction_during_a_check_round_is_refused(empty_cluster: C
             if again is not None:
                 accepted.append(ts.half_walked)
                 await ts.end(again, True)
-            await asyncio.sleep(0)
+            # (a millisecond between looks, not a busy loop: the store thread needs the GIL for the round's writes)
+            await asyncio.sleep(0.001)
         await round_
         return accepted
 

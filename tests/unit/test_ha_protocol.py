@@ -11,6 +11,7 @@ from sluice.store.ha.epoch_file import EpochEntry, EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
     Handshake,
     HAProtocolError,
+    HAVersionError,
     MasterReader,
     Refuse,
     Report,
@@ -76,17 +77,17 @@ def test_frames_cut_from_bytes_arriving_one_at_a_time() -> None:
     reader = MasterReader()
     got = [f for b in to_master for f in reader.feed(bytes([b]))]
     assert got == [Handshake(2, 4096, [E(1, 0), E(2, 100)]), Report(5000)]
-    to_slave = (encode_welcome(Welcome(2, 900, -1, 0, [E(1, 0)])) + encode_transfer_header(2, 0, 3) + b"abc"
-                + encode_transfer_header(2, 3, 0) + encode_refuse("go away"))
+    to_slave = (encode_welcome(Welcome(2, 900, -1, 0, [E(1, 0)])) + encode_transfer_header(2, 0, 0, 3) + b"abc"
+                + encode_transfer_header(2, 3, 3, 0) + encode_refuse("go away"))
     sr = SlaveReader(1 << 20)
     got2 = [f for b in to_slave for f in sr.feed(bytes([b]))]
-    assert got2 == [Welcome(2, 900, -1, 0, [E(1, 0)]), Transfer(2, 0, b"abc"), Transfer(2, 3, b""),
+    assert got2 == [Welcome(2, 900, -1, 0, [E(1, 0)]), Transfer(2, 0, 0, b"abc"), Transfer(2, 3, 3, b""),
                     Refuse("go away")]
 
 
 @pytest.mark.parametrize("frame", [
     b"\x09" + bytes(16),  # unknown type
-    struct.pack(">bqqi", 1, 1, 0, 1 << 20),  # a handshake with too many epochs
+    struct.pack(">bqqi", 4, 1, 0, 1 << 20),  # a handshake with too many epochs
     b"\x02" + (-5).to_bytes(8, "big", signed=True),  # a negative report
 ])
 def test_hostile_bytes_to_a_master_are_refused(frame: bytes) -> None:
@@ -96,4 +97,10 @@ def test_hostile_bytes_to_a_master_are_refused(frame: bytes) -> None:
 
 def test_a_transfer_over_the_bound_is_refused_before_its_bytes_arrive() -> None:
     with pytest.raises(HAProtocolError):
-        SlaveReader(1024).feed(encode_transfer_header(1, 0, 4096))
+        SlaveReader(1024).feed(encode_transfer_header(1, 0, 0, 4096))
+
+
+def test_a_slave_of_the_first_protocol_version_is_refused_with_why() -> None:
+    old_handshake = struct.pack(">bqqi", 1, 2, 4096, 0)  # type 1: its transfers would lack the confirm offset
+    with pytest.raises(HAVersionError, match="upgrade"):
+        MasterReader().feed(old_handshake)

@@ -15,14 +15,16 @@ from sluice.store.ha.epoch_file import EpochFile
 from sluice.store.ha.ha_service import HAService, SlaveState
 
 
-def _fake_store(max_offset: int) -> SimpleNamespace:
-    return SimpleNamespace(commit_log=SimpleNamespace(max_offset=max_offset),
-                           config=SimpleNamespace(sync_flush_timeout=5000), arrival_listeners=[])
+def _fake_store(max_offset: int, dispatched: int) -> SimpleNamespace:
+    return SimpleNamespace(commit_log=SimpleNamespace(max_offset=max_offset), dispatched_offset=dispatched,
+                           config=SimpleNamespace(sync_flush_timeout=5000), arrival_listeners=[],
+                           append_listeners=[], request_drain=lambda: None)
 
 
-def _setup(tmp_path, max_offset: int):
+def _setup(tmp_path, max_offset: int, dispatched: int = 0):
     cfg = BrokerConfig(broker_id=1, controller_etcd_endpoints="127.0.0.1:1", listen_port=30911)
-    ha = HAService(_fake_store(max_offset), EpochFile(str(tmp_path / "epochs")), cfg)  # type: ignore[arg-type]
+    ha = HAService(_fake_store(max_offset, dispatched), EpochFile(str(tmp_path / "epochs")),  # type: ignore[arg-type]
+                   cfg)
     runner = SimpleNamespace(config=cfg, broker=SimpleNamespace(ha_service=ha))
     rm = ReplicasManager(runner)  # type: ignore[arg-type]
     rm.lease = 7
@@ -60,5 +62,28 @@ def test_a_slave_behind_the_acknowledged_offset_does_not_join_the_in_sync_set(tm
         members = set(json.loads(written[-1])["members"]) if written else {1, 2}
         assert 3 not in members, (f"slave 3 (stored to 5000) was put in the in-sync set {sorted(members)} after "
                                   "puts to 10000 were acknowledged")
+
+    asyncio.run(run())
+
+
+def test_a_slave_without_every_dispatched_message_joins_the_local_set_before_etcd_names_it(tmp_path):
+    """Slave 3 has every acknowledged message but not all those consumers may have seen (dispatched while the
+    set was the master alone). Named in etcd now, it could be elected without them: a consumer would have read
+    a message that is gone. It joins the master's own set first (dispatch waits for it), etcd's once it has
+    them."""
+    ha, rm, written = _setup(tmp_path, 10_000, dispatched=10_000)
+
+    async def run() -> None:
+        ha._loop = asyncio.get_running_loop()
+        ha.set_sync_state_set({1})
+        ha.slaves[3] = SlaveState(3, "y", ack_offset=9_000, caught_up_at=time.monotonic())
+        sss = KeyValue(rm.key("syncStateSet"), json.dumps({"members": [1], "epoch": 3}).encode(), 1, 1, 1)
+        leader_kv = KeyValue(rm.key("leader"), rm.leader.to_json(), 1, 1, 1, lease=7)
+        await rm._maintain_sync_state_set({"syncStateSet": sss, "leader": leader_kv}, leader_kv)
+        assert written == [] and ha.sync_state_set == {1, 3}
+        assert ha.replica_bound() == 9_000  # nothing past what slave 3 holds is dispatched now
+        ha.slaves[3].ack_offset = 10_000
+        await rm._maintain_sync_state_set({"syncStateSet": sss, "leader": leader_kv}, leader_kv)
+        assert set(json.loads(written[-1])["members"]) == {1, 3}
 
     asyncio.run(run())

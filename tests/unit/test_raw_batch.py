@@ -202,7 +202,15 @@ def test_messages_and_raw_batches_in_one_put_are_stored_in_the_order_given_each_
     answers: dict[int, object] = {}
 
     async def main() -> None:
-        store.put_then(puts, lambda i, r: answers.__setitem__(i, r))
+        all_answered = asyncio.get_running_loop().create_future()
+
+        def done(i: int, r: object) -> None:
+            answers[i] = r
+            if len(answers) == len(puts):
+                all_answered.set_result(None)
+
+        store.put_then(puts, done)
+        await asyncio.wait_for(all_answered, 30)
 
     asyncio.run(main())
     assert sorted(answers) == list(range(6))

@@ -161,7 +161,7 @@ def test_restart_with_truncate_at_mid_record_drops_the_crossing_record(tmp_path)
 
 
 def test_a_failed_bulk_dispatch_does_not_skip_records(tmp_path, monkeypatch):
-    """(a173302) _reput sets dispatched_offset in its ``finally`` before _dispatch_replicated writes the consume
+    """(a173302) _reput sets dispatched_offset in its ``finally`` before the bulk dispatch writes the consume
     queue entries: if that write fails (OSError: disk full, a CQ file that cannot be created) the records are
     counted as dispatched and never get queue entries (the HA client reconnects and goes on past them); the
     flush thread also reads dispatched_offset as 'everything below is in the CQ files'."""
@@ -169,17 +169,17 @@ def test_a_failed_bulk_dispatch_does_not_skip_records(tmp_path, monkeypatch):
     end = m.commit_log.max_offset
     s = MessageStore(_cfg(tmp_path / "slave")).start()
     chunks = list(_segments(m, 0, end, random.Random(2)))
-    real = s._dispatch_replicated
+    real = s._dispatch_requests
     calls = {"n": 0}
 
-    def flaky(reqs, arrivals):
+    def flaky(reqs):
         if reqs:
             calls["n"] += 1
             if calls["n"] == 3:
                 raise OSError("no space left on device")
-        return real(reqs, arrivals)
+        return real(reqs)
 
-    monkeypatch.setattr(s, "_dispatch_replicated", flaky)
+    monkeypatch.setattr(s, "_dispatch_requests", flaky)
     try:
         for off, data in chunks:
             try:

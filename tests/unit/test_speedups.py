@@ -190,3 +190,37 @@ def test_c_uniq_id_clock_equals_python(times: list[int], counter: int, many: int
     a, b = c.create_many(many % 300), py.create_many(many % 300)
     assert len(a) == len(b) and [i[-4:] for i in a] == [i[-4:] for i in b] and {i[:20] for i in a + b} <= {c.prefix}
     assert c.create(times[0])[-4:] == py.create(times[0])[-4:]
+
+
+@st.composite
+def span_writes(draw: st.DrawFn) -> tuple[int, list[tuple[int, bytes]], bytes, bytes, int]:
+    """A buffer size, spans, positions and values: mostly within the buffer, sometimes past it or negative."""
+    size = draw(st.integers(0, 64))
+    width = draw(st.integers(1, 8))
+    spans = draw(st.lists(st.tuples(st.integers(-2, size + 2), st.binary(max_size=16)), max_size=4))
+    count = draw(st.integers(0, 4))
+    positions = draw(st.lists(st.integers(-2, max(size - width, 0) + 2), min_size=count, max_size=count))
+    values = draw(st.binary(min_size=count * width, max_size=count * width))
+    return size, spans, np.array(positions, dtype=np.int64).tobytes(), values, width
+
+
+@needs_c
+@SETTINGS
+@given(span_writes())
+def test_store_spans_writes_and_refuses_what_its_twin_does(case: tuple[int, list[tuple[int, bytes]], bytes, bytes,
+                                                                         int]) -> None:
+    from sluice.store.mapped_file import py_store_spans
+
+    size, spans, positions, values, width = case
+    outcomes = []
+    for fn in (speedups.store_spans, py_store_spans):  # type: ignore[union-attr]
+        buf = bytearray(size)
+        try:
+            fn(memoryview(buf), spans, positions, values, width)
+            outcomes.append(("ok", bytes(buf)))
+        except ValueError:
+            outcomes.append(("refused", bytes(buf)))  # (nothing written when a span does not fit)
+    assert outcomes[0] == outcomes[1]
+    if outcomes[0][0] == "ok" and not positions and len({o for o, _ in spans}) == len(spans) == 1:
+        (off, data), = spans
+        assert outcomes[0][1][off:off + len(data)] == data

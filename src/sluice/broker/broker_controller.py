@@ -131,6 +131,7 @@ class BrokerController:
         self.write_guard: Callable[[], str] | None = None
         self.initial_sync_state_set: set[int] | None = None
         self.running = False
+        self._registered_fenced = False
         self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
         self._memory = _total_memory()
@@ -153,7 +154,10 @@ class BrokerController:
             self.config.store = store_config
             self.store = MessageStore(store_config)
             loop = asyncio.get_running_loop()
-            opening = loop.run_in_executor(None, self.store.start, truncate_at)
+            # In controller mode a slave serves only what its master confirms: its tail may be what a master wrote
+            # and nobody else, and a failover may elect another (RocketMQ gates on the confirm offset there only).
+            hold = not self.role.is_master and bool(c.controller_etcd_endpoints)
+            opening = loop.run_in_executor(None, self.store.start, truncate_at, hold)
             try:
                 await asyncio.shield(opening)
             except asyncio.CancelledError:  # the store opens anyway (its thread goes on): close it again
@@ -165,6 +169,7 @@ class BrokerController:
             sock.close()
             raise
         slave = not self.role.is_master
+        self.store.bind_loop(loop)
         self.store.slave_mode = slave
         self.store.write_guard = self.write_guard
         try:
@@ -226,6 +231,7 @@ class BrokerController:
                     await self.ha_service.start(c.listen_host, 0)
                 if self.role is BrokerRole.SYNC_MASTER:
                     self.store.replication = self.ha_service
+                self.store.replica_bound = self.ha_service.replica_bound
             await self.server.start(sock=sock)
         except BaseException:
             sock.close()
@@ -304,13 +310,30 @@ class BrokerController:
         that permission taken away, as RocketMQ does, so that clients route around it."""
         m = self.topic_config_manager
         broker_perm = self.config.broker_permission
+        fenced = self.fenced
+        if fenced != self._registered_fenced:
+            # (name servers take a broker's topic table only when its data version moved)
+            self._registered_fenced = fenced
+            m.data_version.next_version(int(time.time() * 1000))
+        if fenced:
+            broker_perm &= ~PERM_WRITE
         table = {}
         for n, tc in sorted(m.table.items()):
             d = tc.to_json()
             if broker_perm & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
                 d["perm"] = tc.perm & broker_perm
             table[n] = d
-        return {"dataVersion": m.data_version.to_json(), "topicConfigTable": table}
+        version = m.data_version.to_json()
+        # The master epoch this broker's log has reached: a name server keeps the registration of a group's master
+        # with the newest one, so a replaced master that still registers is not routed to.
+        version["stateVersion"] = self.epochs.last_epoch if self.epochs is not None else 0
+        return {"dataVersion": version, "topicConfigTable": table}
+
+    @property
+    def fenced(self) -> bool:
+        """A master that may not acknowledge writes now (its controller lease lapsed, or another was elected):
+        it registers its topics without write permission, never as the writable master."""
+        return self.role.is_master and self.write_guard is not None and bool(self.write_guard())
 
     @property
     def registered_id(self) -> int:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK = 0.25  # seconds between looks at the group's state
+FENCE_WATCH = 0.1  # seconds between looks at whether this master is fenced
 JOIN_WITHIN = 2.0  # a slave joins the in-sync set once it had everything the master had this recently
 GONE_AFTER = 2.0  # a member disconnected this long leaves the in-sync set (puts stop waiting for it)
 
@@ -91,6 +92,7 @@ class ReplicasManager:
         self.became_master_at = 0.0
         self._renewed_at = 0.0
         self._task: asyncio.Task | None = None
+        self._fence_task: asyncio.Task | None = None
         self._waiting_logged = ""
         # Members added by an etcd write whose outcome is unknown (a timeout): kept in the local set until a write
         # known to have applied replaces etcd's set, so that the local set always holds etcd's.
@@ -102,13 +104,16 @@ class ReplicasManager:
     # == lifecycle ===================================================================================
     async def start(self) -> None:
         await self._new_lease()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run())
+        self._fence_task = loop.create_task(self._watch_fencing())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        for task in (self._task, self._fence_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._fence_task = None
         self.is_leader = False
         if self.lease:
             try:  # the leader key goes with the lease: the others elect at once instead of after the TTL
@@ -146,6 +151,23 @@ class ReplicasManager:
             return
         self._renewed_at = sent
         self.lease_valid_until = sent + ttl - 0.25
+
+    async def _watch_fencing(self) -> None:
+        """Register with the name servers as soon as this master is fenced (or no longer is), without waiting for
+        the next period: a fenced master registers its topics read-only (``BrokerController.fenced``). Apart from
+        ``_run``, whose etcd calls take their whole timeout while etcd cannot be reached."""
+        was = False
+        while True:
+            await asyncio.sleep(FENCE_WATCH)
+            broker = self.runner.broker  # (None while the broker restarts in another role)
+            fenced = broker is not None and broker.running and broker.fenced
+            if fenced != was:
+                was = fenced
+                if fenced:
+                    log.warning("broker %d is fenced (%s): registering its topics read-only", self.broker_id,
+                                self.write_guard())
+                if broker is not None:
+                    broker.trigger_register()
 
     async def _run(self) -> None:
         while True:
@@ -258,19 +280,26 @@ class ReplicasManager:
                 gone = mono - max(s.caught_up_at, s.connected_at) > limit  # not caught up for that long
             if gone:
                 want.discard(b)
+        joining: set[int] = set()
         for s in ha.slaves.values():
             # A newcomer must hold every message acknowledged through the slaves so far (a SYNC_MASTER's confirm
-            # offset), and have had everything the master had a moment ago.
+            # offset) and every message consumers may have seen (dispatched), and have had everything the master
+            # had a moment ago. One that has all but the last of what was dispatched joins the local set first:
+            # nothing more is dispatched (nor, on a SYNC_MASTER, acknowledged) until it has it, and etcd names it
+            # at the next look.
             if (s.connected and s.broker_id not in want and mono - s.caught_up_at < JOIN_WITHIN
                     and s.ack_offset >= ha.confirm_offset):
-                want.add(s.broker_id)
+                if s.ack_offset >= ha.store.dispatched_offset:
+                    want.add(s.broker_id)
+                else:
+                    joining.add(s.broker_id)
         if want == members:
-            ha.set_sync_state_set(members | self._maybe_added)
+            ha.set_sync_state_set(members | self._maybe_added | joining)
             return
         added = want - members
         # Grown here first: puts wait for the newcomers (checked just above, with no await since) before etcd
         # names them; shrunk in etcd first.
-        ha.set_sync_state_set(members | added | self._maybe_added)
+        ha.set_sync_state_set(members | added | self._maybe_added | joining)
         epoch = self.leader.epoch if self.leader else 0
         sss_unchanged = (Compare.mod_revision(self.key("syncStateSet"), "=", sss_kv.mod_revision) if sss_kv
                          else Compare.version(self.key("syncStateSet"), "=", 0))
@@ -283,10 +312,10 @@ class ReplicasManager:
             raise
         if r.succeeded:
             self._maybe_added.clear()
-            ha.set_sync_state_set(want)
+            ha.set_sync_state_set(want | joining)
             log.info("in-sync set of %s: %s (was %s)", self.config.broker_name, sorted(want), sorted(members))
         else:
-            ha.set_sync_state_set(members | self._maybe_added)
+            ha.set_sync_state_set(members | self._maybe_added | joining)
 
     def describe(self) -> dict[str, Any]:
         return {"brokerId": self.broker_id, "leader": self.leader._asdict() if self.leader else None,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _TURN = 0.005  # the longest the delivery of a backlog holds the event loop at once (s)
+_DELIVER_AT_ONCE = 64  # due messages stored in one append
 
 
 class ScheduleMessageService:
@@ -137,6 +138,8 @@ class ScheduleMessageService:
             if cq is None:
                 continue
             offset = max(self.offsets.get(level, 0), cq.min_offset)
+            due_now: list[MessageExtBrokerInner] = []
+            delivered = True
             while offset < cq.max_offset:
                 if loop.time() >= turn_ends:  # a backlog is delivered a slice at a time: clients are served between
                     await asyncio.sleep(0)
@@ -162,18 +165,34 @@ class ScheduleMessageService:
                 real_topic = props.get(PROPERTY_REAL_TOPIC)
                 real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "0")
                 if real_topic:
-                    inner = MessageExtBrokerInner(real_topic, msg.body, parse_long(real_qid, 0),
-                                                  msg.flag, props, msg.sys_flag, msg.born_timestamp, msg.born_host,
-                                                  msg.store_host, msg.reconsume_times,
-                                                  msg.prepared_transaction_offset)
-                    r = await store.put_async([inner])
-                    if not r.ok:
-                        log.warning("cannot deliver delayed message to %s: %s %s", real_topic, r.status.name,
-                                    r.remark)
-                        next_due = time.time() + 1
-                        break
-                    self.delivered += 1
+                    due_now.append(MessageExtBrokerInner(real_topic, msg.body, parse_long(real_qid, 0),
+                                                         msg.flag, props, msg.sys_flag, msg.born_timestamp,
+                                                         msg.born_host, msg.store_host, msg.reconsume_times,
+                                                         msg.prepared_transaction_offset))
                 offset += 1
-                self.offsets[level] = offset
-                self._dirty = True
+                if len(due_now) >= _DELIVER_AT_ONCE:
+                    delivered = await self._deliver(level, due_now, offset)
+                    if not delivered:
+                        break
+            if delivered:
+                delivered = await self._deliver(level, due_now, offset)
+            if not delivered:  # (the level's offset stays before what was not delivered: tried again)
+                next_due = time.time() + 1
         return next_due
+
+    async def _deliver(self, level: int, msgs: list[MessageExtBrokerInner], offset: int) -> bool:
+        """Store the due ``msgs`` of ``level`` (one append: a backlog goes out in a few writes, not one each) and
+        move the level's offset to ``offset``; False when the store refused them (tried again later)."""
+        if msgs:
+            n = len(msgs)
+            r = await self.store.put_async(list(msgs))
+            msgs.clear()
+            if not r.stored:  # (stored but not yet flushed is delivered: sent again, it would come twice)
+                log.warning("cannot deliver %d delayed message(s): %s %s; trying again in a second", n,
+                            r.status.name, r.remark)
+                return False
+            self.delivered += n
+        if self.offsets.get(level, 0) != offset:
+            self.offsets[level] = offset
+            self._dirty = True
+        return True

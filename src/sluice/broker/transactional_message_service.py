@@ -187,6 +187,13 @@ class TransactionalMessageService:
         """Record the decision (and, for a commit, store the message), as one append."""
         first = first_offset(half)
         self._deciding.add(first)
+
+        def written(r: PutMessageResult) -> None:
+            # (when the write is answered, whatever becomes of the request that asked for it)
+            if r.stored:  # (a flush that timed out stored it all the same: decided)
+                self.decided[first] = r.queue_offset
+            self._deciding.discard(first)
+
         try:
             op = self._op(half, "commit" if commit else "rollback")
             msgs = [op, committed_message(half)] if commit else [op]
@@ -194,12 +201,10 @@ class TransactionalMessageService:
                 if self.broker.timer_service.prepare(msgs[1]) is not None:  # (checked at send: a changed config)
                     log.warning("committed transaction %s has an unusable timer: delivered now", half.uniq_key)
                 msgs[1] = self.broker.schedule_service.redirect(msgs[1])
-            r = await self.store.put_async(msgs)
-            if r.stored:  # (a flush that timed out stored it all the same: decided)
-                self.decided[first] = r.queue_offset
-            return r
-        finally:
+        except BaseException:
             self._deciding.discard(first)
+            raise
+        return await self.store.put_async(msgs, written)
 
     def _op(self, half: MessageExt, outcome: str) -> MessageExtBrokerInner:
         self.broker.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)

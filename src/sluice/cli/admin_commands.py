@@ -252,6 +252,39 @@ async def topic_delete(admin: Admin, args: argparse.Namespace) -> int:
     return 0
 
 
+# == cluster ======================================================================================
+@command
+async def cluster_status(admin: Admin, args: argparse.Namespace) -> int:
+    info = await admin.cluster_info()
+    rows: list[dict[str, Any]] = []
+    for cluster, names in sorted(info.cluster_addr_table.items()):
+        for name in sorted(names):
+            b = info.broker_addr_table.get(name)
+            for bid, addr in sorted(b.broker_addrs.items()) if b is not None else []:
+                try:
+                    rt = await admin.broker_runtime_info(addr)
+                    error = ""
+                except AdminError as exc:
+                    rt, error = {}, str(exc)
+                rows.append({"cluster": cluster, "broker": name, "id": bid, "address": addr,
+                             "role": rt.get("brokerRole", "?"), "fenced": rt.get("fenced", ""),
+                             "backPressure": rt.get("backPressure", "?"),
+                             "sendQueue": int(rt.get("sendThreadPoolQueueSize", 0) or 0),
+                             "writeRunningMs": int(rt.get("pageCacheLockTimeMills", 0) or 0),
+                             "heldBytes": int(rt.get("heldBytes", 0) or 0),
+                             "loopLagMaxMs": float(rt.get("eventLoopLagMaxMs", 0) or 0), "error": error})
+    if args.json:
+        print_json(rows)
+        return 0
+    print_table(["CLUSTER", "BROKER", "ID", "ADDRESS", "ROLE", "BACK-PRESSURE", "SEND QUEUE", "WRITE RUNNING MS",
+                 "NOT YET SERVED B", "LOOP LAG MS"],
+                [[r["cluster"], r["broker"], r["id"], r["address"],
+                  r["role"] + (" (fenced)" if r["fenced"] else ""), r["error"] and "no answer" or r["backPressure"],
+                  r["sendQueue"], r["writeRunningMs"], r["heldBytes"], f"{r['loopLagMaxMs']:.1f}"] for r in rows],
+                right=(2, 6, 7, 8, 9))
+    return 0
+
+
 # == group ========================================================================================
 _CONSUME_TYPES = {"CONSUME_ACTIVELY": "pull", "CONSUME_PASSIVELY": "push"}
 
@@ -400,7 +433,7 @@ async def msg_get_by_key(admin: Admin, args: argparse.Namespace) -> int:
 
 # == parser =======================================================================================
 def add_admin_commands(sub: Any) -> None:
-    """``sluice topic``, ``sluice group`` and ``sluice msg`` with their verbs."""
+    """``sluice topic``, ``sluice cluster``, ``sluice group`` and ``sluice msg`` with their verbs."""
     ns = argparse.ArgumentParser(add_help=False)
     ns.add_argument("--namesrv", metavar="ADDR",
                     help=f"name server host:port[;host:port] (default ${NAMESRV_ENV} or {DEFAULT_NAMESRV})")
@@ -430,6 +463,11 @@ def add_admin_commands(sub: Any) -> None:
     p = verb(topic, "delete", topic_delete, "delete a topic from its brokers and the name server")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--cluster", help="only from this cluster's brokers")
+
+    cluster = sub.add_parser("cluster", help="inspect the brokers of the clusters").add_subparsers(
+        dest="cluster_command", required=True, metavar="VERB")
+    verb(cluster, "status", cluster_status, "every broker: role, back-pressure, queued writes, data not yet "
+         "served (not yet durable), event-loop lag", json_flag=True)
 
     group = sub.add_parser("group", help="inspect consumer groups").add_subparsers(
         dest="group_command", required=True, metavar="VERB")

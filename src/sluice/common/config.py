@@ -93,7 +93,10 @@ class MessageStoreConfig(_Config):
     flush_interval_commit_log: Millis = 500
     flush_commit_log_least_pages: NonNegative = 4
     flush_commit_log_thorough_interval: Millis = 10_000
-    sync_flush_timeout: Millis = 5_000
+    # A put waiting for its fsync (or a SYNC_MASTER's for its slaves) is answered FLUSH_DISK_TIMEOUT
+    # (FLUSH_SLAVE_TIMEOUT) after this: 2.5 s rather than RocketMQ's 5 s, under the 3 s a RocketMQ client waits
+    # for a send's answer, so that a slow disk shows as an answer and not as a client time-out.
+    sync_flush_timeout: Millis = 2_500
     group_commit_max_wait: Millis = 10
     flush_interval_consume_queue: Millis = 1_000
     flush_consume_queue_least_pages: NonNegative = 2
@@ -111,10 +114,11 @@ class MessageStoreConfig(_Config):
     timer_max_delay_sec: Annotated[int, Meta(ge=1, le=90 * 86_400)] = 3 * 86_400
     mapped_file_size_timer_log: Annotated[int, Meta(ge=4000, le=2**31 - 40, multiple_of=40)] = 40 * 1024 * 1024
     # Commit-log appends of at least this many bytes are written with pwrite() instead of a copy into the
-    # mapping (0: every append; -1: none). Faulting fresh pages of the sparse segment in through the
-    # mapping makes the kernel read the holes ahead in bursts (here ~18 ms every 8 MiB); pwrite() does
-    # not fault, but costs a system call, which small appends notice (docs/benchmarks.md).
-    commit_log_pwrite_min_bytes: Annotated[int, Meta(ge=-1)] = 8192
+    # mapping (0: every append; -1: none). A copy into the mapping faults pages in while holding the GIL: a page
+    # the disk is writing back (a slow disk, a stable-pages device) or the kernel's throttling of dirty pages
+    # then stops every thread of the broker, its event loop too; pwrite() waits in the kernel with the GIL
+    # released, at the cost of a system call per append (on the store thread, off the event loop).
+    commit_log_pwrite_min_bytes: Annotated[int, Meta(ge=-1)] = 0
     # Zero-fill the commit log this far ahead of its writer, a chunk at a time, in the background (RocketMQ's
     # warmMappedFileEnable, which fills each new segment whole). Writing into blocks allocated beforehand
     # keeps block allocation out of the flushes (sync flush: fdatasync ~0.46 -> ~0.29 ms here) and the
@@ -133,6 +137,16 @@ class MessageStoreConfig(_Config):
     disk_max_used_space_ratio: Percent = 75  # percent: above this, expired files are deleted at any hour
     disk_space_clean_forcibly_ratio: Ratio = 0.85  # above this, the oldest files go even if not expired
     disk_space_warning_level_ratio: Ratio = 0.90  # above this, writes are refused
+    # Back-pressure (docs/store.md § Back-pressure). Event-loop callers hand their writes to one store thread
+    # through a queue of at most ``send_thread_pool_queue_capacity`` requests (RocketMQ's send thread pool and
+    # its queue); a send that waited there ``wait_time_ms_in_send_queue`` before its turn is answered SYSTEM_BUSY
+    # [TIMEOUT_CLEAN_QUEUE] without being stored, and while one write has been running for longer than
+    # ``os_page_cache_busy_timeout_ms`` (a disk that stalls) new sends are answered SYSTEM_BUSY [PC_SYNCHRONIZED]
+    # at once (RocketMQ's osPageCacheBusyTimeOutMills, waitTimeMillsInSendQueue, brokerFastFailureEnable).
+    os_page_cache_busy_timeout_ms: Millis = 1_000
+    wait_time_ms_in_send_queue: Millis = 200
+    send_thread_pool_queue_capacity: Positive = 10_000
+    broker_fast_failure_enable: bool = True
     # Reads.
     max_transfer_bytes_on_message_in_memory: Positive = 1024 * 256
     max_transfer_count_on_message_in_memory: Positive = 32
@@ -404,6 +418,10 @@ class ClientConfig(_Config):
     pull_threshold_size_for_queue: Positive = 100  # MiB
     consume_message_batch_max_size: Annotated[int, Meta(ge=1, le=1024)] = 1
     consume_thread_nums: Positive = 20
+    # A concurrent push consumer's message whose listener has not returned after this long is sent back for a
+    # later retry and leaves the queue's cache, so that the queue's offset moves on (RocketMQ's consumeTimeout,
+    # 15 minutes; the listener call itself cannot be stopped and goes on).
+    consume_timeout_millis: Millis = 15 * 60_000
     max_reconsume_times: NonNegative = 16
     suspend_current_queue_time_millis: Millis = 1_000
     broker_suspend_max_time_millis: Millis = 15_000

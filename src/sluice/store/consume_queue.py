@@ -34,7 +34,9 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = os.path.join(root_dir, topic, str(queue_id))
-        self.queue = MappedFileQueue(self.directory, file_size)
+        # Entries are written with pwrite (0: every append), never stored through the mapping from a thread that
+        # holds the GIL: see MappedFile.write_at.
+        self.queue = MappedFileQueue(self.directory, file_size, 0)
         self.file_size = file_size
         self.entries_per_file = file_size // CQ_STORE_UNIT_SIZE
         self.min_logic_offset = 0  # in entries

@@ -72,13 +72,16 @@ class ConsumerOffsetManager:
             return offset
 
     def groups_of_topic(self, topic: str) -> set[str]:
-        return {k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in self.offset_table if k.startswith(topic + "@")}
+        with self._lock:  # (a topic is deleted on the store thread)
+            keys = list(self.offset_table)
+        return {k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in keys if k.startswith(topic + "@")}
 
     def remove_topic(self, topic: str) -> None:
-        with self._lock:
-            for table in (self.offset_table, self.reset_offset_table):
-                for k in [k for k in table if k.startswith(topic + TOPIC_GROUP_SEPARATOR)]:
-                    del table[k]
+        prefix = topic + TOPIC_GROUP_SEPARATOR
+        with self._lock:  # new tables, not changed ones: the event loop may be reading them (a topic is deleted
+            # on the store thread)
+            self.offset_table = {k: v for k, v in self.offset_table.items() if not k.startswith(prefix)}
+            self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.startswith(prefix)}
             self._dirty = True
 
     def persist(self, force: bool = False) -> bool:

@@ -122,12 +122,15 @@ class LoopFlushWaiters:
         self.pending: deque[FlushWaiter] = deque()
         self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, w: FlushWaiter) -> None:
-        """On the loop: track ``w`` until it settles or its deadline passes."""
+    def add(self, w: FlushWaiter, deadline: float | None = None) -> None:
+        """On the loop: track ``w`` until it settles or its deadline passes (``deadline``, the loop's clock, when
+        earlier than the timeout from now: a put whose request arrived a while ago)."""
         pending = self.pending
         while pending and pending[0].settled:
             pending.popleft()
         w.deadline = self.loop.time() + self.timeout
+        if deadline is not None and deadline < w.deadline:
+            w.deadline = deadline
         pending.append(w)
         if self.timer is None:
             self.timer = self.loop.call_at(w.deadline, self._expire)
@@ -160,7 +163,8 @@ class GroupCommitService(ServiceThread):
         if not self._wake.is_set():
             self._wake.set()
 
-    def submit_callback(self, end_offset: int, callback: Callable[[bool], None]) -> None:
+    def submit_callback(self, end_offset: int, callback: Callable[[bool], None],
+                        deadline: float | None = None) -> None:
         """From a running event loop: call ``callback(flushed)`` on that loop once the commit log is durable up
         to ``end_offset`` (False on a failed flush, or when ``sync_flush_timeout`` passes first). No future, task
         or timer per put: a group's callbacks run in one loop callback."""
@@ -169,7 +173,7 @@ class GroupCommitService(ServiceThread):
         if waiters is None:
             waiters = self._loop_waiters[loop] = LoopFlushWaiters(loop, self.store.config.sync_flush_timeout / 1000)
         w = FlushWaiter(end_offset, loop, callback)
-        waiters.add(w)
+        waiters.add(w, deadline)
         self.submit(w)
 
     def run_once(self) -> None:
@@ -190,6 +194,13 @@ class GroupCommitService(ServiceThread):
             flushed, failed = queue.flushed_where, True
         if flushed:
             self.store.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
+        if not failed:
+            # What is flushed may be seen now; dispatched before the puts are answered, so that a consumer finds
+            # a message whose send was acknowledged.
+            try:
+                self.store.drain()
+            except Exception:
+                log.exception("dispatching flushed records failed")
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[FlushWaiter, bool]]] = defaultdict(list)
         for w in requests:
             w.ok = not failed and flushed >= w.end_offset
@@ -269,6 +280,8 @@ class FlushConsumeQueueService(ServiceThread):
         cfg = self.store.config
         least = self._thorough.least_pages(cfg.flush_consume_queue_least_pages,
                                            cfg.flush_consume_queue_thorough_interval)
+        if self.store.held_bytes:  # (held records are also tried here, whatever else drains them)
+            self.store.drain()
         now = time.monotonic()
         if least == 0 or (now - self._last_index_flush) * 1000 >= cfg.flush_interval_index:
             # The index's round flushes every consume queue too: the checkpoint's safe offsets, where recovery

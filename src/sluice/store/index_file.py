@@ -19,7 +19,7 @@ from typing import Final
 import numpy as np
 
 from sluice.common.hashing import index_key_hash, index_key_hashes
-from sluice.store.mapped_file import MappedFile
+from sluice.store.mapped_file import MappedFile, store_spans
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +79,14 @@ class IndexFile:
         time_diff = (store_timestamp - self.begin_timestamp) // 1000
         time_diff = 0 if time_diff < 0 else min(time_diff, _INT_MAX)
         n = self.index_count
-        INDEX_ENTRY.pack_into(buf, self._entries_base + n * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff,
-                              slot_value)
-        _SLOT.pack_into(buf, slot_pos, n)
         self.index_count = n + 1
         if phy_offset > self.end_phy_offset:
             self.end_phy_offset = phy_offset
         if store_timestamp > self.end_timestamp:
             self.end_timestamp = store_timestamp
-        INDEX_HEADER.pack_into(buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                               self.end_phy_offset, self.hash_slot_count, self.index_count)
+        store_spans(self.mf.buf, [(self._entries_base + n * INDEX_ENTRY_SIZE,
+                                   INDEX_ENTRY.pack(key_hash, phy_offset, time_diff, slot_value)),
+                                  (slot_pos, _SLOT.pack(n)), (0, self._header())])
         self.dirty = True
         return True
 
@@ -121,18 +119,19 @@ class IndexFile:
         prev = np.empty(k, dtype=np.int64)
         prev[order] = np.where(first, current[order], np.roll(sorted_numbers, 1))
         self.hash_slot_count += int((first & (current[order] == 0)).sum())
-        entries = np.frombuffer(buf, dtype=INDEX_ENTRY_DTYPE, count=k,
-                                offset=self._entries_base + n0 * INDEX_ENTRY_SIZE)
+        entries = np.empty(k, dtype=INDEX_ENTRY_DTYPE)
         entries["hash"] = hashes
         entries["phy"] = phys
         entries["time_diff"] = time_diff
         entries["prev"] = prev
         last = np.append(first[1:], True)
-        slots[sorted_slots[last]] = sorted_numbers[last]
+        slot_at = INDEX_HEADER_SIZE + sorted_slots[last].astype(np.int64) * HASH_SLOT_SIZE
         self.index_count = n0 + k
         self.end_phy_offset = max(self.end_phy_offset, int(phys.max()))
         self.end_timestamp = max(self.end_timestamp, store_timestamp)
-        self.write_header()
+        # Entries, slots and header in one copy with the GIL released (see store_spans).
+        store_spans(self.mf.buf, [(self._entries_base + n0 * INDEX_ENTRY_SIZE, entries.tobytes()), (0, self._header())],
+                    slot_at.tobytes(), sorted_numbers[last].astype(">i4").tobytes(), HASH_SLOT_SIZE)
         self.dirty = True
         return k
 
@@ -188,10 +187,13 @@ class IndexFile:
         self.dirty = True
         return dropped
 
+    def _header(self) -> bytes:
+        return INDEX_HEADER.pack(self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+                                 self.hash_slot_count, self.index_count)
+
     def write_header(self) -> None:
         """Write the header (also done by every put, so that it never lags the slots)."""
-        INDEX_HEADER.pack_into(self.mf.buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                               self.end_phy_offset, self.hash_slot_count, self.index_count)
+        store_spans(self.mf.buf, [(0, self._header())])
 
     def overlaps(self, begin: int, end: int) -> bool:
         return self.index_count > 1 and self.begin_timestamp <= end and self.end_timestamp >= begin

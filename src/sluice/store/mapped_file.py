@@ -9,9 +9,36 @@ import mmap
 import os
 import threading
 
+import numpy as np
+
 from sluice.common.files import fsync_dir
+from sluice.common.speedups import speedups
 
 log = logging.getLogger(__name__)
+
+
+def py_store_spans(buf: memoryview, spans: list[tuple[int, bytes | memoryview]], positions: bytes = b"",
+                   values: bytes = b"", width: int = 4) -> None:
+    """Copy each (offset, bytes) of ``spans`` into ``buf``, and value i of ``values`` (``width`` bytes each) at
+    ``positions[i]`` (native int64): the pure-Python twin of ``_speedups.store_spans``, which copies with the GIL
+    released. Every span is checked before anything is written (ValueError)."""
+    size = len(buf)
+    for off, data in spans:
+        if off < 0 or len(data) > size - off:
+            raise ValueError(f"store_spans: {len(data)} bytes at {off} do not fit a buffer of {size}")
+    pos = np.frombuffer(positions, dtype=np.int64) if positions else np.zeros(0, np.int64)
+    if not 1 <= width <= 8 or len(positions) % 8 or len(values) != len(pos) * width:
+        raise ValueError("store_spans: positions are int64 and values hold width bytes for each")
+    if len(pos) and (int(pos.min()) < 0 or int(pos.max()) > size - width):
+        raise ValueError(f"store_spans: a value at {int(pos.max()) if int(pos.min()) >= 0 else int(pos.min())} does "
+                         f"not fit a buffer of {size}")
+    for off, data in spans:
+        buf[off:off + len(data)] = data
+    for i, p in enumerate(pos.tolist()):
+        buf[p:p + width] = values[i * width:(i + 1) * width]
+
+
+store_spans = speedups.store_spans if speedups is not None else py_store_spans
 
 PAGE_SIZE = mmap.PAGESIZE
 NO_FENCE = 1 << 62  # ``MappedFile.zero_fence`` while no zeroing runs
@@ -131,7 +158,15 @@ class MappedFile:
         return pos
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
-        self.buf[pos : pos + len(data)] = data
+        """Write ``data`` at ``pos`` with ``pwrite``: the page cache the mapping shows, without faulting the page
+        in through the mapping while holding the GIL (a page the disk is writing back would keep every thread
+        of the process waiting until the disk is done)."""
+        if self._closed or pos + len(data) > self.file_size:
+            raise OSError(f"{self.path} is closed" if self._closed else
+                          f"write of {len(data)} bytes at {pos} does not fit {self.path} ({self.file_size} bytes)")
+        written = os.pwrite(self._fd, data, pos)
+        if written != len(data):
+            raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes at {pos}")
 
     def zero_fill(self, start: int, end: int) -> bool:
         """Write zeros over ``[start, end)``, durably; False if the file was closed meanwhile.

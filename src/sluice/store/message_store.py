@@ -9,16 +9,18 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import functools
 import logging
 import os
 import shutil
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -57,12 +59,14 @@ from sluice.store.flush import (
     GroupCommitService,
 )
 from sluice.store.index_file import IndexService, index_file_size
+from sluice.store.put_service import OVERLOAD, CallJob, Job, PutService
 from sluice.store.recovery import recover
 from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from sluice.store.retention import CleanCommitLogService, disk_usage_ratio
 from sluice.store.warm_mapped_file import WarmMappedFileService
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _SIZE_AND_MAGIC = struct.Struct(">ii")
 _I64 = struct.Struct(">q")
@@ -119,8 +123,10 @@ ReplicaOutcome = tuple[PutMessageStatus, str] | None
 class ReplicationWaiter(Protocol):
     """A SYNC_MASTER's wait for its slaves (``sluice.store.ha.ha_service``): one call per group of puts."""
 
-    def wait_for_replicas(self, end_offset: int, callback: Callable[[ReplicaOutcome], None]) -> None:
-        """On the event loop: ``callback`` once the in-sync slaves have the log up to ``end_offset``, or why not."""
+    def wait_for_replicas(self, end_offset: int, callback: Callable[[ReplicaOutcome], None],
+                          deadline: float | None = None) -> None:
+        """On the event loop: ``callback`` once the in-sync slaves have the log up to ``end_offset``, or why not
+        (FLUSH_SLAVE_TIMEOUT by ``deadline``, the loop's clock, at the latest)."""
 
     def wait_for_replicas_threadsafe(self, end_offset: int, callback: Callable[[ReplicaOutcome], None]) -> None:
         """The same from another thread; ``callback`` runs on the event loop."""
@@ -139,9 +145,13 @@ class MessageStore:
         self.index_service = IndexService(c.store_path_index, c.max_hash_slot_num, c.max_index_num)
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
         self.consumer_offsets = ConsumerOffsetManager(c.store_path_config)
-        self.dispatched_offset = 0
+        self.dispatched_offset = 0  # every record below is in the consume queues and index
+        # Records below may be read by their commit-log offset (they are as durable as consumers may rely on): moved
+        # up just before their entries are written, so that a reader who found an entry also finds its record.
+        self.visible_offset = 0
         self.flush_stats = FlushStats()
         self.arrival_listeners: list[MessageArrivalListener] = []
+        self.append_listeners: list[Callable[[], None]] = []  # the log grew (called on the thread that appended)
         self.disk_full = False
         self.disk_full_remark = ""
         # Set when the disk had no room for what the next appends need (ENOSPC making the next segment ahead,
@@ -158,6 +168,23 @@ class MessageStore:
         self.slave_mode = False
         self.replication: ReplicationWaiter | None = None
         self.write_guard: Callable[[], str] | None = None
+        # How far the replicas vouch for the log (None: no bound now); records past it are not dispatched yet. A
+        # master in controller mode: what its in-sync slaves hold; a slave: what its master says is confirmed.
+        self.replica_bound: Callable[[], int | None] | None = None
+        # Dispatch (see ``dispatch_bound``): records stored but not yet to be seen, in log order, as (end, item);
+        # the log offset up to which records were handed to dispatch (held or done); new queue arrivals for the
+        # listeners, taken by whoever dispatched them.
+        self._held: deque[tuple[int, list[DispatchRequest] | BatchDispatch]] = deque()
+        self._held_bytes = 0
+        self._reput_offset = 0
+        self._arrivals: dict[tuple[str, int], int] = {}
+        self._dispatch_lock = threading.Lock()
+        self._drain_requested = False
+        self._dispatch_error = ""  # the last failure to write entries, logged once until one succeeds
+        # The writer thread event loops hand their writes to, and the loop the arrival listeners live on.
+        self.put_service: PutService | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self.running = False
         self.abnormal_start = False
         self._lock_fd: int | None = None
@@ -167,8 +194,10 @@ class MessageStore:
         self._logics_flush_lock = threading.Lock()
 
     # == lifecycle ===================================================================================
-    def start(self, truncate_at: int | None = None) -> MessageStore:
-        """Open and recover the store; ``truncate_at``: cut the log there (a slave agreeing with its master)."""
+    def start(self, truncate_at: int | None = None, hold_unconfirmed: bool = False) -> MessageStore:
+        """Open and recover the store; ``truncate_at``: cut the log there (a slave agreeing with its master);
+        ``hold_unconfirmed``: dispatch only the records the last checkpoint knew as dispatched, and hold the rest
+        until ``replica_bound`` confirms them (a slave, whose tail its master may not have acknowledged)."""
         c = self.config
         os.makedirs(self.root, exist_ok=True)
         self._acquire_lock()
@@ -184,7 +213,10 @@ class MessageStore:
             abort_path = os.path.join(self.root, "abort")
             self.abnormal_start = os.path.exists(abort_path) or (
                 bool(self.commit_log.queue.files) and self.checkpoint.clean_shutdown_offset < 0)
-            recover(self, self.abnormal_start, truncate_at)
+            hold_from = None
+            if hold_unconfirmed:  # (an invalid checkpoint: from the start, but recovery holds a bounded tail)
+                hold_from = self.checkpoint.logics_safe_offset if self.checkpoint.valid else 0
+            recover(self, self.abnormal_start, truncate_at, hold_from)
             self.checkpoint.clean_shutdown_offset = -1
             # What recovery rebuilt must be on disk before the checkpoint says it is.
             self.flush_logics_and_checkpoint(0)
@@ -211,6 +243,13 @@ class MessageStore:
             warm = WarmMappedFileService(self.commit_log, c.warm_mapped_file_ahead, c.warm_mapped_file_chunk)
             warm.on_no_space = self.note_no_space
             self._services.append(warm)
+        if hold_unconfirmed and self.replica_bound is None:
+            self.replica_bound = _nothing_confirmed  # until the master says (a slave's HA client sets it)
+        c = self.config
+        self.put_service = PutService(c.send_thread_pool_queue_capacity, c.wait_time_ms_in_send_queue,
+                                      c.os_page_cache_busy_timeout_ms, c.broker_fast_failure_enable,
+                                      c.sync_flush_timeout)
+        self.put_service.start()
         for s in self._services:
             s.start()
         self.running = True
@@ -254,6 +293,8 @@ class MessageStore:
         if not self.running:
             return
         self.running = False
+        if self.put_service is not None:  # what is queued is answered (refused: the store is shut down)
+            self.put_service.stop()
         with self.commit_log.put_lock:  # let an append in progress finish; later ones are refused
             self.commit_log.closed = True
         for s in reversed(self._services):
@@ -380,7 +421,7 @@ class MessageStore:
         """Append a put ``_check`` passed, turning what the append raises into the sender's answer."""
         try:
             if isinstance(put, RawBatch):
-                return self.commit_log.append_raw_batch(put, self._dispatch_batch)
+                return self.commit_log.append_raw_batch(put, self._dispatch_raw_batch)
             return self.commit_log.append(put, self._dispatch)
         except SegmentOverflow as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, str(exc))
@@ -394,6 +435,9 @@ class MessageStore:
             if exc.errno == errno.ENOSPC:
                 self.note_no_space("writing the commit log", exc)
                 return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.no_space)
+            if exc.errno in _DISK_FAILED:  # the disk failed the write: as a failed fsync, for good
+                self.fail_writes("writing the commit log", exc)
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.write_failure)
             log.exception("commit log append failed")
             return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, f"cannot write: {exc}")
 
@@ -431,51 +475,95 @@ class MessageStore:
             log.exception("finishing a put failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
 
-    def _notify_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
-        if self.arrival_listeners:
-            for (topic, queue_id), max_offset in arrivals.items():
-                for listener in self.arrival_listeners:
-                    listener(topic, queue_id, max_offset)
-
     def put_then(self, puts: Sequence[Put], done: PutDone) -> None:
         """Store ``puts`` (each a list of messages, stored as consecutive records, or a raw batch), their records
-        in the log in the order given; from a running event loop that may not block. ``done(i, result)``
-        answers ``puts[i]`` on that loop: at once when the store refuses it or nobody waits for a flush, after
-        the group commit otherwise (FLUSH_DISK_TIMEOUT after ``sync_flush_timeout``). Consecutive message puts
-        are one append, all of them one flush wait and one arrival notice; a put the store refuses does not
-        touch the others."""
-        self._put(puts, done, asyncio.get_running_loop())
+        in the log in the order given, for a client's request made on a running event loop that may not block.
+        ``done(i, result)`` answers ``puts[i]`` on that loop once the store thread has appended it (and, when its
+        sender waits for that, once it is flushed: FLUSH_DISK_TIMEOUT after ``sync_flush_timeout``). Consecutive
+        message puts are one append and one flush wait; a put the store refuses does not touch the others. Under
+        back-pressure (``PutService``) every put is answered SYSTEM_BUSY and nothing is stored."""
+        loop = asyncio.get_running_loop()
+        self.bind_loop(loop)
+        ps = self.put_service
+        if ps is None:
+            refused = self._refusal() or PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "not started")
+            for i in range(len(puts)):
+                done(i, refused)
+            return
+        why = ps.admit()
+        if why:
+            busy = PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, why)
+            for i in range(len(puts)):
+                done(i, busy)
+            return
+        # Bad puts are answered at once; the store thread checks the others only against the store's state.
+        ok: list[int] = []
+        for i, put in enumerate(puts):
+            problem = self._check(put)
+            if problem is not None:
+                done(i, problem)
+            else:
+                ok.append(i)
+        if len(ok) < len(puts):
+            if not ok:
+                return
+            puts = [puts[i] for i in ok]
+            done = functools.partial(_renumbered, ok, done)
+        job = _PutJob(self, puts, done, loop, expirable=True)
+        if not ps.submit(job, loop):
+            job.answer_all(self._refusal() or PutMessageResult(PutMessageStatus.SYSTEM_BUSY, OVERLOAD))
 
-    async def put_async(self, put: Put) -> PutMessageResult:
-        """Store one put from a task; in SYNC_FLUSH the answer comes once its records are durable."""
-        fut: asyncio.Future[PutMessageResult] = asyncio.get_running_loop().create_future()
+    async def put_async(self, put: Put,
+                        on_done: Callable[[PutMessageResult], None] | None = None) -> PutMessageResult:
+        """Store one put of the broker's own (never turned down by back-pressure) from a task; the answer comes
+        once it is appended, or in SYNC_FLUSH once its records are durable. ``on_done(result)`` runs on the loop
+        with the answer, whatever becomes of the awaiting task (bookkeeping that must follow the write even when
+        the request that asked for it went away)."""
+        loop = asyncio.get_running_loop()
+        self.bind_loop(loop)
+        fut: asyncio.Future[PutMessageResult] = loop.create_future()
 
         def done(_i: int, r: PutMessageResult) -> None:
+            if on_done is not None:
+                on_done(r)
             if not fut.done():  # (the awaiting task may be cancelled)
                 fut.set_result(r)
 
-        self._put([put], done, fut.get_loop())
+        ps = self.put_service
+        if ps is None or not ps.submit(_PutJob(self, [put], done, loop, expirable=False)):
+            done(0, self._refusal() or PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                                        "the message store is shut down"))
         return await fut
 
     def put(self, put: Put) -> PutMessageResult:
-        """Store one put from a thread; in SYNC_FLUSH this blocks until its records are durable."""
+        """Store one put from a thread (not an event loop's), on that thread; in SYNC_FLUSH this blocks until its
+        records are durable."""
         answers: list[PutMessageResult] = []
-        self._put([put], lambda _i, r: answers.append(r), None)
+        stored, refused = self._append_puts([put])
+        for _i, r in refused:
+            answers.append(r)
+        self._deliver_arrivals(self._take_arrivals())
+        if stored:
+            self._await_durability([put], stored, lambda _i, r: answers.append(r), None)
         return answers[0]
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """``put([msg])``."""
         return self.put([msg])
 
-    def _put(self, puts: Sequence[Put], done: PutDone, loop: asyncio.AbstractEventLoop | None) -> None:
-        """The put path: check, append, answer, wait for the group commit on ``loop`` (None: block the
-        thread until it comes)."""
+    def _append_puts(self, puts: Sequence[Put], checked: bool = False) -> tuple[list[tuple[int, AppendResult, int]],
+                                                                            list[tuple[int, PutMessageResult]]]:
+        """Check and append ``puts`` (on the store thread, or a caller's own thread): the puts stored, each with
+        its records and how many, and the answers of those refused. ``checked``: their contents were checked
+        already, only the store's state is."""
         stored: list[tuple[int, AppendResult, int]] = []  # (put, its records, how many)
+        refused: list[tuple[int, PutMessageResult]] = []
+        done: PutDone = lambda i, r: refused.append((i, r))  # noqa: E731
         run: list[int] = []  # consecutive message puts: one append
         for i, put in enumerate(puts):
-            refused = self._check(put)
-            if refused is not None:
-                done(i, refused)
+            problem = self._refusal() if checked else self._check(put)
+            if problem is not None:
+                done(i, problem)
             elif isinstance(put, RawBatch):
                 self._append_run(puts, run, stored, done)
                 run = []
@@ -483,26 +571,36 @@ class MessageStore:
             else:
                 run.append(i)
         self._append_run(puts, run, stored, done)
+        if stored:
+            if self._group_commit is not None:
+                self._group_commit.wakeup()  # its records are dispatched once flushed, waited for or not
+            for listener in self.append_listeners:
+                listener()
+        return stored, refused
+
+    def _await_durability(self, puts: Sequence[Put], stored: list[tuple[int, AppendResult, int]], done: PutDone,
+                          loop: asyncio.AbstractEventLoop | None, since: float | None = None) -> None:
+        """Answer the stored ``puts``: at once those whose senders do not wait, the others once flushed (and
+        replicated on a SYNC_MASTER), waiting on ``loop`` (None: blocking this thread). ``since``: when the
+        request arrived (``time.monotonic()``): the timeouts count from then, so that a sender hears an answer
+        within ``sync_flush_timeout`` of asking however long its turn took."""
+        deadline = None
+        if loop is not None and since is not None:
+            deadline = loop.time() + since + self.config.sync_flush_timeout / 1000 - time.monotonic()
         waiting = [s for s in stored if self._waits_any(puts[s[0]])]
         waits = {s[0] for s in waiting}
-        eager: dict[tuple[str, int], int] = {}
         for i, r, n in stored:
             if i not in waits:
                 done(i, self._finish_put(r, n, True))
-                _merge_arrivals(eager, r.arrivals)
-        self._notify_arrivals(eager)
         if not waiting:
             return
 
         end = max(r.wrote_offset + r.wrote_bytes for _, r, _ in waiting)
 
         def answer(ok: bool, replicated: ReplicaOutcome) -> None:
-            later: dict[tuple[str, int], int] = {}
             for i, r, n in waiting:
                 rep = replicated if self.waits_for_replicas(puts[i]) else None
                 done(i, self._finish_put(r, n, ok or not self.waits_for_flush(puts[i]), rep))
-                _merge_arrivals(later, r.arrivals)
-            self._notify_arrivals(later)
 
         replication = self.replication
         needs_replicas = replication is not None and any(self.waits_for_replicas(puts[i]) for i, _, _ in waiting)
@@ -513,7 +611,7 @@ class MessageStore:
                 return
             assert replication is not None
             if loop is not None:
-                replication.wait_for_replicas(end, lambda rep: answer(True, rep))
+                replication.wait_for_replicas(end, lambda rep: answer(True, rep), deadline)
                 return
             got: list[ReplicaOutcome] = []
             event = threading.Event()
@@ -531,7 +629,7 @@ class MessageStore:
             flushed(True)
             return
         if loop is not None:
-            self._group_commit.submit_callback(end, flushed)
+            self._group_commit.submit_callback(end, flushed, deadline)
             return
         waiter = FlushWaiter(end)
         self._group_commit.submit(waiter)
@@ -587,30 +685,39 @@ class MessageStore:
             first = last
 
     # == replication (a slave's store) ===============================================================
+    async def on_store_thread(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the store thread, after the writes asked before it, from an event loop that may not
+        block (deleting a topic, a slave's append)."""
+        loop = asyncio.get_running_loop()
+        self.bind_loop(loop)
+        ps = self.put_service
+        fut: asyncio.Future[object] = loop.create_future()
+        if ps is None or not ps.submit(CallJob(fn, loop, fut)):
+            raise CommitLogClosed("the message store is shut down")
+        return await fut  # type: ignore[return-value]
+
+    async def append_replicated_async(self, offset: int, data: memoryview | bytes) -> int:
+        """``append_replicated`` on the store thread, from an event loop (a slave's HA client)."""
+        return await self.on_store_thread(lambda: self.append_replicated(offset, data))
+
     def append_replicated(self, offset: int, data: memoryview | bytes) -> int:
         """A slave's write: the master's log bytes from ``offset`` (this log's end), appended as they came;
         every record they complete is checked (CRC, offsets) and dispatched exactly as the master dispatched
-        it, so both stores hold the same log, queues and index. Returns the new end of the log. Bytes that do
-        not continue the log raise ``ReplicationGap``; a record that is not intact raises
-        ``MessageFormatError`` after the log is cut back to its last whole record: nothing is served from it."""
+        it, once the master says it is confirmed (``replica_bound``), so both stores hold the same log, queues
+        and index. Returns the new end of the log. Bytes that do not continue the log raise ``ReplicationGap``;
+        a record that is not intact raises ``MessageFormatError`` after the log is cut back to its last whole
+        record: nothing is served from it."""
         if not self.running:
             raise CommitLogClosed("the message store is shut down")
-        arrivals: dict[tuple[str, int], int] = {}
-
-        def reput() -> None:
-            if self.dispatched_offset < self.commit_log.min_offset:  # a fresh log that starts past 0
-                self.dispatched_offset = self.commit_log.min_offset
-            self._reput(arrivals)
-
-        self.commit_log.append_replicated(offset, data, reput)
-        self._notify_arrivals(arrivals)
+        self.commit_log.append_replicated(offset, data, self._reput)
+        self._deliver_arrivals(self._take_arrivals())
         return self.commit_log.max_offset
 
-    def _reput(self, arrivals: dict[tuple[str, int], int]) -> None:
-        """Dispatch the whole records between ``dispatched_offset`` and the log's end (under the put lock)."""
+    def _reput(self) -> None:
+        """Hold for dispatch the whole records between ``_reput_offset`` and the log's end (under the put lock)."""
         cl = self.commit_log
         file_size = cl.file_size
-        at = self.dispatched_offset
+        at = max(self._reput_offset, cl.min_offset)  # (a fresh log that starts past 0)
         end = cl.max_offset
         reqs: list[DispatchRequest] = []
         try:
@@ -640,52 +747,209 @@ class MessageStore:
                 at += size
         except MessageFormatError:
             log.error("replicated bytes at %d are not an intact record: the log is cut back there", at)
-            self._dispatch_replicated(reqs, arrivals)
-            self.dispatched_offset = at
+            self._note_reput(reqs, at)
             cl.set_end(at)
             raise
-        # Moved only once the entries are written: the flush takes everything below it as in the files.
-        self._dispatch_replicated(reqs, arrivals)
-        self.dispatched_offset = at
+        self._note_reput(reqs, at)
 
-    def _dispatch_replicated(self, reqs: list[DispatchRequest], arrivals: dict[tuple[str, int], int]) -> None:
-        """The consume-queue and index entries of replicated records, in bulk: each queue's entries in one
-        write, each group of records stored at one time indexed at once (the master's own timestamps)."""
-        if not reqs:
-            return
-        by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
+    def _note_reput(self, reqs: list[DispatchRequest], at: int) -> None:
+        """The replicated records ``reqs``, whole up to ``at``: their queue offsets taken, their dispatch held
+        until confirmed (or done now)."""
+        table = self.commit_log.topic_queue_table
         for r in reqs:
             if not no_queue_offset(r.sys_flag):
-                by_queue.setdefault((r.topic, r.queue_id), []).append(r)
-        table = self.commit_log.topic_queue_table
-        for key, rs in by_queue.items():
-            cq = self.find_consume_queue(*key)
-            assert cq is not None
-            first = rs[0].queue_offset
-            if len(rs) > 1 and all(r.queue_offset == first + i for i, r in enumerate(rs)):
-                entries = np.empty(len(rs), CQ_ENTRY_DTYPE)
-                entries["offset"] = [r.phys_offset for r in rs]
-                entries["size"] = [r.size for r in rs]
-                entries["tag"] = [r.tags_code for r in rs]
-                cq.put_entries(first, entries)
-            else:
-                for r in rs:
-                    cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
-            table[key] = arrivals[key] = rs[-1].queue_offset + 1
-        if self.config.message_index_enable:
-            group: list[tuple[str, list[str], str | None, int]] = []
-            ts = reqs[0].store_timestamp
-            for r in reqs:
-                if r.store_timestamp != ts and group:
-                    self.index_service.build_index_batch(group, ts)
-                    group = []
-                ts = r.store_timestamp
-                if (r.uniq_key or r.keys) and (r.sys_flag & 0xC) != 0xC:
-                    group.append((r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset))
-            if group:
-                self.index_service.build_index_batch(group, ts)
+                table[(r.topic, r.queue_id)] = r.queue_offset + 1
+        self._reput_offset = at
+        if reqs:
+            self._hold_or_dispatch(reqs, reqs[-1].phys_offset + reqs[-1].size)
 
     # == dispatch (ConsumeQueue and index) ============================================================
+    # A record becomes visible to consumers (pulls, pops, queries by key or offset) when it is dispatched: its
+    # consume-queue and index entries written. That waits until the record is as durable as the store promises
+    # (``dispatch_bound``): flushed under SYNC_FLUSH, held by the in-sync replicas of a master in controller mode,
+    # confirmed by the master on a slave (RocketMQ's confirm offset). Records not yet there wait in ``_held``,
+    # in log order, and ``drain`` dispatches them once they are.
+    def dispatch_bound(self) -> int:
+        """How far the log is as durable as consumers may rely on."""
+        cl = self.commit_log
+        bound = cl.flushed_where if self._group_commit is not None else cl.max_offset
+        rb = self.replica_bound
+        if rb is not None:
+            replicated = rb()
+            if replicated is not None and replicated < bound:
+                bound = replicated
+        return bound
+
+    def _hold_or_dispatch(self, item: list[DispatchRequest] | BatchDispatch, end: int) -> None:
+        """Dispatch the records of ``item`` (ending at ``end``) now if they may be seen, with whatever is held
+        before them, else hold them; under the put lock, in log order. A dispatch that fails keeps them held, to
+        be tried again (``_dispatch_failed``): the records are stored all the same."""
+        with self._dispatch_lock:
+            held = self._held
+            if not held and end <= self.dispatch_bound():  # the common case: nothing waits
+                self.visible_offset = end
+                try:
+                    self._dispatch_item(item)
+                except OSError as exc:
+                    self.visible_offset = self.dispatched_offset
+                    held.append((end, item))
+                    self._held_bytes = end - self.dispatched_offset
+                    self._dispatch_failed(exc)
+                    return
+                self.dispatched_offset = end
+                self._dispatch_error = ""
+                return
+            held.append((end, item))
+            self._held_bytes = end - self.dispatched_offset
+            if held[0][0] <= self.dispatch_bound():
+                self._drain_locked()
+
+    def drain(self) -> int:
+        """Dispatch the held records that may be seen now (any thread but an event loop's); returns how many
+        groups went. Their arrivals reach the listeners on the store's loop."""
+        with self._dispatch_lock:
+            self._drain_requested = False
+            n = self._drain_locked()
+        if n:
+            self._deliver_arrivals(self._take_arrivals())
+        return n
+
+    def _drain_locked(self) -> int:
+        """``drain`` under the dispatch lock; a group leaves ``_held`` only once its entries are written."""
+        held = self._held
+        if not held:
+            return 0
+        bound = self.dispatch_bound()
+        take: list[tuple[int, list[DispatchRequest] | BatchDispatch]] = []
+        for group in held:
+            if group[0] > bound:
+                break
+            take.append(group)
+        if not take:
+            return 0
+        self.visible_offset = take[-1][0]
+        try:
+            reqs: list[DispatchRequest] = []
+            for _end, item in take:
+                if isinstance(item, BatchDispatch):
+                    if reqs:
+                        self._dispatch_item(reqs)
+                        reqs = []
+                    self._dispatch_item(item)
+                else:
+                    reqs.extend(item)
+            if reqs:
+                self._dispatch_item(reqs)
+        except OSError as exc:
+            self.visible_offset = self.dispatched_offset
+            self._dispatch_failed(exc)
+            return 0
+        for _ in take:
+            held.popleft()
+        end = take[-1][0]
+        self.dispatched_offset = end
+        self._held_bytes = held[-1][0] - end if held else 0
+        self._dispatch_error = ""
+        return len(take)
+
+    def _dispatch_failed(self, exc: OSError) -> None:
+        """Writing consume-queue or index entries failed: the records stay held and are tried again at the next
+        drain (the next put, the flush service's round). A full disk refuses writes until there is room, a failing
+        one for good (a restart rebuilds the queues from the log); anything else (too many open files...) is
+        logged once until a dispatch succeeds."""
+        if exc.errno == errno.ENOSPC:
+            self.note_no_space("the consume queues and index", exc)
+        elif exc.errno in _DISK_FAILED:
+            self.fail_writes("writing the consume queues and index", exc)
+        elif not self._dispatch_error:
+            self._dispatch_error = str(exc)
+            log.error("writing consume-queue or index entries failed (%s): the records stay stored, and are served "
+                      "once a later attempt succeeds", exc)
+
+    def request_drain(self) -> None:
+        """Have the store thread ``drain`` soon (a replica confirmed more of the log); from any thread."""
+        ps = self.put_service
+        # (``_held`` is not looked at: a record being held right now, past the bound read before this confirm,
+        # must not be left waiting for the next one)
+        if ps is None or self._drain_requested:
+            return
+        self._drain_requested = True
+        if not ps.submit(_DrainJob(self)):
+            self._drain_requested = False
+
+    def back_pressure_info(self) -> dict[str, str]:
+        """The store thread and its queue, for the broker's runtime info (RocketMQ's key names where it has
+        them): what back-pressure is under way, how long the write running now has run, what is queued."""
+        ps = self.put_service
+        if ps is None:
+            return {}
+        running = ps.running_since
+        return {"backPressure": ps.back_pressure.describe(),
+                "backPressureRefused": str(ps.back_pressure.refused),
+                "backPressureEpisodes": str(ps.back_pressure.episodes),
+                "pageCacheLockTimeMills": str(int((time.monotonic() - running) * 1000) if running else 0),
+                "sendThreadPoolQueueSize": str(ps.queued()),
+                "sendThreadPoolQueueCapacity": str(ps.capacity),
+                "sendThreadPoolQueueHeadWaitTimeMills": str(ps.head_wait_ms()),
+                "confirmOffset": str(self.dispatched_offset),
+                "heldBytes": str(self._held_bytes)}
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of log stored but not yet dispatched (not yet as durable as consumers may rely on)."""
+        return self._held_bytes
+
+    def _dispatch_item(self, item: list[DispatchRequest] | BatchDispatch) -> None:
+        if isinstance(item, BatchDispatch):
+            self._dispatch_batch(item)
+        else:
+            self._dispatch_requests(item)
+
+    def _take_arrivals(self) -> dict[tuple[str, int], int]:
+        with self._dispatch_lock:
+            arrivals, self._arrivals = self._arrivals, {}
+        return arrivals
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop that the arrival listeners live on (the broker's)."""
+        if self.loop is not loop:
+            self.loop = loop
+            self._loop_thread = threading.get_ident()
+
+    def _deliver_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
+        """Tell the arrival listeners, on the store's loop (or here, when there is none)."""
+        if not arrivals or not self.arrival_listeners:
+            return
+        loop = self.loop
+        if loop is None or threading.get_ident() == self._loop_thread:
+            self._notify_arrivals(arrivals)
+            return
+        try:
+            loop.call_soon_threadsafe(self._notify_arrivals, arrivals)
+        except RuntimeError:
+            pass  # that loop is closed
+
+    def _notify_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
+        for (topic, queue_id), max_offset in arrivals.items():
+            for listener in self.arrival_listeners:
+                listener(topic, queue_id, max_offset)
+
+    def recovered(self, end: int, held: list[DispatchRequest]) -> None:
+        """Recovery's outcome: the log ends at ``end``; ``held``, its last records, wait to be confirmed."""
+        self._reput_offset = end
+        self._held.clear()
+        if held:
+            self.dispatched_offset = self.visible_offset = held[0].phys_offset
+            for i in range(0, len(held), 256):  # in groups, so that a confirm part-way through dispatches some
+                group = held[i:i + 256]
+                self._held.append((group[-1].phys_offset + group[-1].size, group))
+            self._held_bytes = end - self.dispatched_offset
+            log.info("%d records (%d bytes) at the end of the log wait to be confirmed before they are served",
+                     len(held), self._held_bytes)
+        else:
+            self.dispatched_offset = self.visible_offset = end
+            self._held_bytes = 0
+
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
         key = (topic, queue_id)
         cq = self.consume_queues.get(key)
@@ -699,28 +963,55 @@ class MessageStore:
         return cq
 
     def _dispatch(self, reqs: list[DispatchRequest]) -> None:
-        first = reqs[0]
-        if len(reqs) > 1 and all(r.topic == first.topic and r.queue_id == first.queue_id
-                                 and not no_queue_offset(r.sys_flag) for r in reqs):
-            cq = self.find_consume_queue(first.topic, first.queue_id)
-            assert cq is not None
-            entries = np.empty(len(reqs), CQ_ENTRY_DTYPE)
-            entries["offset"] = [r.phys_offset for r in reqs]
-            entries["size"] = [r.size for r in reqs]
-            entries["tag"] = [r.tags_code for r in reqs]
-            cq.put_entries(first.queue_offset, entries)
-            if self.config.message_index_enable:
-                self.index_service.build_index_batch([
-                    (r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset)
-                    for r in reqs if (r.uniq_key or r.keys) and (r.sys_flag & 0xC) != 0xC], first.store_timestamp)
-        else:
-            for r in reqs:
-                self.dispatch_one(r)
+        """``CommitLog.append``'s dispatcher (under the put lock)."""
         last = reqs[-1]
-        self.dispatched_offset = last.phys_offset + last.size
+        self._reput_offset = last.phys_offset + last.size
+        self._hold_or_dispatch(reqs, self._reput_offset)
+
+    def _dispatch_raw_batch(self, d: BatchDispatch) -> None:
+        """``CommitLog.append_raw_batch``'s dispatcher (under the put lock)."""
+        self._reput_offset = int(d.phys_offsets[-1] + d.sizes[-1])
+        self._hold_or_dispatch(d, self._reput_offset)
+
+    def _dispatch_requests(self, reqs: list[DispatchRequest]) -> None:
+        """The consume-queue and index entries of records (under the dispatch lock), in bulk: each queue's
+        consecutive entries in one write, each group of records stored at one time indexed at once."""
+        if not reqs:
+            return
+        by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
+        for r in reqs:
+            if not no_queue_offset(r.sys_flag):
+                by_queue.setdefault((r.topic, r.queue_id), []).append(r)
+        arrivals = self._arrivals
+        for key, rs in by_queue.items():
+            cq = self.find_consume_queue(*key)
+            assert cq is not None
+            first = rs[0].queue_offset
+            if len(rs) > 1 and all(r.queue_offset == first + i for i, r in enumerate(rs)):
+                entries = np.empty(len(rs), CQ_ENTRY_DTYPE)
+                entries["offset"] = [r.phys_offset for r in rs]
+                entries["size"] = [r.size for r in rs]
+                entries["tag"] = [r.tags_code for r in rs]
+                cq.put_entries(first, entries)
+            else:
+                for r in rs:
+                    cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
+            arrivals[key] = rs[-1].queue_offset + 1
+        if self.config.message_index_enable:
+            group: list[tuple[str, list[str], str | None, int]] = []
+            ts = reqs[0].store_timestamp
+            for r in reqs:
+                if r.store_timestamp != ts and group:
+                    self.index_service.build_index_batch(group, ts)
+                    group = []
+                ts = r.store_timestamp
+                if (r.uniq_key or r.keys) and (r.sys_flag & 0xC) != 0xC:
+                    group.append((r.topic, split_keys(r.keys), r.uniq_key, r.phys_offset))
+            if group:
+                self.index_service.build_index_batch(group, ts)
 
     def _dispatch_batch(self, d: BatchDispatch) -> None:
-        """ConsumeQueue entries and index entries of a raw batch, each in one call."""
+        """ConsumeQueue entries and index entries of a raw batch, each in one call (under the dispatch lock)."""
         cq = self.find_consume_queue(d.topic, d.queue_id)
         assert cq is not None
         entries = np.empty(len(d.phys_offsets), CQ_ENTRY_DTYPE)
@@ -730,7 +1021,7 @@ class MessageStore:
         cq.put_entries(d.first_queue_offset, entries)
         if len(d.index_hashes):
             self.index_service.put_hashes(d.index_hashes, d.phys_offsets[d.index_records], d.store_timestamp)
-        self.dispatched_offset = int(d.phys_offsets[-1] + d.sizes[-1])
+        self._arrivals[(d.topic, d.queue_id)] = d.first_queue_offset + len(d.phys_offsets)
 
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
         if not no_queue_offset(r.sys_flag):
@@ -957,18 +1248,24 @@ class MessageStore:
     def get_max_phy_offset(self) -> int:
         return self.commit_log.max_offset
 
-    def select_one_message_by_offset(self, phys_offset: int, size: int | None = None) -> memoryview | None:
-        """The stored record at ``phys_offset`` (a view), or None when there is no intact record there."""
+    def select_one_message_by_offset(self, phys_offset: int, size: int | None = None,
+                                     visible_only: bool = False) -> memoryview | None:
+        """The stored record at ``phys_offset`` (a view), or None when there is no intact record there.
+        ``visible_only`` (what a client asks for: a message by its id): None too for a record consumers may not
+        see yet (not as durable as the broker's mode promises: ``dispatch_bound``); the broker's own services
+        read their records as soon as they are stored."""
         if size is None:
             size = self.commit_log.record_size_at(phys_offset)
             if size is None:
                 return None
-        if phys_offset < self.commit_log.min_offset or phys_offset + size > self.commit_log.max_offset:
+        limit = self.visible_offset if visible_only else self.commit_log.max_offset
+        if phys_offset < self.commit_log.min_offset or phys_offset + size > limit:
             return None
         return self.commit_log.get_data(phys_offset, size)
 
-    def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
-        view = self.select_one_message_by_offset(phys_offset, size)
+    def look_message_by_offset(self, phys_offset: int, size: int | None = None,
+                               visible_only: bool = False) -> MessageExt | None:
+        view = self.select_one_message_by_offset(phys_offset, size, visible_only)
         if view is None:
             return None
         try:
@@ -988,7 +1285,7 @@ class MessageStore:
             if phys in seen:
                 continue
             seen.add(phys)
-            view = self.select_one_message_by_offset(phys)
+            view = self.select_one_message_by_offset(phys, visible_only=True)
             if view is None:
                 continue
             try:
@@ -1005,9 +1302,13 @@ class MessageStore:
 
     # == topics, retention, disk ======================================================================
     def delete_topics(self, topics: Collection[str]) -> int:
-        """Delete the consume queues of ``topics`` (their records age out of the commit log)."""
+        """Delete the consume queues of ``topics`` (their records age out of the commit log); on a thread that
+        may block (``on_store_thread`` from an event loop)."""
         gone = 0
-        with self.commit_log.put_lock, self._cq_lock:
+        with self.commit_log.put_lock, self._dispatch_lock, self._cq_lock:
+            # Records of theirs not yet dispatched never will be (each held group keeps its place in the log).
+            self._held = deque((end, (item if item.topic not in topics else []) if isinstance(item, BatchDispatch)
+                                else [r for r in item if r.topic not in topics]) for end, item in self._held)
             remaining = dict(self.consume_queues)
             for key in [k for k in remaining if k[0] in topics]:
                 remaining.pop(key).destroy()
@@ -1074,6 +1375,140 @@ class MessageStore:
     @property
     def topic_queues(self) -> list[tuple[str, int]]:
         return sorted(self.consume_queues)
+
+
+# What a write to the disk fails with when the disk (not the store) is at fault: the store turns read-only.
+_DISK_FAILED = frozenset({errno.EIO, errno.EROFS})
+
+
+def _nothing_confirmed() -> int:
+    return 0
+
+
+def _renumbered(indexes: list[int], done: PutDone, i: int, result: PutMessageResult) -> None:
+    done(indexes[i], result)
+
+
+class _PutJob(Job):
+    """An event loop's puts, appended on the store thread; the rest (answers, the wait for the flush) back on
+    the loop."""
+
+    __slots__ = ("store", "puts", "done", "loop", "expirable", "_answered")
+
+    def __init__(self, store: MessageStore, puts: Sequence[Put], done: PutDone, loop: asyncio.AbstractEventLoop,
+                 expirable: bool) -> None:
+        super().__init__()
+        self.store = store
+        self.puts = puts
+        self.done = done
+        self.loop = loop
+        self.expirable = expirable
+        self._answered = [False] * len(puts)
+
+    def answer(self, i: int, result: PutMessageResult) -> None:
+        """On the loop: ``puts[i]``'s answer, once (a late one, after ``overdue``, is dropped)."""
+        if self._answered[i]:
+            return
+        self._answered[i] = True
+        self.done(i, result)
+
+    def run(self) -> None:
+        self.run_together([self])
+
+    def merges_with(self, other: Job) -> bool:
+        return (isinstance(other, _PutJob) and other.store is self.store and other.loop is self.loop
+                and other.expirable == self.expirable)
+
+    def run_together(self, jobs: list[Job]) -> None:
+        """The puts of ``jobs`` in one call: consecutive message puts one append, and one post to the loop."""
+        store = self.store
+        puts: list[Put] = []
+        for job in jobs:
+            assert isinstance(job, _PutJob)
+            puts.extend(job.puts)
+        try:
+            stored, refused = store._append_puts(puts, checked=self.expirable)
+        except Exception as exc:  # the senders must hear something
+            log.exception("a put failed")
+            failed = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
+            for job in jobs:
+                job.answer_all(failed)  # type: ignore[attr-defined]
+            return
+        # Each job's share of the answers (their puts were numbered in a row).
+        stored.sort(key=lambda s: s[0])
+        refused.sort(key=lambda r: r[0])
+        shares: list[tuple[_PutJob, list[tuple[int, AppendResult, int]], list[tuple[int, PutMessageResult]]]] = []
+        base = 0
+        si = ri = 0
+        for job in jobs:
+            assert isinstance(job, _PutJob)
+            end = base + len(job.puts)
+            mine_s: list[tuple[int, AppendResult, int]] = []
+            while si < len(stored) and stored[si][0] < end:
+                i, r, n = stored[si]
+                mine_s.append((i - base, r, n))
+                si += 1
+            mine_r: list[tuple[int, PutMessageResult]] = []
+            while ri < len(refused) and refused[ri][0] < end:
+                i, r = refused[ri]
+                mine_r.append((i - base, r))
+                ri += 1
+            shares.append((job, mine_s, mine_r))
+            base = end
+        self._post(_appended_all, store, shares, store._take_arrivals())
+
+    def _appended(self, stored: list[tuple[int, AppendResult, int]],
+                  refused: list[tuple[int, PutMessageResult]]) -> None:
+        """On the loop."""
+        for i, r in refused:
+            self.answer(i, r)
+        if stored:
+            self.store._await_durability(self.puts, stored, self.answer, self.loop, self.created)
+
+    def refuse(self, remark: str) -> None:
+        self.answer_all(PutMessageResult(PutMessageStatus.SYSTEM_BUSY, remark))
+
+    def overdue(self, remark: str) -> None:
+        result = PutMessageResult(PutMessageStatus.SYSTEM_BUSY, remark)
+        for i in range(len(self.puts)):
+            self.answer(i, result)
+
+    def answer_all(self, result: PutMessageResult) -> None:
+        """Answer every put with ``result`` (from any thread)."""
+        def answer() -> None:
+            for i in range(len(self.puts)):
+                self.answer(i, result)
+
+        self._post(answer)
+
+    def _post(self, fn: Callable[..., None], *args: object) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for the answer any more
+
+
+def _appended_all(store: MessageStore, shares: list[tuple[_PutJob, list[tuple[int, AppendResult, int]],
+                                                        list[tuple[int, PutMessageResult]]]],
+                  arrivals: dict[tuple[str, int], int]) -> None:
+    """On the loop: what the store thread made of several jobs' puts."""
+    if arrivals:
+        store._notify_arrivals(arrivals)
+    for job, stored, refused in shares:
+        job._appended(stored, refused)
+
+
+class _DrainJob(Job):
+    """Dispatch what the replicas confirmed (``MessageStore.request_drain``)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def run(self) -> None:
+        self.store.drain()
 
 
 __all__ = ["MessageStore", "QueryMessageResult", "ReplicaOutcome", "ReplicationGap", "ReplicationWaiter",

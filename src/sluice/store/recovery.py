@@ -10,19 +10,25 @@ shutdown the safe point is the log's end, so start-up is immediate.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
-from sluice.store.commit_log import dispatch_request_of
+from sluice.store.commit_log import DispatchRequest, dispatch_request_of, no_queue_offset
 
 if TYPE_CHECKING:
     from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
+# A restarted slave in controller mode holds at most this much of its log's end until its master confirms it.
+HOLD_MAX_BYTES = 64 * 1024 * 1024
 
-def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None) -> None:
+
+def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None, hold_from: int | None = None) -> None:
     """``truncate_at``: make the log end there at the latest (a slave whose log diverged from its master's keeps
-    only the common part), whatever the checkpoint says; a record that would cross it goes too."""
+    only the common part), whatever the checkpoint says; a record that would cross it goes too. ``hold_from``:
+    records ending past it are not dispatched but held until confirmed (``MessageStore.drain``), and consume
+    queue entries of records past it are dropped: a slave's tail that its master may not have acknowledged."""
     cp = store.checkpoint
     commit_log = store.commit_log
     cfg = store.config
@@ -34,6 +40,8 @@ def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None)
         last_end = queue.files[-1].file_from_offset + commit_log.file_size
         if start < queue.min_offset or start > last_end:
             start = queue.min_offset
+    if hold_from is not None:
+        start = max(min(start, hold_from), queue.min_offset if queue.files else 0)
     if truncate_at is not None:  # (from the start of its segment: a cut inside a record drops that record)
         start = max(min(start, truncate_at - truncate_at % commit_log.file_size),
                     queue.min_offset if queue.files else 0)
@@ -52,15 +60,25 @@ def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None)
                         index_from)
     records = 0
     end = -1
+    held: deque[DispatchRequest] = deque()
     for phys, record in commit_log.scan(start, cfg.check_crc_on_recover):
         if truncate_at is not None and phys + len(record) > truncate_at:
             end = phys
             del record
             break
         req = dispatch_request_of(phys, record)
-        store.dispatch_one(req, index=phys >= index_from)
+        if hold_from is not None and phys + len(record) > hold_from:
+            held.append(req)
+            # Held: the log's last HOLD_MAX_BYTES at most (memory stays bounded whatever the checkpoint says).
+            while held[-1].phys_offset + held[-1].size - held[0].phys_offset > HOLD_MAX_BYTES:
+                old = held.popleft()
+                store.dispatch_one(old, index=old.phys_offset >= index_from)
+        else:
+            store.dispatch_one(req, index=phys >= index_from)
         records += 1
         del record
+    if held:
+        hold_from = held[0].phys_offset
     if end < 0:
         end = commit_log.scan_end if truncate_at is None else min(commit_log.scan_end, truncate_at)
     if truncate_at is not None and queue.max_offset > end:
@@ -77,13 +95,17 @@ def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None)
     queue.flushed_where = end
     if records:
         log.info("recovery dispatched %d records from offset %d; commit log ends at %d", records, start, end)
+    visible_end = end if hold_from is None else min(end, hold_from)
     for cq in list(store.consume_queues.values()):
-        dropped = cq.truncate_past(end)
-        if dropped:
+        dropped = cq.truncate_past(visible_end)
+        if dropped and visible_end == end:
             log.warning("consume queue %s/%d: dropped %d entries past the commit log end", cq.topic, cq.queue_id,
                         dropped)
         cq.correct_min_offset(queue.min_offset)
-    commit_log.topic_queue_table = {
-        (cq.topic, cq.queue_id): cq.max_offset for cq in store.consume_queues.values()
-    }
-    store.dispatched_offset = end
+    table = {(cq.topic, cq.queue_id): cq.max_offset for cq in store.consume_queues.values()}
+    kept = [r for r in held if r.phys_offset < end]
+    for r in kept:
+        if not no_queue_offset(r.sys_flag):
+            table[(r.topic, r.queue_id)] = r.queue_offset + 1
+    commit_log.topic_queue_table = table
+    store.recovered(end, kept)

@@ -16,6 +16,7 @@ class PutMessageStatus(enum.Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    SYSTEM_BUSY = "SYSTEM_BUSY"  # turned down by back-pressure before it was stored (the remark says why)
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

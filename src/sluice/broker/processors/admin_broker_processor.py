@@ -97,14 +97,15 @@ class AdminBrokerProcessor:
                                                            f"be saved ({exc}); it is saved once the disk allows")
         return req.response(ResponseCode.SUCCESS)
 
-    def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    async def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
         topic = req.ext_str("topic")
         if topic in SYSTEM_TOPICS:
             return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         b.topic_config_manager.delete(topic)
-        b.store.delete_topics([topic])
         b.trigger_register()
+        # On the store thread, after the sends read before this request (the files go too: off the loop).
+        await b.store.on_store_thread(lambda: b.store.delete_topics([topic]))
         return req.response(ResponseCode.SUCCESS)
 
     def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -328,7 +329,10 @@ class AdminBrokerProcessor:
                  "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(b.hold_service.count),
                  "eventLoopLagMaxMs": f"{b.loop_lag.max_lag * 1000:.1f}",
                  "eventLoopBusyMaxMs": f"{b.loop_lag.max_busy * 1000:.1f}",
-                 "gcPauseMaxMs": f"{b.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": b.role.value}
+                 "gcPauseMaxMs": f"{b.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": b.role.value,
+                 **store.back_pressure_info()}
+        if b.fenced:
+            table["fenced"] = b.write_guard() if b.write_guard is not None else "true"
         if b.ha_service is not None:  # replication lag of each connected slave, in bytes ("id:lag,...")
             table["haSlaveLagBytes"] = ",".join(f"{i}:{lag}" for i, lag in sorted(b.ha_service.lag().items()))
             table["haInSyncSlaves"] = ",".join(str(s.broker_id) for s in b.ha_service.in_sync_slaves())

@@ -33,7 +33,7 @@ class QueryMessageProcessor:
 
     def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         offset = req.ext_int("offset")
-        view = self.broker.store.select_one_message_by_offset(offset)
+        view = self.broker.store.select_one_message_by_offset(offset, visible_only=True)
         if view is None:
             return req.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
         resp = req.response(ResponseCode.SUCCESS)

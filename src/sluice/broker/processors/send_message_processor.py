@@ -62,6 +62,7 @@ PUT_STATUS_CODES = {
     PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+    PutMessageStatus.SYSTEM_BUSY: ResponseCode.SYSTEM_BUSY,
     PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
 ResponseBuilder = Callable[[PutMessageResult, int], RemotingCommand]
@@ -202,7 +203,7 @@ class SendMessageProcessor:
             return req.response(ResponseCode.NO_PERMISSION, _forbidden(b))
         if sub.retry_queue_nums <= 0:
             return req.response(ResponseCode.SUCCESS)
-        msg = b.store.look_message_by_offset(offset)
+        msg = b.store.look_message_by_offset(offset, visible_only=True)
         if msg is None:
             return req.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         props = dict(msg.properties)

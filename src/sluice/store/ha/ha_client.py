@@ -55,6 +55,13 @@ class HAClient:
         self.connected_to = ""
         self.master_epoch = 0
         self.master_max_offset = 0  # as the master last said (lag = this − our end, roughly)
+        # How far the master said its log may be seen (its confirm offset). In controller mode records past it are
+        # held, not dispatched, on this slave too (nothing until the master has said); without a controller a
+        # slave serves what it holds, as RocketMQ's does.
+        self.master_confirm = 0
+        self.gated = bool(config.controller_etcd_endpoints)
+        if self.gated:
+            store.replica_bound = lambda: self.master_confirm
         self.last_error = ""
         self._master_epochs: list[EpochEntry] = []
         self._task: asyncio.Task | None = None
@@ -141,9 +148,14 @@ class HAClient:
                         stored = True  # report at once: the master learns where this slave stands
                     elif not welcomed:
                         raise HAProtocolError("a transfer before the welcome")
-                    elif frame.data:
-                        self._store(frame)
-                        stored = True
+                    else:
+                        if frame.data:
+                            await self._store(frame)
+                            stored = True
+                        if frame.confirm != self.master_confirm:
+                            self.master_confirm = frame.confirm
+                            if self.gated:
+                                store.request_drain()
                 if len(self.epochs.entries) < len(self._master_epochs):  # this log reached a new epoch's start
                     await self._note_epochs(self.store.commit_log.max_offset)
                 if welcomed and (stored or now - last_report >= heartbeat):
@@ -188,8 +200,8 @@ class HAClient:
         entries = [e for e in self._master_epochs if e.start_offset <= end]
         await asyncio.get_running_loop().run_in_executor(None, self.epochs.replace, entries)
 
-    def _store(self, t: Transfer) -> None:
-        end = self.store.append_replicated(t.offset, t.data)
+    async def _store(self, t: Transfer) -> None:
+        end = await self.store.append_replicated_async(t.offset, t.data)
         self.master_max_offset = max(self.master_max_offset, end)
 
     async def _report(self, writer: asyncio.StreamWriter) -> None:

@@ -5,12 +5,16 @@ the bytes) with the handshake of its controller mode in front, so that a slave w
 where to cut it: every frame starts with a one-byte type.
 
 Slave to master:
-  HANDSHAKE  1 | brokerId:8 | maxOffset:8 | count:4 | count × (epoch:8 startOffset:8)
+  HANDSHAKE  4 | brokerId:8 | maxOffset:8 | count:4 | count × (epoch:8 startOffset:8)
+             (4: this version, whose transfers carry a confirm offset; the first version's handshake, type 1, is
+             refused with a REFUSE that says to upgrade)
   REPORT     2 | ackOffset:8                       (everything below is stored on the slave)
 Master to slave:
   WELCOME    1 | epoch:8 | masterMaxOffset:8 | cutAt:8 (-1: keep everything) | startOffset:8
                | count:4 | count × (epoch:8 startOffset:8)
-  TRANSFER   2 | epoch:8 | offset:8 | size:4 | size bytes (size 0: a heartbeat)
+  TRANSFER   2 | epoch:8 | offset:8 | confirm:8 | size:4 | size bytes (size 0: a heartbeat)
+               confirm: how far the master's log may be seen by consumers (its dispatched offset: flushed,
+               held by its in-sync replicas); the slave dispatches no record past it
   REFUSE     3 | size:4 | size bytes of UTF-8 (why; the master closes the connection)
 """
 
@@ -22,7 +26,8 @@ from typing import Final, NamedTuple
 
 from sluice.store.ha.epoch_file import EpochEntry
 
-HANDSHAKE: Final = 1
+HANDSHAKE: Final = 4
+OLD_HANDSHAKE: Final = 1  # the first version's (its transfers had no confirm offset)
 REPORT: Final = 2
 WELCOME: Final = 1
 TRANSFER: Final = 2
@@ -31,7 +36,7 @@ REFUSE: Final = 3
 _HANDSHAKE = struct.Struct(">bqqi")
 _REPORT = struct.Struct(">bq")
 _WELCOME = struct.Struct(">bqqqqi")
-_TRANSFER = struct.Struct(">bqqi")
+_TRANSFER = struct.Struct(">bqqqi")
 _REFUSE = struct.Struct(">bi")
 _EPOCH = struct.Struct(">qq")
 # Bounds on what a peer may make us hold: epochs in a handshake, bytes of a refusal.
@@ -41,6 +46,10 @@ MAX_REASON: Final = 4096
 
 class HAProtocolError(Exception):
     """Bytes that are not a frame of this protocol: the connection is closed."""
+
+
+class HAVersionError(HAProtocolError):
+    """A slave of another version of this protocol: refused, with why."""
 
 
 class Handshake(NamedTuple):
@@ -64,6 +73,7 @@ class Welcome(NamedTuple):
 class Transfer(NamedTuple):
     epoch: int
     offset: int
+    confirm: int
     data: bytes
 
 
@@ -88,8 +98,8 @@ def encode_welcome(w: Welcome) -> bytes:
                          len(w.epochs)) + _epochs(w.epochs)
 
 
-def encode_transfer_header(epoch: int, offset: int, size: int) -> bytes:
-    return _TRANSFER.pack(TRANSFER, epoch, offset, size)
+def encode_transfer_header(epoch: int, offset: int, confirm: int, size: int) -> bytes:
+    return _TRANSFER.pack(TRANSFER, epoch, offset, confirm, size)
 
 
 def encode_refuse(reason: str) -> bytes:
@@ -147,6 +157,9 @@ class MasterReader(_Reader):
             if ack < 0:
                 raise HAProtocolError(f"negative offset {ack} reported")
             return Report(ack)
+        if kind == OLD_HANDSHAKE:
+            raise HAVersionError("the slave speaks the first version of the HA protocol (transfers without a "
+                                 "confirm offset): upgrade it to this master's Sluice version")
         if kind == HANDSHAKE:
             if len(buf) < _HANDSHAKE.size:
                 return None
@@ -170,15 +183,15 @@ class SlaveReader(_Reader):
         if kind == TRANSFER:
             if len(buf) < _TRANSFER.size:
                 return None
-            _, epoch, offset, size = _TRANSFER.unpack_from(buf)
-            if not 0 <= size <= self.max_body or offset < 0:
-                raise HAProtocolError(f"a transfer of {size} bytes at {offset}")
+            _, epoch, offset, confirm, size = _TRANSFER.unpack_from(buf)
+            if not 0 <= size <= self.max_body or offset < 0 or confirm < 0:
+                raise HAProtocolError(f"a transfer of {size} bytes at {offset} (confirmed to {confirm})")
             end = _TRANSFER.size + size
             if len(buf) < end:
                 return None
             data = bytes(buf[_TRANSFER.size:end])
             del buf[:end]
-            return Transfer(epoch, offset, data)
+            return Transfer(epoch, offset, confirm, data)
         if kind == WELCOME:
             if len(buf) < _WELCOME.size:
                 return None

@@ -27,6 +27,7 @@ from sluice.store.ha.epoch_file import EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
     Handshake,
     HAProtocolError,
+    HAVersionError,
     MasterReader,
     Report,
     Welcome,
@@ -107,6 +108,7 @@ class HAService:
         self._loop_thread = threading.get_ident()
         self._server = await asyncio.start_server(self._serve, host, port, limit=1 << 16)
         self.store.arrival_listeners.append(self._on_arrival)
+        self.store.append_listeners.append(self._on_append)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service of broker %d listening on %s:%d (epoch %d)", self.broker_id, host, self.port,
                  self.epoch)
@@ -131,6 +133,8 @@ class HAService:
         self._by_deadline.clear()
         if self._on_arrival in self.store.arrival_listeners:
             self.store.arrival_listeners.remove(self._on_arrival)
+        if self._on_append in self.store.append_listeners:
+            self.store.append_listeners.remove(self._on_append)
 
     # == group transfer ==============================================================================
     def in_sync_slaves(self) -> list[SlaveState]:
@@ -142,6 +146,14 @@ class HAService:
         return [s for s in self.slaves.values()
                 if s.connected and end - s.ack_offset < self.config.ha_max_gap_not_in_sync]
 
+    def replica_bound(self) -> int | None:
+        """How far consumers may see this master's log as far as its replicas go (``MessageStore.replica_bound``):
+        in controller mode, what every slave of the in-sync set holds, since any of them may be elected; None
+        (no bound) when the set is this master alone, or without a controller (RocketMQ's confirm offset)."""
+        if self.sync_state_set is None or not self.sync_state_set - {self.broker_id}:
+            return None
+        return max(0, self.replicated_offset())
+
     def replicated_offset(self) -> int:
         """How far the log is on the slaves a put waits for: the least of the in-sync set (controller mode),
         the most of any connected slave (otherwise); -1 when there is none."""
@@ -151,7 +163,10 @@ class HAService:
         acks = [s.ack_offset for s in slaves]
         return min(acks) if self.sync_state_set is not None else max(acks)
 
-    def wait_for_replicas(self, end_offset: int, callback: Callable[[ReplicaOutcome], None]) -> None:
+    def wait_for_replicas(self, end_offset: int, callback: Callable[[ReplicaOutcome], None],
+                          deadline: float | None = None) -> None:
+        """``callback(None)`` once the slaves a put waits for have the log up to ``end_offset``, else why not:
+        FLUSH_SLAVE_TIMEOUT at ``deadline`` (the loop's clock), or ``sync_flush_timeout`` from now."""
         if not self.in_sync_slaves():
             callback((PutMessageStatus.SLAVE_NOT_AVAILABLE, "no slave is in sync with the master"))
             return
@@ -160,7 +175,8 @@ class HAService:
             callback(None)
             return
         assert self._loop is not None
-        w = _Waiter(end_offset, self._loop.time() + self.store.config.sync_flush_timeout / 1000, callback)
+        latest = self._loop.time() + self.store.config.sync_flush_timeout / 1000
+        w = _Waiter(end_offset, latest if deadline is None else min(deadline, latest), callback)
         heapq.heappush(self._by_end, w)
         self._by_deadline.append(w)
         if self._timer is None:
@@ -181,7 +197,9 @@ class HAService:
             log.exception("answering a replicated put failed")
 
     def _acked(self) -> None:
-        """A slave reported (or the set changed): answer the puts its log now covers."""
+        """A slave reported (or the set changed): answer the puts its log now covers, and dispatch what it
+        confirms."""
+        self.store.request_drain()
         if not self._by_end:
             return
         acked = self.replicated_offset()
@@ -217,6 +235,13 @@ class HAService:
 
     # == connections =================================================================================
     def _on_arrival(self, _topic: str, _queue_id: int, _offset: int) -> None:
+        """Records were dispatched: the slaves hear the new confirm offset."""
+        self._on_append()
+
+    def _on_append(self) -> None:
+        """The log grew (from the store thread): the transfers go on."""
+        if not self._wakes:
+            return
         if threading.get_ident() == self._loop_thread:
             self._wake_all()
         elif self._loop is not None:
@@ -236,7 +261,13 @@ class HAService:
         slave: SlaveState | None = None
         try:
             frames = MasterReader()
-            hs = await self._read_handshake(reader, frames)
+            try:
+                hs = await self._read_handshake(reader, frames)
+            except HAVersionError as exc:
+                log.warning("slave at %s refused: %s", address, exc)
+                writer.write(encode_refuse(str(exc)))
+                await writer.drain()
+                return
             if hs is None:
                 return
             welcome = self._welcome(hs)
@@ -360,16 +391,19 @@ class HAService:
         nxt = start
         last_sent = time.monotonic()
         try:
+            confirmed = -1  # the confirm offset the slave was last told
             while not reading.done():
                 end = cl.max_offset
+                confirm = self.store.dispatched_offset
                 if nxt < end:
                     chunk = self._chunk(nxt, end, batch)
                     if chunk is None:
                         raise ConnectionAbortedError(f"the log at {nxt} is gone (deleted or cut)")
                     epoch, data = chunk
                     slave._sent_max, slave._sent_at = end, time.monotonic()
-                    writer.write(encode_transfer_header(epoch, nxt, len(data)))
+                    writer.write(encode_transfer_header(epoch, nxt, confirm, len(data)))
                     writer.write(data)
+                    confirmed = confirm
                     nxt += len(data)
                     last_sent = time.monotonic()
                     await writer.drain()
@@ -377,8 +411,9 @@ class HAService:
                 wake.clear()
                 if cl.max_offset > nxt:
                     continue
-                if time.monotonic() - last_sent >= heartbeat:
-                    writer.write(encode_transfer_header(self.epoch, nxt, 0))
+                if confirm != confirmed or time.monotonic() - last_sent >= heartbeat:
+                    writer.write(encode_transfer_header(self.epoch, nxt, confirm, 0))
+                    confirmed = confirm
                     last_sent = time.monotonic()
                     await writer.drain()
                 woken = asyncio.ensure_future(wake.wait())
