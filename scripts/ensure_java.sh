@@ -3,6 +3,7 @@
 # reference tests build their Java programs with Maven. Whatever of `java`, `javac` and `mvn` is missing is
 # installed with apt; `make dev` never calls this.
 set -euo pipefail
+source "$(dirname "$0")/apt_install.sh"
 missing=()
 command -v java >/dev/null 2>&1 || missing+=(java)
 command -v javac >/dev/null 2>&1 || missing+=(javac)
@@ -10,19 +11,11 @@ command -v mvn >/dev/null 2>&1 || missing+=(mvn)
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure_java: ${missing[*]} missing and apt-get is not available: install a Java 17+ JDK and Maven" \
-         "(the Spark tests need java; the Java interop and reference tests skip without javac and mvn)" >&2
-    command -v java >/dev/null 2>&1 || exit 1
-    exit 0
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
 packages=()
 case " ${missing[*]} " in *" java "*|*" javac "*) packages+=(openjdk-17-jdk-headless) ;; esac
 case " ${missing[*]} " in *" mvn "*) packages+=(maven) ;; esac
-echo "ensure_java: ${missing[*]} missing: installing ${packages[*]}" >&2
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${packages[@]}"
+if ! apt_install ensure_java "${packages[@]}"; then
+    echo "ensure_java: ${missing[*]} missing: install a Java 17+ JDK and Maven (the Spark tests need java; the Java" \
+         "interop and reference tests skip without javac and mvn)" >&2
+    command -v java >/dev/null 2>&1 || exit 1
+fi

@@ -120,18 +120,23 @@ class Load:
                 await asyncio.sleep(0.1)
 
     async def _read_all(self) -> list[str]:
-        got: list[str] = []
-        async with PullConsumer(f"{self.args.topic}-check", self.args.namesrv) as reader:
-            queues = await reader.fetch_queues(self.args.topic)
-            await reader.assign(queues)
-            for q in queues:
-                await reader.seek_to_begin(q)
-            empty = 0
-            while empty < 3:
-                msgs = await reader.poll(1.0)
-                empty = 0 if msgs else empty + 1
-                got.extend(m.body.decode() for m in msgs)
-        return got
+        return await read_all(self.args.namesrv, self.args.topic, f"{self.args.topic}-check")
+
+
+async def read_all(namesrv: str, topic: str, group: str) -> list[str]:
+    """Every body stored in ``topic``, read from the beginning of every queue by a new group (duplicates kept)."""
+    got: list[str] = []
+    async with PullConsumer(group, namesrv) as reader:
+        queues = await reader.fetch_queues(topic)
+        await reader.assign(queues)
+        for q in queues:
+            await reader.seek_to_begin(q)
+        empty = 0
+        while empty < 3:
+            msgs = await reader.poll(1.0)
+            empty = 0 if msgs else empty + 1
+            got.extend(m.body.decode() for m in msgs)
+    return got
 
 
 def main() -> None:

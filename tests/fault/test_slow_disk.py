@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sluice.aio import Message, Producer, PullConsumer
+from sluice.aio import Message, Producer
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.structs import MessageQueue
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import ResponseCode
 from tests.broker_process import free_port
+from tests.fault.load import read_all
 from tests.fault.slow_disk import SlowDisk, require_fuse
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -150,18 +151,7 @@ class Load:
 
 
 async def _read_all(namesrv: str, topic: str) -> set[str]:
-    got: set[str] = set()
-    async with PullConsumer("slow-check", namesrv) as reader:
-        queues = await reader.fetch_queues(topic)
-        await reader.assign(queues)
-        for q in queues:
-            await reader.seek_to_begin(q)
-        empty = 0
-        while empty < 3:
-            msgs = await reader.poll(1.0)
-            empty = 0 if msgs else empty + 1
-            got.update(m.body.decode() for m in msgs)
-    return got
+    return set(await read_all(namesrv, topic, f"{topic}-check"))
 
 
 def test_a_crawling_disk_gets_back_pressure_not_a_stalled_broker(slow_disk: SlowDisk, tmp_path: Path) -> None:
