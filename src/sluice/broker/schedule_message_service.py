@@ -94,8 +94,16 @@ class ScheduleMessageService:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
+        self.store.arrival_listeners.append(self._on_arrival)
+
+    def _on_arrival(self, topic: str, _queue_id: int, _max_offset: int) -> None:
+        """A delayed message is stored (``redirect`` wakes the service before the store thread has written it)."""
+        if topic == SCHEDULE_TOPIC:
+            self._wake.set()
 
     async def stop(self) -> None:
+        if self._on_arrival in self.store.arrival_listeners:
+            self.store.arrival_listeners.remove(self._on_arrival)
         if self._task is not None:
             self._task.cancel()
             try:
