@@ -34,10 +34,10 @@ dev: $(BASE)
 
 test: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 	# The unit tests that run a pure-Python codec again with the compiled ones off (the fallback where no C compiler
 	# built sluice._speedups): the list is scripts/pure_python_tests.py's, which traces tests/unit for them.
-	SLUICE_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q @tests/unit/pure_python_fallback.txt
+	SLUICE_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -n 2 @tests/unit/pure_python_fallback.txt
 
 lint: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz

@@ -35,10 +35,11 @@ def _targets() -> None:
     """What runs only where the compiled codecs are off: each twin, and the fallback line of a function without one."""
     from sluice.client import message_id
     from sluice.common import batch_codec, message_codec
-    from sluice.store import batch_encoder
+    from sluice.store import batch_encoder, mapped_file
 
     for fn in (message_codec.py_decode_records, message_codec.py_check_record, batch_codec.py_encode_batch_record,
-               batch_codec.py_scan_batch_columns, message_id.MessageIdGenerator._py_create):
+               batch_codec.py_scan_batch_columns, message_id.MessageIdGenerator._py_create,
+               mapped_file.py_store_spans):
         _calls[fn.__code__] = fn.__qualname__
     for fn, text in ((batch_encoder.crc32s, "np.fromiter(map(zlib.crc32"),
                      (message_id.MessageIdGenerator.create_many, "now_ms = time.time_ns()")):

@@ -24,15 +24,22 @@ from sluice.store import MessageStore
 from tests.etcd_server import etcd_server  # noqa: F401 (the fixture: a real etcd per test)
 from tests.interop.java_clients import JavaBuild, ensure_java_build, java_required, java_tools_missing
 
-_GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark"}
+_GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark",
+                  "fault": "fault"}
+# Run on two workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
+# turn: the JVM-heavy ones (one Spark session, one Java build, one RocketMQ node at a time) and the multi-process
+# clusters whose timings they check (failover, partitions, a slow disk); the rest go wherever there is room.
+_XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "jvm", "ha": "clusters", "fault": "clusters"}
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test directory's tests carry its marker (``-m "not interop"`` deselects the real-client tests).
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test directory's tests carry its marker (``-m "not interop"`` deselects the real-client tests), and,
+    under pytest-xdist, their group.
 
     Matched on the directory right under ``tests/``, not anywhere in the path: a checkout under ``.../spark/``
     must not mark every test ``spark``."""
+    xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         try:
             top = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]
@@ -41,6 +48,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marker = _GROUP_MARKERS.get(top)
         if marker is not None:
             item.add_marker(marker)
+        group = _XDIST_GROUPS.get(top)
+        if xdist and group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

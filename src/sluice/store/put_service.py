@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 PC_SYNCHRONIZED = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
 # Jobs queued behind one another that run as one (``Job.merges_with``), at most.
-MERGE_MAX_JOBS = 32
+MERGE_MAX_JOBS = 16
 OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 
 
