@@ -208,16 +208,3 @@ def test_concurrent_removals_from_many_threads_leave_a_consistent_cache():
     assert pq.msg_count == 0 and pq.msg_size == 0
     assert pq.commit_offset() == 4000 and max(results) == 4000
 
-
-def test_only_the_first_messages_held_past_the_timeout_are_expired():
-    pq = ProcessQueue(now=0.0)
-    msgs = _msgs(range(5))
-    pq.put_messages(msgs)
-    pq.consume_started(msgs[:2], now=1.0)  # offsets 0 and 1 went to a listener at t=1
-    pq.consume_started(msgs[3:4], now=1.0)  # offset 3 too, but 2 waits in front of it
-    assert pq.expired(5.0, now=5.5) == []
-    assert [m.queue_offset for m in pq.expired(5.0, now=6.5)] == [0, 1]
-    pq.remove_messages(msgs[:1])
-    assert [m.queue_offset for m in pq.expired(5.0, now=6.5, limit=16)] == [1]
-    pq.remove_messages(msgs[1:2])
-    assert pq.expired(5.0, now=100.0) == []  # offset 2's listener never began: not held by one

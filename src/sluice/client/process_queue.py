@@ -58,7 +58,6 @@ class ProcessQueue:
         self._msgs: dict[int, MessageExt] = {}
         self._offsets: list[int] = []  # sorted keys of _msgs
         self._consuming: dict[int, MessageExt] = {}  # orderly: taken, not yet committed
-        self._started: dict[int, float] = {}  # concurrent: offset -> when its listener call began
         self._count = 0  # messages in _msgs and _consuming
         self._size = 0  # their body bytes
         self._max_offset = -1  # largest offset ever put (-1: none yet)
@@ -179,35 +178,9 @@ class ProcessQueue:
                     size += len(gone.body)
             if gone_offsets:
                 _delete_sorted(offsets, gone_offsets)
-                started = self._started
-                if started:
-                    for off in gone_offsets:
-                        started.pop(off, None)
             self._count -= len(gone_offsets)
             self._size = 0 if self._count == 0 else self._size - size
             return self._commit_offset_locked()
-
-    def consume_started(self, msgs: Iterable[MessageExt], now: float | None = None) -> None:
-        """A listener call on ``msgs`` begins (RocketMQ's CONSUME_START_TIME)."""
-        t = time.monotonic() if now is None else now
-        with self._lock:
-            for msg in msgs:
-                if msg.queue_offset in self._msgs:
-                    self._started[msg.queue_offset] = t
-
-    def expired(self, timeout: float, limit: int = 16, now: float | None = None) -> list[MessageExt]:
-        """The first cached messages (at most ``limit``), from the smallest offset on, whose listener call began
-        more than ``timeout`` seconds ago and has not returned (RocketMQ's cleanExpiredMsg): they hold the queue's
-        offset back."""
-        t = time.monotonic() if now is None else now
-        out: list[MessageExt] = []
-        with self._lock:
-            for off in self._offsets[:limit]:
-                began = self._started.get(off)
-                if began is None or t - began <= timeout:
-                    break
-                out.append(self._msgs[off])
-        return out
 
     def _commit_offset_locked(self) -> int:
         if self._offsets:

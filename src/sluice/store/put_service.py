@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 PC_SYNCHRONIZED = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
 # Jobs queued behind one another that run as one (``Job.merges_with``), at most.
 MERGE_MAX_JOBS = 16
+SWITCH_INTERVAL_S = 0.001  # the interpreter's, for the process that runs a store (see PutService.start)
 OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 
 
@@ -129,6 +131,11 @@ class PutService:
 
     # == lifecycle ===================================================================================
     def start(self) -> None:
+        # The store thread gives the GIL up at each system call and needs it back to go on; while the event loop
+        # runs Python it gets it only when the interpreter's switch interval forces a switch (5 ms by default), a
+        # wait every write job pays (docs/benchmarks.md, "The store thread").
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread = threading.Thread(target=self._loop, name="sluice-store-writer", daemon=True)
         self._thread.start()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -57,6 +58,9 @@ class PushConsumer(ConsumerBase):
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self._consume_tasks: set[asyncio.Task] = set()
+        # Concurrent listener calls under way: id -> (queue, its cache, messages, when the call began).
+        self._inflight: dict[int, tuple[MessageQueue, ProcessQueue, list[MessageExt], float]] = {}
+        self._inflight_ids = itertools.count()
         # Keyed by process queue, not queue: a queue dropped and taken again gets a new ProcessQueue, which must
         # not wait for the old one's task (that one only notices the drop after its listener call).
         self._orderly_tasks: dict[ProcessQueue, asyncio.Task] = {}
@@ -358,12 +362,15 @@ class PushConsumer(ConsumerBase):
         async with self._consume_sem:
             if pq.dropped:
                 return
-            pq.consume_started(msgs)
+            key = next(self._inflight_ids)
+            self._inflight[key] = (mq, pq, msgs, time.monotonic())  # (consume_timeout_millis: _clean_expired)
             try:
                 status = await self._call_listener(msgs)
             except Exception:
                 log.exception("listener of group %s failed on %d message(s) of %s", self.group, len(msgs), mq)
                 status = ConsumeStatus.RECONSUME_LATER
+            finally:
+                self._inflight.pop(key, None)
         if status is None:
             status = ConsumeStatus.CONSUME_SUCCESS
         elif status is not ConsumeStatus.CONSUME_SUCCESS and status is not ConsumeStatus.RECONSUME_LATER:
@@ -392,27 +399,36 @@ class PushConsumer(ConsumerBase):
         timeout = self.config.consume_timeout_millis / 1000
         while True:
             await asyncio.sleep(min(max(timeout / 4, 0.05), 60.0))
-            for mq, pq in list(self.process_queues.items()):
+            now = time.monotonic()
+            for key, (mq, pq, msgs, began) in list(self._inflight.items()):
+                if now - began <= timeout:
+                    continue
                 try:
-                    await self._clean_expired(mq, pq, timeout)
-                except Exception:  # one queue's failure must not stop the others' cleaning
+                    if await self._clean_expired(mq, pq, msgs, timeout):
+                        self._inflight.pop(key, None)
+                except Exception:  # one call's failure must not stop the others' cleaning
                     log.exception("cleaning the expired messages of %s failed", mq)
 
-    async def _clean_expired(self, mq: MessageQueue, pq: ProcessQueue, timeout: float) -> None:
-        """Messages whose listener call has run for longer than ``timeout``: sent back with delay level 3 (a
-        clustering group: redelivered later, to this or another member) and taken off the queue's cache, so its
-        offset moves on; a broadcasting consumer drops them, as it drops those its listener fails on."""
-        for msg in pq.expired(timeout):
+    async def _clean_expired(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt],
+                             timeout: float) -> bool:
+        """``msgs``, whose listener call has run for longer than ``timeout`` (RocketMQ's cleanExpiredMsg): sent
+        back with delay level 3 (a clustering group: redelivered later, to this or another member) and taken off
+        the queue's cache, so that its offset moves on; a broadcasting consumer drops them, as it drops those its
+        listener fails on. False when one could not be sent back (tried again at the next round)."""
+        for msg in msgs:
             if pq.dropped:
-                return
+                return True
+            if not pq.contains_message(msg):
+                continue
             if self.clustering and not await self._send_back(mq, msg, CONSUME_TIMEOUT_DELAY_LEVEL):
-                return  # tried again at the next round
+                return False
             log.warning("the listener of group %s has held message %s of %s for over %.0f ms: %s", self.group,
                         msg.msg_id, mq, timeout * 1000,
                         "sent back for a later retry" if self.clustering else "dropped (broadcasting)")
             offset = pq.remove_messages([msg])
             if offset >= 0 and not pq.dropped:
                 self.offset_store.update_offset(mq, offset, increase_only=True)
+        return True
 
     def _dispatch_later(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if not pq.dropped and self.started:
@@ -440,7 +456,7 @@ class PushConsumer(ConsumerBase):
             msgs = pq.take_messages(max(1, cfg.consume_message_batch_max_size))
             if not msgs:
                 return
-            pq.consume_started(msgs)
+            # No consume timeout here, as in RocketMQ: an orderly queue's messages wait for its listener.
             try:
                 status = await self._call_listener(msgs)
             except Exception:
