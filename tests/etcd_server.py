@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.controller.etcd_process import EtcdServer, etcd_binary
+from sluice.etcd.etcd_process import EtcdServer, etcd_binary
 
 
 def etcd_required() -> bool:

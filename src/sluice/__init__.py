@@ -4,30 +4,61 @@
 ``from sluice.aio import ...`` for asyncio.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice._lazy import lazy_exports
+
 __version__ = "0.1.0"
 
-from sluice.client import (  # noqa: E402
-    ConsumeOrderlyStatus,
-    ConsumeStatus,
-    LocalTransactionState,
-    Message,
-    Producer,
-    PullConsumer,
-    PushConsumer,
-    SendResult,
-    SendStatus,
-    SimpleConsumer,
-    TransactionListener,
-    TransactionProducer,
-    TransactionSendResult,
-)
-from sluice.client.message_selector import MessageSelector  # noqa: E402
-from sluice.common.errors import BrokerResponseError, ClientError, SluiceError  # noqa: E402
-from sluice.common.message import MessageExt  # noqa: E402
-from sluice.common.structs import MessageModel, MessageQueue  # noqa: E402
+if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
+    from sluice.client import (
+        ConsumeOrderlyStatus,
+        ConsumeStatus,
+        LocalTransactionState,
+        Message,
+        Producer,
+        PullConsumer,
+        PushConsumer,
+        SendResult,
+        SendStatus,
+        SimpleConsumer,
+        TransactionListener,
+        TransactionProducer,
+        TransactionSendResult,
+    )
+    from sluice.client.message_selector import MessageSelector
+    from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
+    from sluice.common.message import MessageExt
+    from sluice.common.structs import MessageModel, MessageQueue
 
-__all__ = ["BrokerResponseError", "ClientError", "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState",
-           "Message", "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer",
-           "PushConsumer",
-           "SendResult", "SendStatus", "SimpleConsumer", "SluiceError", "TransactionListener", "TransactionProducer",
-           "TransactionSendResult", "__version__"]
+_EXPORTS = {
+    "BrokerResponseError": "sluice.common.errors",
+    "ClientError": "sluice.common.errors",
+    "ConsumeOrderlyStatus": "sluice.client",
+    "ConsumeStatus": "sluice.client",
+    "LocalTransactionState": "sluice.client",
+    "Message": "sluice.client",
+    "MessageExt": "sluice.common.message",
+    "MessageModel": "sluice.common.structs",
+    "MessageQueue": "sluice.common.structs",
+    "MessageSelector": "sluice.client.message_selector",
+    "Producer": "sluice.client",
+    "PullConsumer": "sluice.client",
+    "PushConsumer": "sluice.client",
+    "SendResult": "sluice.client",
+    "SendStatus": "sluice.client",
+    "SimpleConsumer": "sluice.client",
+    "SluiceError": "sluice.common.errors",
+    "TransactionListener": "sluice.client",
+    "TransactionProducer": "sluice.client",
+    "TransactionSendResult": "sluice.client",
+}
+__all__ = [
+    "BrokerResponseError", "ClientError", "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState",
+    "Message", "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer",
+    "PushConsumer", "SendResult", "SendStatus", "SimpleConsumer", "SluiceError", "TransactionListener",
+    "TransactionProducer", "TransactionSendResult", "__version__",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

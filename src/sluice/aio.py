@@ -1,11 +1,36 @@
 """Sluice's asyncio API: ``from sluice.aio import Producer, PushConsumer, PullConsumer``."""
 
-from sluice.client.aio import Producer, PullConsumer, PushConsumer, SimpleConsumer, TransactionProducer
-from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, Message, SendResult, SendStatus
-from sluice.client.message_selector import MessageSelector
-from sluice.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
+from __future__ import annotations
 
-__all__ = ["ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message", "MessageSelector", "Producer",
-           "PullConsumer",
-           "PushConsumer", "SimpleConsumer", "SendResult", "SendStatus", "TransactionListener", "TransactionProducer",
-           "TransactionSendResult"]
+from typing import TYPE_CHECKING
+
+from sluice._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
+    from sluice.client.aio import Producer, PullConsumer, PushConsumer, SimpleConsumer, TransactionProducer
+    from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, Message, SendResult, SendStatus
+    from sluice.client.message_selector import MessageSelector
+    from sluice.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
+
+_EXPORTS = {
+    "ConsumeOrderlyStatus": "sluice.client.message",
+    "ConsumeStatus": "sluice.client.message",
+    "LocalTransactionState": "sluice.client.transaction",
+    "Message": "sluice.client.message",
+    "MessageSelector": "sluice.client.message_selector",
+    "Producer": "sluice.client.aio",
+    "PullConsumer": "sluice.client.aio",
+    "PushConsumer": "sluice.client.aio",
+    "SendResult": "sluice.client.message",
+    "SendStatus": "sluice.client.message",
+    "SimpleConsumer": "sluice.client.aio",
+    "TransactionListener": "sluice.client.transaction",
+    "TransactionProducer": "sluice.client.aio",
+    "TransactionSendResult": "sluice.client.transaction",
+}
+__all__ = [
+    "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message", "MessageSelector", "Producer",
+    "PullConsumer", "PushConsumer", "SendResult", "SendStatus", "SimpleConsumer", "TransactionListener",
+    "TransactionProducer", "TransactionSendResult",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

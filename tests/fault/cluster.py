@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sluice.controller.etcd_process import etcd_binary
+from sluice.etcd.etcd_process import etcd_binary
 from tests.fault.netns import Network
 
 GROUP = "broker-ha"

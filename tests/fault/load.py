@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sluice.aio import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, SendStatus
 from sluice.common.message import MessageExt
-from sluice.controller.etcd_client import EtcdClient, EtcdError
+from sluice.etcd.etcd_client import EtcdClient, EtcdError
 
 
 class Load:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice import Message, Producer, PullConsumer, SendStatus
-from sluice.controller.etcd_client import EtcdClient
+from sluice.etcd.etcd_client import EtcdClient
 from tests.broker_process import free_port
 from tests.etcd_server import EtcdServer
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 
-from sluice.controller.etcd_client import (
+from sluice.etcd.etcd_client import (
     Compare,
     EtcdClient,
     EtcdError,

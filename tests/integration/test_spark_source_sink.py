@@ -11,9 +11,9 @@ pa = pytest.importorskip("pyarrow", reason="needs the sluice[spark] extra")
 from sluice import Message, Producer, PullConsumer  # noqa: E402
 from sluice.common.structs import MessageQueue  # noqa: E402
 from sluice.spark.arrow_codec import WRITE_KEY_PROPERTY  # noqa: E402
-from sluice.spark.broker import QueueClient  # noqa: E402
 from sluice.spark.offsets import OffsetRange, QueueRef  # noqa: E402
 from sluice.spark.options import OptionError, parse_sink_options, parse_source_options  # noqa: E402
+from sluice.spark.queue_client import QueueClient  # noqa: E402
 from sluice.spark.sink import write_batches  # noqa: E402
 from sluice.spark.source import DataLossError, SourcePlanner, read_range  # noqa: E402
 from tests.integration.helpers import wait_until  # noqa: E402

@@ -27,3 +27,20 @@ def test_client_import_loads_no_heavy_dependency(statement):
     code = f"import sys\n{statement}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == [], f"{statement!r} imported {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("module", ["sluice.store", "sluice.store.message_store", "sluice.remoting",
+                                    "sluice.common.speedups", "sluice.namesrv"])
+def test_importing_a_server_part_loads_no_client_module(module):
+    code = f"import sys\nimport {module}\nprint(' '.join(m for m in sys.modules if m.startswith('sluice.client')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == [], f"import {module} loaded {out.stdout.strip()}"
+
+
+def test_the_package_names_resolve_on_first_use():
+    code = ("import sys, sluice\nassert 'sluice.client.producer' not in sys.modules\n"
+            "from sluice import Producer, MessageQueue\nfrom sluice.aio import PushConsumer\n"
+            "assert Producer.__module__ == 'sluice.client.producer' and 'Producer' in dir(sluice)\n"
+            "try:\n    sluice.Nope\nexcept AttributeError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert "has no attribute 'Nope'" in out.stdout

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from sluice.broker.replicas_manager import Leader, ReplicasManager
 from sluice.common.config import BrokerConfig
-from sluice.controller.etcd_client import KeyValue, TxnResult
+from sluice.etcd.etcd_client import KeyValue, TxnResult
 from sluice.store.ha.epoch_file import EpochFile
 from sluice.store.ha.ha_service import HAService, SlaveState
 

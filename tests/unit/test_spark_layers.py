@@ -15,7 +15,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "sluice"
 def test_offset_option_codec_source_and_sink_modules_do_not_import_pyspark():
     pytest.importorskip("pyarrow", reason="needs the sluice[spark] extra")
     code = ("import sys, sluice, sluice.spark, sluice.spark.offsets, sluice.spark.options, "
-            "sluice.spark.arrow_codec, sluice.spark.source, sluice.spark.sink, sluice.spark.broker\n"
+            "sluice.spark.arrow_codec, sluice.spark.source, sluice.spark.sink, sluice.spark.queue_client\n"
             "assert not [m for m in sys.modules if m.startswith('pyspark')], 'pyspark was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -33,7 +33,7 @@ def test_no_layer_below_spark_imports_it_or_pyspark():
 def test_loop_thread_timeout_says_what_did_not_finish():
     import asyncio
 
-    from sluice.spark.broker import LoopThread
+    from sluice.spark.queue_client import LoopThread
 
     async def own_timeout() -> None:
         raise TimeoutError("the coroutine's own")

@@ -18,14 +18,14 @@ from sluice.broker.client_channel_info import ClientChannelInfo
 from sluice.broker.consumer_filter_manager import ConsumerFilterManager
 from sluice.broker.consumer_manager import ConsumerManager
 from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
-from sluice.broker.pop_long_polling_service import PopLongPollingService
-from sluice.broker.pop_revive_service import PopReviveService
-from sluice.broker.processors.ack_message_processor import AckMessageProcessor
+from sluice.broker.pop.ack_message_processor import AckMessageProcessor
+from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
+from sluice.broker.pop.pop_message_processor import PopMessageProcessor
+from sluice.broker.pop.pop_revive_service import PopReviveService
 from sluice.broker.processors.admin_broker_processor import AdminBrokerProcessor
 from sluice.broker.processors.client_manage_processor import ClientManageProcessor
 from sluice.broker.processors.consumer_manage_processor import ConsumerManageProcessor
 from sluice.broker.processors.end_transaction_processor import EndTransactionProcessor
-from sluice.broker.processors.pop_message_processor import PopMessageProcessor
 from sluice.broker.processors.pull_message_processor import PullMessageProcessor
 from sluice.broker.processors.query_assignment_processor import (
     MessageRequestModeManager,

@@ -27,7 +27,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sluice.controller.etcd_client import Compare, EtcdClient, EtcdError, KeyValue, Op
+from sluice.etcd.etcd_client import Compare, EtcdClient, EtcdError, KeyValue, Op
 
 if TYPE_CHECKING:
     from sluice.broker.broker_runner import BrokerRunner

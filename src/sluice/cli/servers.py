@@ -232,7 +232,7 @@ def _dev_ha(args: argparse.Namespace, nscfg: NamesrvConfig, bcfg: BrokerConfig, 
 
     from sluice.broker.broker_runner import BrokerRunner
     from sluice.common.config import BrokerRole
-    from sluice.controller.etcd_process import EtcdServer, etcd_binary
+    from sluice.etcd.etcd_process import EtcdServer, etcd_binary
     from sluice.namesrv import NamesrvController
 
     binary = etcd_binary()

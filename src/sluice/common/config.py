@@ -439,12 +439,5 @@ class ClientConfig(_Config):
     remoting: RemotingConfig = field(default_factory=RemotingConfig)
 
     @property
-    def ha_port(self) -> int:
-        """The port a master's HA service binds (0: any)."""
-        if self.ha_listen_port:
-            return self.ha_listen_port
-        return self.listen_port + 1 if 0 < self.listen_port < 65535 else 0
-
-    @property
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]

@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from sluice.client.aio.producer import Producer
 from sluice.spark.arrow_codec import chunk_records, encode_rows, split_by_topic, write_keys
-from sluice.spark.broker import LoopThread
 from sluice.spark.options import SinkOptions
+from sluice.spark.queue_client import LoopThread
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ import pyarrow as pa
 from sluice.client.message import PullStatus
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.spark.arrow_codec import arrow_schema, records_to_batch
-from sluice.spark.broker import QueueClient, TopicNotFoundError
 from sluice.spark.offsets import (
     OffsetError,
     OffsetRange,
@@ -31,6 +30,7 @@ from sluice.spark.offsets import (
     with_new_queues,
 )
 from sluice.spark.options import OptionError, SourceOptions
+from sluice.spark.queue_client import QueueClient, TopicNotFoundError
 
 log = logging.getLogger(__name__)
 

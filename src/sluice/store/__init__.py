@@ -1,21 +1,33 @@
 """The message store: CommitLog, ConsumeQueue, IndexFile, flush, checkpoint and recovery. No networking."""
 
-from sluice.store.commit_log import RawBatch
-from sluice.store.message_store import MessageStore, Put, PutDone
-from sluice.store.results import (
-    GetMessageResult,
-    GetMessageStatus,
-    PutMessageResult,
-    PutMessageStatus,
-)
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from sluice._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
+    from sluice.store.commit_log import RawBatch
+    from sluice.store.message_store import MessageStore, Put, PutDone
+    from sluice.store.results import (
+        GetMessageResult,
+        GetMessageStatus,
+        PutMessageResult,
+        PutMessageStatus,
+    )
+
+_EXPORTS = {
+    "GetMessageResult": "sluice.store.results",
+    "GetMessageStatus": "sluice.store.results",
+    "MessageStore": "sluice.store.message_store",
+    "Put": "sluice.store.message_store",
+    "PutDone": "sluice.store.message_store",
+    "PutMessageResult": "sluice.store.results",
+    "PutMessageStatus": "sluice.store.results",
+    "RawBatch": "sluice.store.commit_log",
+}
 __all__ = [
-    "GetMessageResult",
-    "GetMessageStatus",
-    "MessageStore",
-    "Put",
-    "PutDone",
-    "PutMessageResult",
-    "PutMessageStatus",
-    "RawBatch",
+    "GetMessageResult", "GetMessageStatus", "MessageStore", "Put", "PutDone", "PutMessageResult",
+    "PutMessageStatus", "RawBatch",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

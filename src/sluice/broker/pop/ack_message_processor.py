@@ -15,8 +15,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sluice.broker.pop_revive_service import AckRecord, CheckPoint, now_ms
-from sluice.broker.processors.pop_message_processor import check_invisible_time, put_all
+from sluice.broker.pop.pop_message_processor import check_invisible_time, put_all
+from sluice.broker.pop.pop_revive_service import AckRecord, CheckPoint, now_ms
 from sluice.common.extra_info import ORDER_REVIVE_QUEUE, Receipt, ReceiptError, real_topic, retry_flag
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand

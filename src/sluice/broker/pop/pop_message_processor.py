@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from sluice.broker.consumer_order_info_manager import OrderInfo
 from sluice.broker.expression_message_filter import ExpressionMessageFilter
-from sluice.broker.pop_long_polling_service import PollingFull
-from sluice.broker.pop_revive_service import CheckPoint, now_ms
+from sluice.broker.pop.pop_long_polling_service import PollingFull
+from sluice.broker.pop.pop_revive_service import CheckPoint, now_ms
 from sluice.broker.processors.pull_message_processor import SubscriptionParseError, tag_codes_of
 from sluice.common.errors import InvalidNameError, InvalidSubscriptionError
 from sluice.common.extra_info import (
