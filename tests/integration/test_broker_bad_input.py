@@ -297,7 +297,7 @@ def test_bad_requests_get_an_error_naming_the_field_and_the_broker_keeps_serving
 
 
 def test_numbers_where_strings_are_expected_are_accepted(cluster, raw):
-    """The C++ client sends some ext fields as JSON numbers (spec §3): not bad input."""
+    """The C++ client sends some ext fields as JSON numbers (queueId, for one): not bad input."""
     create_topic(raw, "cpp-style", 1)
     host, port = cluster.brokers[0].broker_addr.split(":")
     header = json.dumps({"code": 10, "language": "CPP", "version": 63, "opaque": 7, "flag": 0, "remark": "",

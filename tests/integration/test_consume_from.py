@@ -44,7 +44,7 @@ def test_new_group_starts_at_first_last_or_a_timestamp(cluster):
     assert sorted(run("from-first", 30, consume_from="first")) == everything
     from_ts = run("from-ts", 10, consume_from="timestamp", consume_timestamp=boundary)
     assert sorted(from_ts) == sorted(b"new-%d" % i for i in range(10))
-    # A brand-new group on queues that still start at 0 reads from the start, as RocketMQ does (spec §3.4).
+    # A brand-new group on queues that still start at 0 reads from the start, as RocketMQ does.
     assert sorted(run("from-last", 30, consume_from="last")) == everything
 
 

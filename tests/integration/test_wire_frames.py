@@ -468,8 +468,8 @@ def test_client_frames_and_server_answers_follow_the_spec(proxied):
 
 
 def test_bodies_over_4_kib_travel_compressed_and_reach_consumers_inflated(cluster):
-    """The producer zlib-compresses big bodies and flags them (sysFlag 0x1, spec §3.2 / §6.1); the broker stores
-    them as they came, and our consumers hand the original bytes to the application."""
+    """The producer zlib-compresses big bodies and flags them (sysFlag 0x1, COMPRESSED_FLAG); the broker stores them
+    as they came, and our consumers hand the original bytes to the application."""
     topic = "wire-compressed"
     bodies = [b"compressible " * 1000, os.urandom(3000) * 3, b"small"]
     with Producer("wire-producers", namesrv=cluster.namesrv_addr) as producer:

@@ -1,4 +1,5 @@
-"""Batch bodies (spec §5.2): the shared codec and the client's batch rules."""
+"""Batch bodies (SEND_BATCH_MESSAGE's, as RocketMQ's ``MessageDecoder.encodeMessages`` writes them): the shared
+codec and the client's batch rules."""
 
 from __future__ import annotations
 

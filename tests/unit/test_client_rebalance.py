@@ -1,4 +1,5 @@
-"""Queue allocation strategies (spec §8.5): every queue to exactly one consumer, RocketMQ's split."""
+"""Queue allocation strategies (RocketMQ's ``AllocateMessageQueueStrategy``): every queue to exactly one consumer,
+RocketMQ's split."""
 
 from __future__ import annotations
 

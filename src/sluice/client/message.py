@@ -272,7 +272,8 @@ class SendStatus(enum.Enum):
         return _SEND_STATUS_BY_CODE.get(code)
 
 
-# Response codes (spec §2.2) as plain ints: importing sluice.remoting would pull in its asyncio shells.
+# Response codes (RocketMQ's ResponseCode, as in sluice.remoting.codes) as plain ints: importing sluice.remoting
+# would pull in its asyncio shells.
 _SEND_STATUS_BY_CODE: dict[int, SendStatus] = {
     0: SendStatus.SEND_OK,  # SUCCESS
     10: SendStatus.FLUSH_DISK_TIMEOUT,

@@ -1,4 +1,4 @@
-"""The stored / pulled message record (RocketMQ v1 layout, IPv4 hosts; spec §5.1). Sans-IO.
+"""The stored / pulled message record (RocketMQ's v1 layout, as its ``MessageDecoder`` reads it, IPv4 hosts). Sans-IO.
 
 ``TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST
 STORETIMESTAMP STOREHOST RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH BODY TOPICLENGTH TOPIC

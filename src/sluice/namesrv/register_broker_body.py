@@ -1,4 +1,5 @@
-"""REGISTER_BROKER's body (spec §4.5): a broker's topic table with its data version, plain or compressed.
+"""REGISTER_BROKER's body (RocketMQ's ``RegisterBrokerBody``): a broker's topic table with its data version, plain
+or compressed.
 
 Plain form: JSON ``{"filterServerList":[...],"topicConfigSerializeWrapper":{"dataVersion":{...},
 "topicConfigTable":{name: TopicConfig}}}``.

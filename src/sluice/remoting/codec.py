@@ -1,4 +1,5 @@
-"""Sans-IO codec for remoting frames: bytes in, ``RemotingCommand``s out, and back (spec §1).
+"""Sans-IO codec for remoting frames: bytes in, ``RemotingCommand``s out, and back (RocketMQ's
+``RemotingCommand`` framing).
 
 Frame: ``[uint32 L = 4 + H + B][uint32 (serializeType << 24) | H][header H bytes][body B bytes]``.
 JSON headers (type 0) and ROCKETMQ binary headers (type 1) are both read; a response is written in its
