@@ -25,6 +25,7 @@ from sluice.common.properties import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
 )
+from sluice.common.service import AsyncService
 from sluice.common.sysflag import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from sluice.store.consume_queue import BLANK_ENTRY_SIZE
 
@@ -37,16 +38,16 @@ _TURN = 0.005  # the longest the delivery of a backlog holds the event loop at o
 _DELIVER_AT_ONCE = 64  # due messages stored in one append
 
 
-class ScheduleMessageService:
+class ScheduleMessageService(AsyncService):
     def __init__(self, store: MessageStore, delay_levels: list[int], poll_interval_ms: int,
                  persist_interval_ms: int) -> None:
+        super().__init__()
         self.store = store
         self.delays = delay_levels
         self.poll_interval = poll_interval_ms / 1000
         self.persist_interval = persist_interval_ms / 1000
         self.path = os.path.join(store.config.store_path_config, "delayOffset.json")
         self.offsets: dict[int, int] = {}  # level -> next queue offset to deliver
-        self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._dirty = False
         self.delivered = 0
@@ -93,7 +94,7 @@ class ScheduleMessageService:
         return msg
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._spawn(self._run())
         self.store.arrival_listeners.append(self._on_arrival)
 
     def _on_arrival(self, topic: str, _queue_id: int, _max_offset: int) -> None:
@@ -104,13 +105,7 @@ class ScheduleMessageService:
     async def stop(self) -> None:
         if self._on_arrival in self.store.arrival_listeners:
             self.store.arrival_listeners.remove(self._on_arrival)
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await super().stop()
         self.persist()
         await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
 

@@ -41,6 +41,7 @@ from sluice.common.properties import (
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_WAIT_STORE_MSG_OK,
 )
+from sluice.common.service import AsyncService
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
 from sluice.store.consume_queue import BLANK_ENTRY_SIZE, ConsumeQueue
@@ -48,7 +49,8 @@ from sluice.store.timer_log import TimerLog, TimerUnit
 from sluice.store.timer_wheel import TimerWheel, WheelOverflowError
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.topic_config_manager import EnsureSystemTopic
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +75,11 @@ def _strict_int(raw: str) -> int:
     return value
 
 
-class TimerMessageService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.store = broker.store
+class TimerMessageService(AsyncService):
+    def __init__(self, store: MessageStore, ensure_system_topic: EnsureSystemTopic) -> None:
+        super().__init__()
+        self.store = store
+        self.ensure_system_topic = ensure_system_topic
         c = self.store.config
         self.enabled = c.timer_wheel_enable
         self.precision = c.timer_precision_ms
@@ -94,7 +97,6 @@ class TimerMessageService:
         self.delivered_by_master: tuple[int, int] | None = None
         self._saved_dequeue_ms = 0
         self._undelivered_from: tuple[int, int] | None = None  # see _enqueued
-        self._tasks: list[asyncio.Task[None]] = []
         self._wake_enqueue = asyncio.Event()
         self._wake_dequeue = asyncio.Event()
         self._next_wake = 0  # when the dequeue task wakes next (ms)
@@ -150,16 +152,10 @@ class TimerMessageService:
                         self.max_delay_ms // 1000)
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._enqueue_loop()), loop.create_task(self._dequeue_loop()),
-                       loop.create_task(self._checkpoint_loop())]
+        self._spawn(self._enqueue_loop())
+        self._spawn(self._dequeue_loop())
+        self._spawn(self._checkpoint_loop())
         self.store.arrival_listeners.append(self._on_arrival)
-
-    async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
 
     def close(self) -> None:
         """After the store is shut down (everything flushed): the last checkpoint, exact."""
@@ -195,7 +191,7 @@ class TimerMessageService:
         props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic = TIMER_TOPIC
         msg.queue_id = 0
-        self.broker.ensure_system_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
+        self.ensure_system_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
         return None
 
     def _deliver_time(self, msg: MessageExtBrokerInner) -> tuple[int | None, Refusal | None]:

@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -24,6 +25,10 @@ from sluice.common.sysflag import PERM_INHERIT, PERM_READ, PERM_WRITE
 log = logging.getLogger(__name__)
 
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC}
+
+# Creates an internal topic (retry, dead-letter, schedule...) when first needed and makes it routable: (topic, queue
+# numbers, perm) → its config (the broker's ``ensure_system_topic``).
+EnsureSystemTopic = Callable[[str, int, int], TopicConfig]
 
 
 def now_ms() -> int:
