@@ -13,11 +13,10 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sluice.common.config_manager import ConfigManager
 from sluice.common.decimal_text import parse_long
-from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import SCHEDULE_TOPIC
 from sluice.common.properties import (
@@ -38,40 +37,39 @@ _TURN = 0.005  # the longest the delivery of a backlog holds the event loop at o
 _DELIVER_AT_ONCE = 64  # due messages stored in one append
 
 
-class ScheduleMessageService(AsyncService):
+class ScheduleMessageService(ConfigManager, AsyncService):
+    """The delivery task, and its progress per level (a ConfigManager, as RocketMQ's)."""
+
+    malformed = "has a malformed offsetTable"
+
     def __init__(self, store: MessageStore, delay_levels: list[int], poll_interval_ms: int,
                  persist_interval_ms: int) -> None:
-        super().__init__()
+        AsyncService.__init__(self)
+        ConfigManager.__init__(self, os.path.join(store.config.store_path_config, "delayOffset.json"))
         self.store = store
         self.delays = delay_levels
         self.poll_interval = poll_interval_ms / 1000
         self.persist_interval = persist_interval_ms / 1000
-        self.path = os.path.join(store.config.store_path_config, "delayOffset.json")
         self.offsets: dict[int, int] = {}  # level -> next queue offset to deliver
         self._wake = asyncio.Event()
         self._dirty = False
         self.delivered = 0
-        self.writer = ConfigWriter(self.path, lambda: {"offsetTable": {str(k): v for k, v in
-                                                                       sorted(self.offsets.items())}})
 
     @property
     def max_level(self) -> int:
         return len(self.delays)
 
-    def load(self) -> None:
-        data = load_json(self.path)
-        if data is None:
-            return
-        try:
-            self.offsets = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise StoreConfigError(f"store config file {self.path} has a malformed offsetTable: {exc}") from exc
+    def decode(self, data: dict[str, Any]) -> None:
+        self.offsets = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
 
-    def persist(self) -> None:
-        """Have the delay offsets written, off the event loop (a full disk: retried, logged)."""
+    def encode(self) -> dict[str, Any]:
+        return {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
+
+    def _persist_changes(self) -> None:
+        """Have the delay offsets written if they moved, off the event loop (a full disk: retried, logged)."""
         if self._dirty:
             self._dirty = False
-            self.writer.request()
+            self.persist()
 
     def redirect(self, msg: MessageExtBrokerInner) -> MessageExtBrokerInner:
         """A message with a delay level goes to SCHEDULE_TOPIC_XXXX (in place); others pass unchanged."""
@@ -106,8 +104,8 @@ class ScheduleMessageService(AsyncService):
         if self._on_arrival in self.store.arrival_listeners:
             self.store.arrival_listeners.remove(self._on_arrival)
         await super().stop()
-        self.persist()
-        await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
+        self._persist_changes()
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     async def _run(self) -> None:
         last_persist = time.monotonic()
@@ -118,7 +116,7 @@ class ScheduleMessageService(AsyncService):
                 log.exception("delayed delivery failed; retrying")
                 next_due = time.time() + 1
             if time.monotonic() - last_persist >= self.persist_interval:
-                self.persist()
+                self._persist_changes()
                 last_persist = time.monotonic()
             # Nothing pending: sleep until a delayed message is stored (``redirect`` wakes us).
             wait = self.persist_interval if next_due is None else min(

@@ -23,9 +23,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sluice.common.config_manager import ConfigManager
 from sluice.common.decimal_text import parse_long
 from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.naming import TIMER_TOPIC
 from sluice.common.properties import (
@@ -75,9 +75,12 @@ def _strict_int(raw: str) -> int:
     return value
 
 
-class TimerMessageService(AsyncService):
+class TimerMessageService(ConfigManager, AsyncService):
+    """The timer wheel and its tasks; its checkpoint (``timercheck.json``) is its config file."""
+
     def __init__(self, store: MessageStore, ensure_system_topic: EnsureSystemTopic) -> None:
-        super().__init__()
+        AsyncService.__init__(self)
+        ConfigManager.__init__(self, os.path.join(store.config.store_path_config, "timercheck.json"))
         self.store = store
         self.ensure_system_topic = ensure_system_topic
         c = self.store.config
@@ -101,30 +104,25 @@ class TimerMessageService(AsyncService):
         self._wake_dequeue = asyncio.Event()
         self._next_wake = 0  # when the dequeue task wakes next (ms)
         self._log_end_max_due: dict[int, int] = {}  # timer-log file start -> latest due time in it
-        self.path = os.path.join(c.store_path_config, "timercheck.json")
-        self.writer = ConfigWriter(self.path, self._snapshot, retry_after=1.0)
+        # The checkpoint the file holds: enqueue offset, timer-log end, dequeue ms, precision (ms) (see ``decode``)
+        self._loaded = (0, 0, 0, self.precision)
 
     # == lifecycle ===================================================================================
-    def load(self) -> None:
-        data = load_json(self.path) or {}
-        try:
-            enqueue_offset = int(data.get("enqueueOffset", 0))
-            log_end = int(data.get("timerLogEnd", 0))
-            dequeue_ms = int(data.get("dequeueMs", 0))
-            precision = int(data.get("precisionMs", self.precision))
-        except (TypeError, ValueError) as exc:
-            raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
-
+    def decode(self, data: dict[str, Any]) -> None:
+        self._loaded = (int(data.get("enqueueOffset", 0)), int(data.get("timerLogEnd", 0)),
+                        int(data.get("dequeueMs", 0)), int(data.get("precisionMs", self.precision)))
         master = data.get("masterCheckpoint")
         if isinstance(master, dict):
             # Written by this broker as a slave (SlaveSynchronize): its timer log is empty; it is rebuilt from the
             # whole timer queue, but what the old master had taken (below its enqueue offset) and delivered
             # (due before its dequeue time) is not delivered again.
-            try:
-                self.delivered_by_master = (int(master["enqueueOffset"]), int(master["dequeueMs"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
-            enqueue_offset, log_end, dequeue_ms = 0, 0, self.delivered_by_master[1]
+            self.delivered_by_master = (int(master["enqueueOffset"]), int(master["dequeueMs"]))
+            self._loaded = (0, 0, self.delivered_by_master[1], self._loaded[3])
+
+    def load(self) -> None:
+        """The checkpoint, then the timer log and the wheel from it."""
+        super().load()
+        enqueue_offset, log_end, dequeue_ms, precision = self._loaded
         self.timer_log.load(log_end)
         # (never past the queue's end: after a power loss the log may hold less than the checkpoint saw)
         self.enqueue_offset = min(max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0)),
@@ -163,8 +161,8 @@ class TimerMessageService(AsyncService):
         # (delivered_ms, not dequeue_ms: a stop in the middle of a due time leaves it to deliver after the restart)
         self._saved_dequeue_ms = self.delivered_ms
         self._checkpoint = (*self._enqueued(), self.delivered_ms)
-        self.writer.request()  # (close writes only what was asked for)
-        self.writer.close()
+        self.persist()  # (close writes only what was asked for)
+        super().close()
         self.timer_log.close()
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -407,12 +405,12 @@ class TimerMessageService(AsyncService):
         while True:
             await asyncio.sleep(interval)
             self._checkpoint = (*self._enqueued(), self.dequeue_ms)
-            self.writer.request()
+            self.persist()
             delete_before = self._deletable()
             if delete_before:
                 await asyncio.to_thread(self.timer_log.delete_files_before, delete_before)
 
-    def _snapshot(self) -> dict[str, Any]:
+    def encode(self) -> dict[str, Any]:
         """In the writer's thread: the timer log flushed to what the checkpoint claims, and delivery claimed only
         as far as the commit log is flushed."""
         enqueue_offset, log_end, dequeue_ms = self._checkpoint

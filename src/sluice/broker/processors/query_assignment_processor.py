@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 from sluice.broker.processors.client_manage_processor import parse_json_body
+from sluice.common.config_manager import ConfigManager
 from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -37,19 +36,14 @@ log = logging.getLogger(__name__)
 MODES = ("PULL", "POP")
 
 
-class MessageRequestModeManager:
+class MessageRequestModeManager(ConfigManager):
     """The request mode set per (topic, group), persisted."""
 
     def __init__(self, config_dir: str) -> None:
-        self.path = os.path.join(config_dir, "messageRequestMode.json")
         self.table: dict[str, dict[str, dict[str, Any]]] = {}  # topic → group → {mode, popShareQueueNum}
-        self._lock = threading.Lock()
-        self.writer = ConfigWriter(self.path, self._snapshot)
+        super().__init__(os.path.join(config_dir, "messageRequestMode.json"))
 
-    def load(self) -> None:
-        data = load_json(self.path)
-        if data is None:
-            return
+    def decode(self, data: dict[str, Any]) -> None:
         table = data.get("messageRequestModeMap")
         if not isinstance(table, dict) or not all(
                 isinstance(g, dict) and all(isinstance(v, dict) and v.get("mode") in MODES for v in g.values())
@@ -58,22 +52,18 @@ class MessageRequestModeManager:
                                    f"{{\"mode\": one of {', '.join(MODES)}}}")
         self.table = table
 
-    def _snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"messageRequestModeMap": {t: dict(g) for t, g in self.table.items()}}
+    def encode(self) -> dict[str, Any]:
+        return {"messageRequestModeMap": {t: dict(g) for t, g in self.table.items()}}
 
     def set(self, topic: str, group: str, mode: str, pop_share_queue_num: int) -> None:
         with self._lock:
             self.table.setdefault(topic, {})[group] = {"consumerGroup": group, "topic": topic, "mode": mode,
                                                        "popShareQueueNum": pop_share_queue_num}
-        self.writer.request()
+        self.persist()
 
     def mode(self, topic: str, group: str) -> str | None:
         entry = self.table.get(topic, {}).get(group)
         return None if entry is None else str(entry["mode"])
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def _field(body: dict[str, Any], name: str) -> str:
