@@ -275,7 +275,7 @@ class BrokerController(AsyncService):
             ClientManageProcessor(c, self.consumer_manager, self.producer_manager, self.consumer_filter_manager,
                                   self.lock_manager, groups, self.ensure_system_topic),
             QueryMessageProcessor(store),
-            AdminBrokerProcessor(c, addr, store, topics, groups, self.consumer_manager, self.lock_manager,
+            AdminBrokerProcessor(c, addr, store, self.consumer_manager, self.lock_manager, topics, groups,
                                  self.trigger_register, self.topic_config_wrapper, self.schedule_service,
                                  self.timer_service, runtime=self),
             EndTransactionProcessor(c, store, self.transaction_service),

@@ -102,19 +102,19 @@ class BrokerRuntime(Protocol):
 
 
 class AdminBrokerProcessor:
-    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore,
-                 topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
-                 consumer_manager: ConsumerManager, lock_manager: RebalanceLockManager,
-                 trigger_register: Callable[[], None], topic_config_wrapper: Callable[[], dict[str, Any]],
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, consumer_manager: ConsumerManager,
+                 lock_manager: RebalanceLockManager, topic_config_manager: TopicConfigManager,
+                 subscription_group_manager: SubscriptionGroupManager, trigger_register: Callable[[], None],
+                 topic_config_wrapper: Callable[[], dict[str, Any]],
                  schedule_service: ScheduleMessageService | None, timer_service: TimerMessageService | None,
                  runtime: BrokerRuntime) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.store = store
-        self.topic_config_manager = topic_config_manager
-        self.subscription_group_manager = subscription_group_manager
         self.consumer_manager = consumer_manager
         self.lock_manager = lock_manager
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
         self.trigger_register = trigger_register
         self.topic_config_wrapper = topic_config_wrapper
         # (a master's; None on a slave)
