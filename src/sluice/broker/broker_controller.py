@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import shutil
@@ -46,6 +45,7 @@ from sluice.common.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from sluice.common.loop_lag import LoopLagProbe
 from sluice.common.message import host_to_bytes
 from sluice.common.naming import SCHEDULE_TOPIC
+from sluice.common.service import AsyncService
 from sluice.common.structs import TopicConfig
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
@@ -85,10 +85,11 @@ def _total_memory() -> int:
         return 8 << 30
 
 
-class BrokerController:
+class BrokerController(AsyncService):
     """One broker: ``await start()``, serve, ``await stop()``."""
 
     def __init__(self, config: BrokerConfig) -> None:
+        super().__init__()
         self.config = config
         self.broker_addr = ""
         self.store: MessageStore = None  # type: ignore[assignment]  # created in start(): STOREHOST needs the port
@@ -132,7 +133,6 @@ class BrokerController:
         self.initial_sync_state_set: set[int] | None = None
         self.running = False
         self._registered_fenced = False
-        self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
         self._memory = _total_memory()
 
@@ -145,93 +145,28 @@ class BrokerController:
         """Open the store (cut at ``truncate_at``: a slave agreeing with its master) and serve. A master begins a
         new term: ``epoch`` (the controller's), else the last one + 1."""
         c = self.config
+        slave = not self.role.is_master
         sock = bind_socket(c.listen_host, c.listen_port)
         try:
-            port = sock.getsockname()[1]
-            self.broker_addr = f"{c.broker_ip}:{port}"
-            host_to_bytes(self.broker_addr)  # STOREHOST must be an IPv4 address
-            store_config = c.store.replace(store_host=self.broker_addr)
-            self.config.store = store_config
-            self.store = MessageStore(store_config)
-            loop = asyncio.get_running_loop()
-            # In controller mode a slave serves only what its master confirms: its tail may be what a master wrote
-            # and nobody else, and a failover may elect another (RocketMQ gates on the confirm offset there only).
-            hold = not self.role.is_master and bool(c.controller_etcd_endpoints)
-            opening = loop.run_in_executor(None, self.store.start, truncate_at, hold)
-            try:
-                await asyncio.shield(opening)
-            except asyncio.CancelledError:  # the store opens anyway (its thread goes on): close it again
-                await asyncio.gather(opening, return_exceptions=True)
-                if self.store.running:
-                    await loop.run_in_executor(None, self.store.shutdown)
-                raise
+            await self._open_store(sock.getsockname()[1], truncate_at)
         except BaseException:
             sock.close()
             raise
-        slave = not self.role.is_master
-        self.store.bind_loop(loop)
-        self.store.slave_mode = slave
-        self.store.write_guard = self.write_guard
+        loop = asyncio.get_running_loop()
         try:
-            self.epochs = EpochFile(os.path.join(c.store.store_path_root_dir, "epochFileCheckpoint")).load()
-            # Epochs that began past the log's end (it was cut) are forgotten; a master's new term begins here,
-            # before any of its services writes (a torn transaction's repair, say).
-            await loop.run_in_executor(None, self.epochs.truncate_to, self.store.commit_log.max_offset)
-            if not slave:
-                term = epoch if epoch is not None else max(self.epochs.last_epoch + 1, int(time.time() * 1000))
-                if term > self.epochs.last_epoch:
-                    await loop.run_in_executor(None, self.epochs.append, term, self.store.commit_log.max_offset)
+            await self._begin_term(epoch)
         except BaseException:
             sock.close()
             await loop.run_in_executor(None, self.store.shutdown)
             raise
         try:
-            self.topic_config_manager.load()
-            self.subscription_group_manager.load()
-            self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
-            self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
-            self.store.write_failure_listeners.append(lambda: loop.call_soon_threadsafe(self._store_failed))
-            if slave:  # the timer wheel is rebuilt from the log if this broker becomes master (see load)
-                await loop.run_in_executor(None, _forget_timer_state, c.store)
-            if not slave:  # a slave's delayed, timer, transaction and POP work is its master's, copied
-                self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
-                                                               c.store.flush_consumer_offset_interval)
-                self.schedule_service.load()
-                self.timer_service = TimerMessageService(self)
-                self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
-                self.transaction_service = TransactionalMessageService(self)
-                self.transaction_service.load()  # before the first END_TRANSACTION can arrive
-            self.request_modes.load()
-            self.order_info.load()
+            await self._load_metadata()
             if not slave:
-                self.pop_revive = PopReviveService(self)
-                await loop.run_in_executor(None, self.pop_revive.load)  # before the first pop or ack
-            self.store.arrival_listeners.append(self.pop_polling.notify_message_arriving)
-            for processor in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerManageProcessor(self),
-                              ClientManageProcessor(self), QueryMessageProcessor(self), AdminBrokerProcessor(self),
-                              EndTransactionProcessor(self), PopMessageProcessor(self), AckMessageProcessor(self),
-                              QueryAssignmentProcessor(self)):
-                self.dispatcher.register_processor(processor)
-            if slave:
-                for code in SLAVE_REFUSED:
-                    self.dispatcher.handlers[int(code)] = self._refuse_on_slave
-            else:
+                await self._load_master_services()
+            self._register_processors()
+            if not slave:
                 self._adopt_replicated_topics()
-                self.ha_service = HAService(self.store, self.epochs, c)
-                self.ha_service.set_sync_state_set(self.initial_sync_state_set)
-                try:
-                    await self.ha_service.start(c.listen_host, c.ha_port)
-                except OSError as exc:
-                    if c.ha_listen_port or c.controller_etcd_endpoints or not c.ha_port:
-                        raise OSError(exc.errno, f"the HA port {c.listen_host}:{c.ha_port} cannot be bound "
-                                                 f"(ha_listen_port): {exc.strerror}") from exc
-                    # listen_port + 1 was only a default: the name server tells slaves where the HA port is.
-                    log.warning("the default HA port %d (listen_port + 1) is taken (%s): listening on a free one",
-                                c.ha_port, exc.strerror)
-                    await self.ha_service.start(c.listen_host, 0)
-                if self.role is BrokerRole.SYNC_MASTER:
-                    self.store.replication = self.ha_service
-                self.store.replica_bound = self.ha_service.replica_bound
+                await self._start_ha_service()
             await self.server.start(sock=sock)
         except BaseException:
             sock.close()
@@ -239,26 +174,151 @@ class BrokerController:
                 await self.ha_service.stop()
             await loop.run_in_executor(None, self.store.shutdown)
             raise
-        if not slave:
-            self.schedule_service.start()
-            self.transaction_service.start()
-            self.timer_service.start()
-            self.pop_revive.start()
+        if slave:
+            self._start_replication()
         else:
-            self.ha_client = HAClient(self.store, self.epochs, c, lambda: self.master_ha_address, self._cut)
-            if self.follow_name_server:
-                self.ha_client.on_lost = self.trigger_register
-            self.ha_client.start()
-            self.slave_sync = SlaveSynchronize(self, lambda: self.master_address)
-            self.slave_sync.start()
+            for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive):
+                service.start()
         self.loop_lag.start(loop)
         self.running = True
-        self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._scan_clients_loop())]
+        self._spawn(self._register_loop())
+        self._spawn(self._scan_clients_loop())
         if c.stats_log_interval > 0:
-            self._tasks.append(loop.create_task(self._stats_loop()))
+            self._spawn(self._stats_loop())
         log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,
                  c.store.store_path_root_dir, c.store.flush_disk_type.value)
         return self
+
+    async def _open_store(self, port: int, truncate_at: int | None) -> None:
+        """Open the store, whose records name this broker's address (STOREHOST), cut at ``truncate_at``."""
+        c = self.config
+        self.broker_addr = f"{c.broker_ip}:{port}"
+        host_to_bytes(self.broker_addr)  # STOREHOST must be an IPv4 address
+        store_config = c.store.replace(store_host=self.broker_addr)
+        self.config.store = store_config
+        self.store = MessageStore(store_config)
+        loop = asyncio.get_running_loop()
+        # In controller mode a slave serves only what its master confirms: its tail may be what a master wrote
+        # and nobody else, and a failover may elect another (RocketMQ gates on the confirm offset there only).
+        hold = not self.role.is_master and bool(c.controller_etcd_endpoints)
+        opening = loop.run_in_executor(None, self.store.start, truncate_at, hold)
+        try:
+            await asyncio.shield(opening)
+        except asyncio.CancelledError:  # the store opens anyway (its thread goes on): close it again
+            await asyncio.gather(opening, return_exceptions=True)
+            if self.store.running:
+                await loop.run_in_executor(None, self.store.shutdown)
+            raise
+        self.store.bind_loop(loop)
+        self.store.slave_mode = not self.role.is_master
+        self.store.write_guard = self.write_guard
+
+    async def _begin_term(self, epoch: int | None) -> None:
+        """Load the epochs. Those that began past the log's end (it was cut) are forgotten; a master's new term
+        begins here, before any of its services writes (a torn transaction's repair, say)."""
+        loop = asyncio.get_running_loop()
+        self.epochs = EpochFile(os.path.join(self.config.store.store_path_root_dir, "epochFileCheckpoint")).load()
+        await loop.run_in_executor(None, self.epochs.truncate_to, self.store.commit_log.max_offset)
+        if self.role.is_master:
+            term = epoch if epoch is not None else max(self.epochs.last_epoch + 1, int(time.time() * 1000))
+            if term > self.epochs.last_epoch:
+                await loop.run_in_executor(None, self.epochs.append, term, self.store.commit_log.max_offset)
+
+    async def _load_metadata(self) -> None:
+        """The config files, and what the store tells the broker (arrivals wake held pulls and pops; a failed
+        fsync makes it read-only)."""
+        c = self.config
+        loop = asyncio.get_running_loop()
+        self.topic_config_manager.load()
+        self.subscription_group_manager.load()
+        self.request_modes.load()
+        self.order_info.load()
+        self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
+        self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
+        self.store.arrival_listeners.append(self.pop_polling.notify_message_arriving)
+
+        def store_failed() -> None:  # (on the store's thread)
+            loop.call_soon_threadsafe(self._store_failed)
+
+        self.store.write_failure_listeners.append(store_failed)
+        if not self.role.is_master:  # the timer wheel is rebuilt from the log if this broker becomes master
+            await loop.run_in_executor(None, _forget_timer_state, c.store)
+
+    async def _load_master_services(self) -> None:
+        """A master's delayed, timer, transaction and POP services, their state loaded (a slave's work of theirs
+        is its master's, copied)."""
+        c = self.config
+        self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
+                                                       c.store.flush_consumer_offset_interval)
+        self.schedule_service.load()
+        self.timer_service = TimerMessageService(self.store, self.ensure_system_topic)
+        self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
+        self.transaction_service = TransactionalMessageService(c, self.broker_addr, self.store, self.producer_manager,
+                                                               self.ensure_system_topic, self.schedule_service,
+                                                               self.timer_service)
+        self.transaction_service.load()  # before the first END_TRANSACTION can arrive
+        self.pop_revive = PopReviveService(c, self.broker_addr, self.store, self.subscription_group_manager,
+                                           self.ensure_system_topic)
+        await asyncio.get_running_loop().run_in_executor(None, self.pop_revive.load)  # before the first pop or ack
+
+    def _register_processors(self) -> None:
+        """Each processor, given what it uses; a slave refuses what would write."""
+        c, store, addr = self.config, self.store, self.broker_addr
+        topics, groups = self.topic_config_manager, self.subscription_group_manager
+        processors = (
+            SendMessageProcessor(c, addr, store, self.dispatcher, self.stats, topics, groups, self.ensure_system_topic,
+                                 self.trigger_register, self.schedule_service, self.timer_service,
+                                 self.transaction_service),
+            PullMessageProcessor(c, addr, store, topics, groups, self.consumer_manager, self.consumer_filter_manager,
+                                 self.hold_service, self.stats, self.swapped_out),
+            ConsumerManageProcessor(store, self.consumer_manager, self.swapped_out),
+            ClientManageProcessor(c, self.consumer_manager, self.producer_manager, self.consumer_filter_manager,
+                                  self.lock_manager, groups, self.ensure_system_topic),
+            QueryMessageProcessor(store),
+            AdminBrokerProcessor(c, addr, store, self.consumer_manager, self.lock_manager, topics, groups,
+                                 self.trigger_register, self.topic_config_wrapper, self.schedule_service,
+                                 self.timer_service, runtime=self),
+            EndTransactionProcessor(c, store, self.transaction_service),
+            PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
+                                self.pop_polling, self.order_info, self.swapped_out),
+            AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info),
+            QueryAssignmentProcessor(c, self.outer_api, self.request_modes, topics, groups, self.consumer_manager))
+        for processor in processors:
+            self.dispatcher.register_processor(processor)
+        if not self.role.is_master:
+            for code in SLAVE_REFUSED:
+                self.dispatcher.handlers[int(code)] = self._refuse_on_slave
+
+    async def _start_ha_service(self) -> None:
+        """A master's HA service: where its slaves connect; a SYNC_MASTER's puts wait for them."""
+        c = self.config
+        self.ha_service = HAService(self.store, self.epochs, c)
+        self.ha_service.set_sync_state_set(self.initial_sync_state_set)
+        try:
+            await self.ha_service.start(c.listen_host, c.ha_port)
+        except OSError as exc:
+            if c.ha_listen_port or c.controller_etcd_endpoints or not c.ha_port:
+                raise OSError(exc.errno, f"the HA port {c.listen_host}:{c.ha_port} cannot be bound "
+                                         f"(ha_listen_port): {exc.strerror}") from exc
+            # listen_port + 1 was only a default: the name server tells slaves where the HA port is.
+            log.warning("the default HA port %d (listen_port + 1) is taken (%s): listening on a free one",
+                        c.ha_port, exc.strerror)
+            await self.ha_service.start(c.listen_host, 0)
+        if self.role is BrokerRole.SYNC_MASTER:
+            self.store.replication = self.ha_service
+        self.store.replica_bound = self.ha_service.replica_bound
+
+    def _start_replication(self) -> None:
+        """A slave's copy of its master: the log (HA client) and the metadata (SlaveSynchronize)."""
+        c = self.config
+        self.ha_client = HAClient(self.store, self.epochs, c, lambda: self.master_ha_address, self._cut)
+        if self.follow_name_server:
+            self.ha_client.on_lost = self.trigger_register
+        self.ha_client.start()
+        self.slave_sync = SlaveSynchronize(c, self.client, self.store, self.topic_config_manager,
+                                           self.subscription_group_manager, self.trigger_register,
+                                           lambda: self.master_address)
+        self.slave_sync.start()
 
     async def stop(self) -> None:
         """Graceful: unregister, stop taking requests, answer held pulls, flush and close the store."""
@@ -268,9 +328,7 @@ class BrokerController:
         self._register_now.set()
         c = self.config
         self.loop_lag.stop()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await super().stop()
         if c.namesrv_addrs:
             await self.outer_api.unregister_broker_all(c.namesrv_addrs, c.broker_cluster_name, self.broker_addr,
                                                        c.broker_name, self.registered_id)
@@ -457,14 +515,6 @@ class BrokerController:
         self.trigger_register()
         return tc
 
-    def message_id(self, commit_log_offset: int) -> str:
-        return f"{_store_host_hex(self.broker_addr)}{commit_log_offset:016X}"
-
-    def message_ids(self, commit_log_offsets: list[int]) -> str:
-        """The offset message ids of a put, comma-separated (a batch's SEND_OK ``msgId``)."""
-        host = _store_host_hex(self.broker_addr)
-        return ",".join([f"{host}{off:016X}" for off in commit_log_offsets])
-
     def swapped_out(self, topic: str, queue_id: int, queue_offset: int) -> bool:
         """Whether the message at ``queue_offset`` is too far behind the log's end to be in memory."""
         phys = self.store.get_commit_log_offset_in_queue(topic, queue_id, queue_offset)
@@ -479,9 +529,3 @@ def _forget_timer_state(store: MessageStoreConfig) -> None:
     except FileNotFoundError:
         pass
 
-
-@functools.lru_cache(maxsize=16)
-def _store_host_hex(addr: str) -> str:
-    """The STOREHOST part of an offset message id: IPv4 address and port as 24 hex digits."""
-    ip, port = host_to_bytes(addr)
-    return f"{ip.hex().upper()}{port:08X}"

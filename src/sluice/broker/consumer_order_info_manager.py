@@ -10,12 +10,10 @@ queue's in-flight messages come back, in order, at once or once their invisible 
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
+from sluice.common.config_manager import ConfigManager
 
 OrderKey = tuple[str, str, int]  # topic, group, queue id
 
@@ -64,34 +62,24 @@ class OrderInfo:
                    {int(k): int(v) for k, v in (d.get("nextVisible") or {}).items()})
 
 
-class ConsumerOrderInfoManager:
+class ConsumerOrderInfoManager(ConfigManager):
+    malformed = "has a malformed table"
+
     def __init__(self, config_dir: str) -> None:
-        self.path = os.path.join(config_dir, "consumerOrderInfo.json")
         self.table: dict[OrderKey, OrderInfo] = {}
         self.counts: dict[OrderKey, dict[int, int]] = {}  # offset → times popped
-        self._lock = threading.Lock()
-        self.writer = ConfigWriter(self.path, self._snapshot)
+        super().__init__(os.path.join(config_dir, "consumerOrderInfo.json"))
 
-    def load(self) -> None:
-        data = load_json(self.path)
-        if data is None:
-            return
-        try:
-            for entry in data.get("table") or []:
-                key = (str(entry["topic"]), str(entry["group"]), int(entry["queueId"]))
-                self.table[key] = OrderInfo.from_json(entry["info"])
-                self.counts[key] = {int(k): int(v) for k, v in (entry.get("counts") or {}).items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise StoreConfigError(f"store config file {self.path} has a malformed table: {exc}") from exc
+    def decode(self, data: dict[str, Any]) -> None:
+        for entry in data.get("table") or []:
+            key = (str(entry["topic"]), str(entry["group"]), int(entry["queueId"]))
+            self.table[key] = OrderInfo.from_json(entry["info"])
+            self.counts[key] = {int(k): int(v) for k, v in (entry.get("counts") or {}).items()}
 
-    def _snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"table": [{"topic": t, "group": g, "queueId": q, "info": info.to_json(),
-                               "counts": {str(k): v for k, v in self.counts.get((t, g, q), {}).items()}}
-                              for (t, g, q), info in self.table.items()]}
-
-    def close(self) -> None:
-        self.writer.close()
+    def encode(self) -> dict[str, Any]:
+        return {"table": [{"topic": t, "group": g, "queueId": q, "info": info.to_json(),
+                           "counts": {str(k): v for k, v in self.counts.get((t, g, q), {}).items()}}
+                          for (t, g, q), info in self.table.items()]}
 
     def blocked_until(self, key: OrderKey, now: int, attempt_id: str = "") -> int:
         info = self.table.get(key)

@@ -27,6 +27,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sluice.common.service import AsyncService
 from sluice.etcd.etcd_client import Compare, EtcdClient, EtcdError, KeyValue, Op
 
 if TYPE_CHECKING:
@@ -71,10 +72,11 @@ def _sss_value(members: set[int], epoch: int) -> bytes:
     return json.dumps({"members": sorted(members), "epoch": epoch}).encode()
 
 
-class ReplicasManager:
+class ReplicasManager(AsyncService):
     """One broker's part in its group's elections; ``await start()``, ``await stop()``."""
 
     def __init__(self, runner: BrokerRunner) -> None:
+        super().__init__()
         c = runner.config
         self.runner = runner
         self.config = c
@@ -91,8 +93,6 @@ class ReplicasManager:
         self.leader: Leader | None = None
         self.became_master_at = 0.0
         self._renewed_at = 0.0
-        self._task: asyncio.Task | None = None
-        self._fence_task: asyncio.Task | None = None
         self._waiting_logged = ""
         # Members added by an etcd write whose outcome is unknown (a timeout): kept in the local set until a write
         # known to have applied replaces etcd's set, so that the local set always holds etcd's.
@@ -104,16 +104,11 @@ class ReplicasManager:
     # == lifecycle ===================================================================================
     async def start(self) -> None:
         await self._new_lease()
-        loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._run())
-        self._fence_task = loop.create_task(self._watch_fencing())
+        self._spawn(self._run())
+        self._spawn(self._watch_fencing())
 
     async def stop(self) -> None:
-        for task in (self._task, self._fence_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._task = self._fence_task = None
+        await super().stop()
         self.is_leader = False
         if self.lease:
             try:  # the leader key goes with the lease: the others elect at once instead of after the TTL

@@ -13,11 +13,10 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sluice.common.config_manager import ConfigManager
 from sluice.common.decimal_text import parse_long
-from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import SCHEDULE_TOPIC
 from sluice.common.properties import (
@@ -25,6 +24,7 @@ from sluice.common.properties import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
 )
+from sluice.common.service import AsyncService
 from sluice.common.sysflag import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from sluice.store.consume_queue import BLANK_ENTRY_SIZE
 
@@ -37,40 +37,39 @@ _TURN = 0.005  # the longest the delivery of a backlog holds the event loop at o
 _DELIVER_AT_ONCE = 64  # due messages stored in one append
 
 
-class ScheduleMessageService:
+class ScheduleMessageService(ConfigManager, AsyncService):
+    """The delivery task, and its progress per level (a ConfigManager, as RocketMQ's)."""
+
+    malformed = "has a malformed offsetTable"
+
     def __init__(self, store: MessageStore, delay_levels: list[int], poll_interval_ms: int,
                  persist_interval_ms: int) -> None:
+        AsyncService.__init__(self)
+        ConfigManager.__init__(self, os.path.join(store.config.store_path_config, "delayOffset.json"))
         self.store = store
         self.delays = delay_levels
         self.poll_interval = poll_interval_ms / 1000
         self.persist_interval = persist_interval_ms / 1000
-        self.path = os.path.join(store.config.store_path_config, "delayOffset.json")
         self.offsets: dict[int, int] = {}  # level -> next queue offset to deliver
-        self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._dirty = False
         self.delivered = 0
-        self.writer = ConfigWriter(self.path, lambda: {"offsetTable": {str(k): v for k, v in
-                                                                       sorted(self.offsets.items())}})
 
     @property
     def max_level(self) -> int:
         return len(self.delays)
 
-    def load(self) -> None:
-        data = load_json(self.path)
-        if data is None:
-            return
-        try:
-            self.offsets = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise StoreConfigError(f"store config file {self.path} has a malformed offsetTable: {exc}") from exc
+    def decode(self, data: dict[str, Any]) -> None:
+        self.offsets = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
 
-    def persist(self) -> None:
-        """Have the delay offsets written, off the event loop (a full disk: retried, logged)."""
+    def encode(self) -> dict[str, Any]:
+        return {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
+
+    def _persist_changes(self) -> None:
+        """Have the delay offsets written if they moved, off the event loop (a full disk: retried, logged)."""
         if self._dirty:
             self._dirty = False
-            self.writer.request()
+            self.persist()
 
     def redirect(self, msg: MessageExtBrokerInner) -> MessageExtBrokerInner:
         """A message with a delay level goes to SCHEDULE_TOPIC_XXXX (in place); others pass unchanged."""
@@ -93,7 +92,7 @@ class ScheduleMessageService:
         return msg
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._spawn(self._run())
         self.store.arrival_listeners.append(self._on_arrival)
 
     def _on_arrival(self, topic: str, _queue_id: int, _max_offset: int) -> None:
@@ -104,15 +103,9 @@ class ScheduleMessageService:
     async def stop(self) -> None:
         if self._on_arrival in self.store.arrival_listeners:
             self.store.arrival_listeners.remove(self._on_arrival)
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-        self.persist()
-        await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
+        await super().stop()
+        self._persist_changes()
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     async def _run(self) -> None:
         last_persist = time.monotonic()
@@ -123,7 +116,7 @@ class ScheduleMessageService:
                 log.exception("delayed delivery failed; retrying")
                 next_due = time.time() + 1
             if time.monotonic() - last_persist >= self.persist_interval:
-                self.persist()
+                self._persist_changes()
                 last_persist = time.monotonic()
             # Nothing pending: sleep until a delayed message is stored (``redirect`` wakes us).
             wait = self.persist_interval if next_due is None else min(

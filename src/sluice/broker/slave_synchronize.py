@@ -15,45 +15,54 @@ from typing import TYPE_CHECKING, Any
 from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
 from sluice.common import fastjson
 from sluice.common.files import ConfigWriter
+from sluice.common.service import AsyncService
 from sluice.common.structs import DataVersion, TopicConfig
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+    from sluice.broker.topic_config_manager import TopicConfigManager
+    from sluice.common.config import BrokerConfig
+    from sluice.remoting.client import RemotingClient
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
 SYNC_INTERVAL = 3.0
 
 
-class SlaveSynchronize:
+class SlaveSynchronize(AsyncService):
     """``start()`` on a slave; ``await stop()``. ``master_addr()`` names the master's remoting address."""
 
-    def __init__(self, broker: BrokerController, master_addr: Callable[[], str]) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, client: RemotingClient, store: MessageStore,
+                 topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
+                 trigger_register: Callable[[], None], master_addr: Callable[[], str]) -> None:
+        super().__init__()
+        self.config = config
+        self.client = client
+        self.store = store
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.trigger_register = trigger_register
         self.master_addr = master_addr
         self.synced_at = 0.0  # loop time of the last complete sync (0: never)
-        self._task: asyncio.Task | None = None
         self._delay_writer: ConfigWriter | None = None
         self._delay_offsets: dict[str, Any] = {}
         self._timer_writer: ConfigWriter | None = None
         self._timer_checkpoint: dict[str, int] = {}
 
     def start(self) -> None:
-        config_dir = self.broker.config.store.store_path_config
+        config_dir = self.config.store.store_path_config
         self._delay_writer = ConfigWriter(os.path.join(config_dir, "delayOffset.json"),
                                           lambda: {"offsetTable": self._delay_offsets})
         self._timer_writer = ConfigWriter(os.path.join(config_dir, "timercheck.json"),
                                           lambda: {"masterCheckpoint": self._timer_checkpoint})
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._spawn(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await super().stop()
         for writer in (self._delay_writer, self._timer_writer):
             if writer is not None:
                 await asyncio.get_running_loop().run_in_executor(None, writer.close)
@@ -71,8 +80,7 @@ class SlaveSynchronize:
             await asyncio.sleep(SYNC_INTERVAL)
 
     async def _get(self, addr: str, code: RequestCode) -> Any:
-        b = self.broker
-        resp = await b.client.invoke(addr, RemotingCommand.request(code), b.config.register_broker_timeout_mills)
+        resp = await self.client.invoke(addr, RemotingCommand.request(code), self.config.register_broker_timeout_mills)
         if resp.code != ResponseCode.SUCCESS:
             raise ValueError(f"{code.name} answered {resp.code} {resp.remark}")
         data = fastjson.loads(resp.body or b"{}")
@@ -81,9 +89,8 @@ class SlaveSynchronize:
         return data
 
     async def sync_all(self, addr: str) -> None:
-        b = self.broker
         topics = await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
-        m = b.topic_config_manager
+        m = self.topic_config_manager
         version = DataVersion.from_json(topics.get("dataVersion"))
         if version != m.data_version:
             table = {n: TopicConfig.from_json(tc) for n, tc in (topics.get("topicConfigTable") or {}).items()}
@@ -91,18 +98,18 @@ class SlaveSynchronize:
                 m.table = table
                 m.data_version = version
             m.persist()
-            b.trigger_register()
+            self.trigger_register()
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        com = b.store.consumer_offsets
+        com = self.store.consumer_offsets
         fresh = {k: {int(q): int(o) for q, o in v.items()} for k, v in (offsets.get("offsetTable") or {}).items()}
         with com._lock:
             if fresh != com.offset_table:
                 com.offset_table = fresh
                 com._dirty = True
         delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
-        table = {str(int(k)): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
-        if table != self._delay_offsets and self._delay_writer is not None:
-            self._delay_offsets = table
+        delay_table = {str(int(k)): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
+        if delay_table != self._delay_offsets and self._delay_writer is not None:
+            self._delay_offsets = delay_table
             self._delay_writer.request()
         timers = await self._get(addr, RequestCode.GET_TIMER_CHECK_POINT)
         checkpoint = {"enqueueOffset": int(timers["enqueueOffset"]), "dequeueMs": int(timers["dequeueMs"])}
@@ -110,7 +117,7 @@ class SlaveSynchronize:
             self._timer_checkpoint = checkpoint
             self._timer_writer.request()
         groups = await self._get(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        sg = b.subscription_group_manager
+        sg = self.subscription_group_manager
         version = DataVersion.from_json(groups.get("dataVersion"))
         if version != sg.data_version:
             gtable = {n: SubscriptionGroupConfig.from_json(g)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.common.config import BrokerConfig
-from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
+from sluice.common.config_manager import ConfigManager
 from sluice.common.structs import DataVersion
 
 log = logging.getLogger(__name__)
@@ -49,37 +46,23 @@ class SubscriptionGroupConfig:
                    bool(d.get("consumeMessageOrderly", False)))
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(ConfigManager):
+    malformed = "has a malformed group table"
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.path = os.path.join(config.store.store_path_config, "subscriptionGroup.json")
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
-        self._lock = threading.Lock()
-        self.writer = ConfigWriter(self.path, self._snapshot)
+        super().__init__(os.path.join(config.store.store_path_config, "subscriptionGroup.json"))
 
-    def load(self) -> None:
-        data = load_json(self.path)
-        if data is None:
-            return
-        try:
-            self.table = {n: SubscriptionGroupConfig.from_json(g)
-                          for n, g in (data.get("subscriptionGroupTable") or {}).items()}
-            self.data_version = DataVersion.from_json(data.get("dataVersion"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreConfigError(f"store config file {self.path} has a malformed group table: {exc}") from exc
+    def decode(self, data: dict[str, Any]) -> None:
+        self.table = {n: SubscriptionGroupConfig.from_json(g)
+                      for n, g in (data.get("subscriptionGroupTable") or {}).items()}
+        self.data_version = DataVersion.from_json(data.get("dataVersion"))
 
-    def _snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"dataVersion": self.data_version.to_json(),
-                    "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.table.items())}}
-
-    def persist(self) -> Future[None]:
-        """Have the table written, off this thread; the future is done once it is on disk."""
-        return self.writer.request()
-
-    def close(self) -> None:
-        self.writer.close()
+    def encode(self) -> dict[str, Any]:
+        return {"dataVersion": self.data_version.to_json(),
+                "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.table.items())}}
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; auto-created (and persisted) when allowed."""

@@ -23,9 +23,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sluice.common.config_manager import ConfigManager
 from sluice.common.decimal_text import parse_long
 from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.naming import TIMER_TOPIC
 from sluice.common.properties import (
@@ -41,6 +41,7 @@ from sluice.common.properties import (
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_WAIT_STORE_MSG_OK,
 )
+from sluice.common.service import AsyncService
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
 from sluice.store.consume_queue import BLANK_ENTRY_SIZE, ConsumeQueue
@@ -48,7 +49,8 @@ from sluice.store.timer_log import TimerLog, TimerUnit
 from sluice.store.timer_wheel import TimerWheel, WheelOverflowError
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.topic_config_manager import EnsureSystemTopic
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +75,14 @@ def _strict_int(raw: str) -> int:
     return value
 
 
-class TimerMessageService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.store = broker.store
+class TimerMessageService(ConfigManager, AsyncService):
+    """The timer wheel and its tasks; its checkpoint (``timercheck.json``) is its config file."""
+
+    def __init__(self, store: MessageStore, ensure_system_topic: EnsureSystemTopic) -> None:
+        AsyncService.__init__(self)
+        ConfigManager.__init__(self, os.path.join(store.config.store_path_config, "timercheck.json"))
+        self.store = store
+        self.ensure_system_topic = ensure_system_topic
         c = self.store.config
         self.enabled = c.timer_wheel_enable
         self.precision = c.timer_precision_ms
@@ -94,35 +100,29 @@ class TimerMessageService:
         self.delivered_by_master: tuple[int, int] | None = None
         self._saved_dequeue_ms = 0
         self._undelivered_from: tuple[int, int] | None = None  # see _enqueued
-        self._tasks: list[asyncio.Task[None]] = []
         self._wake_enqueue = asyncio.Event()
         self._wake_dequeue = asyncio.Event()
         self._next_wake = 0  # when the dequeue task wakes next (ms)
         self._log_end_max_due: dict[int, int] = {}  # timer-log file start -> latest due time in it
-        self.path = os.path.join(c.store_path_config, "timercheck.json")
-        self.writer = ConfigWriter(self.path, self._snapshot, retry_after=1.0)
+        # The checkpoint the file holds: enqueue offset, timer-log end, dequeue ms, precision (ms) (see ``decode``)
+        self._loaded = (0, 0, 0, self.precision)
 
     # == lifecycle ===================================================================================
-    def load(self) -> None:
-        data = load_json(self.path) or {}
-        try:
-            enqueue_offset = int(data.get("enqueueOffset", 0))
-            log_end = int(data.get("timerLogEnd", 0))
-            dequeue_ms = int(data.get("dequeueMs", 0))
-            precision = int(data.get("precisionMs", self.precision))
-        except (TypeError, ValueError) as exc:
-            raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
-
+    def decode(self, data: dict[str, Any]) -> None:
+        self._loaded = (int(data.get("enqueueOffset", 0)), int(data.get("timerLogEnd", 0)),
+                        int(data.get("dequeueMs", 0)), int(data.get("precisionMs", self.precision)))
         master = data.get("masterCheckpoint")
         if isinstance(master, dict):
             # Written by this broker as a slave (SlaveSynchronize): its timer log is empty; it is rebuilt from the
             # whole timer queue, but what the old master had taken (below its enqueue offset) and delivered
             # (due before its dequeue time) is not delivered again.
-            try:
-                self.delivered_by_master = (int(master["enqueueOffset"]), int(master["dequeueMs"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StoreConfigError(f"store config file {self.path} is malformed: {exc}") from exc
-            enqueue_offset, log_end, dequeue_ms = 0, 0, self.delivered_by_master[1]
+            self.delivered_by_master = (int(master["enqueueOffset"]), int(master["dequeueMs"]))
+            self._loaded = (0, 0, self.delivered_by_master[1], self._loaded[3])
+
+    def load(self) -> None:
+        """The checkpoint, then the timer log and the wheel from it."""
+        super().load()
+        enqueue_offset, log_end, dequeue_ms, precision = self._loaded
         self.timer_log.load(log_end)
         # (never past the queue's end: after a power loss the log may hold less than the checkpoint saw)
         self.enqueue_offset = min(max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0)),
@@ -150,16 +150,10 @@ class TimerMessageService:
                         self.max_delay_ms // 1000)
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._enqueue_loop()), loop.create_task(self._dequeue_loop()),
-                       loop.create_task(self._checkpoint_loop())]
+        self._spawn(self._enqueue_loop())
+        self._spawn(self._dequeue_loop())
+        self._spawn(self._checkpoint_loop())
         self.store.arrival_listeners.append(self._on_arrival)
-
-    async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
 
     def close(self) -> None:
         """After the store is shut down (everything flushed): the last checkpoint, exact."""
@@ -167,8 +161,8 @@ class TimerMessageService:
         # (delivered_ms, not dequeue_ms: a stop in the middle of a due time leaves it to deliver after the restart)
         self._saved_dequeue_ms = self.delivered_ms
         self._checkpoint = (*self._enqueued(), self.delivered_ms)
-        self.writer.request()  # (close writes only what was asked for)
-        self.writer.close()
+        self.persist()  # (close writes only what was asked for)
+        super().close()
         self.timer_log.close()
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -195,7 +189,7 @@ class TimerMessageService:
         props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic = TIMER_TOPIC
         msg.queue_id = 0
-        self.broker.ensure_system_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
+        self.ensure_system_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
         return None
 
     def _deliver_time(self, msg: MessageExtBrokerInner) -> tuple[int | None, Refusal | None]:
@@ -411,12 +405,12 @@ class TimerMessageService:
         while True:
             await asyncio.sleep(interval)
             self._checkpoint = (*self._enqueued(), self.dequeue_ms)
-            self.writer.request()
+            self.persist()
             delete_before = self._deletable()
             if delete_before:
                 await asyncio.to_thread(self.timer_log.delete_files_before, delete_before)
 
-    def _snapshot(self) -> dict[str, Any]:
+    def encode(self) -> dict[str, Any]:
         """In the writer's thread: the timer log flushed to what the checkpoint claims, and delivery claimed only
         as far as the commit log is flushed."""
         enqueue_offset, log_end, dequeue_ms = self._checkpoint

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from concurrent.futures import Future
+from collections.abc import Callable
 from typing import Any
 
 from sluice.common.config import BrokerConfig
-from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
+from sluice.common.config_manager import ConfigManager
 from sluice.common.naming import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
@@ -25,31 +23,37 @@ log = logging.getLogger(__name__)
 
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC}
 
+# Creates an internal topic (retry, dead-letter, schedule...) when first needed and makes it routable: (topic, queue
+# numbers, perm) → its config (the broker's ``ensure_system_topic``).
+EnsureSystemTopic = Callable[[str, int, int], TopicConfig]
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TopicConfigManager:
+class TopicConfigManager(ConfigManager):
     """Topic configs of one broker, persisted atomically on every change."""
+
+    malformed = "has a malformed topic table"
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.path = os.path.join(config.store.store_path_config, "topics.json")
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
-        self._lock = threading.Lock()
-        self.writer = ConfigWriter(self.path, self._snapshot)
+        super().__init__(os.path.join(config.store.store_path_config, "topics.json"))
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.table = {name: TopicConfig.from_json(tc) for name, tc in (data.get("topicConfigTable") or {}).items()}
+        self.data_version = DataVersion.from_json(data.get("dataVersion"))
+
+    def encode(self) -> dict[str, Any]:
+        return {"dataVersion": self.data_version.to_json(),
+                "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())}}
 
     def load(self) -> None:
-        data = load_json(self.path)
-        if data is not None:
-            try:
-                self.table = {name: TopicConfig.from_json(tc)
-                              for name, tc in (data.get("topicConfigTable") or {}).items()}
-                self.data_version = DataVersion.from_json(data.get("dataVersion"))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StoreConfigError(f"store config file {self.path} has a malformed topic table: {exc}") from exc
+        """The topics of the file, and the system topics (persisted at once)."""
+        super().load()
         c = self.config
         system = [TopicConfig(SELF_TEST_TOPIC, 1, 1), TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
                   TopicConfig(c.broker_cluster_name, 16, 16, PERM_READ | PERM_WRITE),
@@ -63,18 +67,6 @@ class TopicConfigManager:
             self.table.setdefault(tc.topic_name, tc)
         self.data_version.next_version(now_ms())
         self.persist()
-
-    def _snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"dataVersion": self.data_version.to_json(),
-                    "topicConfigTable": {n: tc.to_json() for n, tc in sorted(self.table.items())}}
-
-    def persist(self) -> Future[None]:
-        """Have the table written, off this thread; the future is done once it is on disk."""
-        return self.writer.request()
-
-    def close(self) -> None:
-        self.writer.close()
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sluice.common.decimal_text import parse_long
-from sluice.common.message import MessageExt, MessageExtBrokerInner
+from sluice.common.message import MessageExt, MessageExtBrokerInner, create_message_id
 from sluice.common.message_codec import encode_record
 from sluice.common.naming import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from sluice.common.properties import (
@@ -38,6 +38,7 @@ from sluice.common.properties import (
     PROPERTY_WAIT_STORE_MSG_OK,
     encode_properties,
 )
+from sluice.common.service import AsyncService
 from sluice.common.sysflag import (
     PERM_READ,
     PERM_WRITE,
@@ -51,7 +52,12 @@ from sluice.store.consume_queue import BLANK_ENTRY_SIZE
 from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.producer_manager import ProducerManager
+    from sluice.broker.schedule_message_service import ScheduleMessageService
+    from sluice.broker.timer_message_service import TimerMessageService
+    from sluice.broker.topic_config_manager import EnsureSystemTopic
+    from sluice.common.config import BrokerConfig
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +74,19 @@ class Decision:
     remark: str
 
 
-class TransactionalMessageService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.store = broker.store
-        c = broker.config
+class TransactionalMessageService(AsyncService):
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore,
+                 producer_manager: ProducerManager, ensure_system_topic: EnsureSystemTopic,
+                 schedule_service: ScheduleMessageService, timer_service: TimerMessageService) -> None:
+        super().__init__()
+        self.config = config
+        self.broker_addr = broker_addr
+        self.store = store
+        self.producer_manager = producer_manager
+        self.ensure_system_topic = ensure_system_topic
+        self.schedule_service = schedule_service
+        self.timer_service = timer_service
+        c = config
         self.timeout_ms = c.transaction_timeout
         self.check_max = c.transaction_check_max
         self.check_interval = c.transaction_check_interval / 1000
@@ -85,7 +99,6 @@ class TransactionalMessageService:
         self.half_walked = 0
         self.checks_sent = 0
         self.discarded = 0
-        self._task: asyncio.Task[None] | None = None
 
     # == lifecycle ===================================================================================
     def load(self) -> None:
@@ -112,16 +125,7 @@ class TransactionalMessageService:
 
     def start(self) -> None:
         """Check back undecided transactions every ``transaction_check_interval``."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        self._spawn(self._run())
 
     def _repair_torn_commit(self, op: MessageExt) -> None:
         """A commit's op is followed, in the same append, by the message; a crash in between leaves the op last
@@ -136,9 +140,9 @@ class TransactionalMessageService:
                       op.prepared_transaction_offset)
             return
         msg = committed_message(half)
-        if self.broker.timer_service.prepare(msg) is not None:
+        if self.timer_service.prepare(msg) is not None:
             log.warning("restored transaction %s has an unusable timer: delivered now", half.uniq_key)
-        r = self.store.put([self.broker.schedule_service.redirect(msg)])
+        r = self.store.put([self.schedule_service.redirect(msg)])
         if r.stored:
             log.warning("restored the message of transaction %s (%s), torn off by a crash as it was committed",
                         half.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), half.properties.get(
@@ -161,7 +165,7 @@ class TransactionalMessageService:
         msg.sys_flag = (msg.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_NOT_TYPE
         msg.topic = TRANS_HALF_TOPIC
         msg.queue_id = 0
-        self.broker.ensure_system_topic(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
+        self.ensure_system_topic(TRANS_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
         return msg
 
     # == END_TRANSACTION =============================================================================
@@ -198,20 +202,20 @@ class TransactionalMessageService:
             op = self._op(half, "commit" if commit else "rollback")
             msgs = [op, committed_message(half)] if commit else [op]
             if commit:  # a timer or a delay level of the message applies from now on, as to any send
-                if self.broker.timer_service.prepare(msgs[1]) is not None:  # (checked at send: a changed config)
+                if self.timer_service.prepare(msgs[1]) is not None:  # (checked at send: a changed config)
                     log.warning("committed transaction %s has an unusable timer: delivered now", half.uniq_key)
-                msgs[1] = self.broker.schedule_service.redirect(msgs[1])
+                msgs[1] = self.schedule_service.redirect(msgs[1])
         except BaseException:
             self._deciding.discard(first)
             raise
         return await self.store.put_async(msgs, written)
 
     def _op(self, half: MessageExt, outcome: str) -> MessageExtBrokerInner:
-        self.broker.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
+        self.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1, PERM_READ | PERM_WRITE)
         return MessageExtBrokerInner(
             TRANS_OP_HALF_TOPIC, f"{first_offset(half)},".encode(), 0, 0,
             {"TAGS": REMOVE_TAG, PROPERTY_TRANSACTION_OUTCOME: outcome, PROPERTY_WAIT_STORE_MSG_OK: "false"},
-            TRANSACTION_NOT_TYPE, int(time.time() * 1000), self.broker.broker_addr, self.broker.broker_addr,
+            TRANSACTION_NOT_TYPE, int(time.time() * 1000), self.broker_addr, self.broker_addr,
             prepared_transaction_offset=half.commit_log_offset)
 
     # == check-back ==================================================================================
@@ -307,7 +311,7 @@ class TransactionalMessageService:
         if new is None:
             return True
         group = copy.properties.get(PROPERTY_PRODUCER_GROUP, "")
-        channel = self.broker.producer_manager.any_channel(group)
+        channel = self.producer_manager.any_channel(group)
         if channel is None:
             log.warning("transaction %s of group %s is undecided, and no producer of the group is online to ask",
                         copy.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), group)
@@ -316,8 +320,8 @@ class TransactionalMessageService:
         req = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {
             "topic": TRANS_HALF_TOPIC, "tranStateTableOffset": str(new.queue_offset),
             "commitLogOffset": str(new.commit_log_offset), "msgId": uniq, "transactionId": uniq,
-            "offsetMsgId": self.broker.message_id(new.commit_log_offset),
-            "bname": self.broker.config.broker_name}, check_message_body(new), oneway=True)
+            "offsetMsgId": create_message_id(self.broker_addr, new.commit_log_offset),
+            "bname": self.config.broker_name}, check_message_body(new), oneway=True)
         channel.conn.write(req)
         self.checks_sent += 1
         return True
@@ -325,7 +329,7 @@ class TransactionalMessageService:
     async def _discard(self, copy: MessageExt, times: int) -> bool:
         """Give up on ``copy``'s transaction after ``times`` checks: keep it in TRANS_CHECK_MAX_TIME_TOPIC, and
         record the end with an op so that a late END_TRANSACTION is refused."""
-        self.broker.ensure_system_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)
+        self.ensure_system_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)
         kept = half_copy_again(copy, times)
         kept.topic = TRANS_CHECK_MAX_TIME_TOPIC
         first = first_offset(copy)

@@ -78,7 +78,7 @@ class ConfigWriter:
 
     ``request`` returns a future done once a write begun after the call has ended, for the callers that answer
     only when the change is on disk (an admin's topic creation); ``flush`` writes now, in the caller's thread
-    (shutdown).
+    (shutdown, or a file its owner writes in a thread of its own: the thread starts at the first ``request``).
     """
 
     def __init__(self, path: str, snapshot: Callable[[], dict[str, Any]], retry_after: float = 1.0) -> None:
@@ -91,8 +91,7 @@ class ConfigWriter:
         self._dirty = False
         self._stopped = False
         self._failing = False
-        self._thread = threading.Thread(target=self._run, name=f"sluice-config-{os.path.basename(path)}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
     def request(self) -> Future[None]:
         fut: Future[None] = Future()
@@ -102,6 +101,10 @@ class ConfigWriter:
                 return fut
             self._dirty = True
             self._waiting.append(fut)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"sluice-config-{os.path.basename(self.path)}",
+                                                daemon=True)
+                self._thread.start()
             self._cond.notify()
         return fut
 
@@ -140,9 +143,9 @@ class ConfigWriter:
         self.writes += 1
         return None
 
-    def flush(self) -> bool:
-        """Write the current state now (in this thread); False, with the error logged, when it could not."""
-        return self._write() is None
+    def flush(self) -> OSError | None:
+        """Write the current state now (in this thread); the error (logged) when it could not."""
+        return self._write()
 
     def close(self) -> None:
         """Stop the thread, then write what changed since its last write."""
@@ -151,7 +154,8 @@ class ConfigWriter:
             dirty, waiting = self._dirty, self._waiting
             self._waiting = []
             self._cond.notify_all()
-        self._thread.join(10)
+        if self._thread is not None:
+            self._thread.join(10)
         error = self._write() if dirty or waiting else None
         for fut in waiting:
             if error is None:

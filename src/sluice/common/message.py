@@ -44,6 +44,19 @@ def create_message_id(store_host: str, commit_log_offset: int) -> str:
     return _MSG_ID.pack(addr, port, commit_log_offset).hex().upper()
 
 
+def create_message_ids(store_host: str, commit_log_offsets: list[int]) -> str:
+    """The ``offsetMsgId``s of a put, comma-separated (a batch's SEND_OK ``msgId``)."""
+    host = _store_host_hex(store_host)
+    return ",".join([f"{host}{off:016X}" for off in commit_log_offsets])
+
+
+@lru_cache(maxsize=16)
+def _store_host_hex(store_host: str) -> str:
+    """The STOREHOST part of an offset message id: IPv4 address and port as 24 hex digits."""
+    ip, port = host_to_bytes(store_host)
+    return f"{ip.hex().upper()}{port:08X}"
+
+
 def decode_message_id(msg_id: str) -> tuple[str, int]:
     """Inverse of ``create_message_id``: (store host, commit-log offset)."""
     if len(msg_id) != 32:
@@ -209,6 +222,7 @@ __all__ = [
     "MessageExtBrokerInner",
     "bytes_to_host",
     "create_message_id",
+    "create_message_ids",
     "decode_message_id",
     "decode_properties",
     "host_to_bytes",

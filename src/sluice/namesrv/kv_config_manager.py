@@ -8,30 +8,23 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import Any
 
+from sluice.common.config_manager import ConfigManager
 from sluice.common.errors import StoreConfigError
-from sluice.common.files import ConfigWriter, load_json
 
 log = logging.getLogger(__name__)
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 
-class KVConfigManager:
+class KVConfigManager(ConfigManager):
     def __init__(self, path: str) -> None:
-        self.path = path
         self._table: dict[str, dict[str, str]] = {}
-        self._lock = threading.Lock()
-        self.writer = ConfigWriter(path, self._snapshot)
+        super().__init__(path)
 
-    def load(self) -> None:
-        """Read the file if it exists; raises ``StoreConfigError`` naming the file when it is corrupt."""
-        data = load_json(self.path)
-        if data is None:
-            self._table = {}
-            return
+    def decode(self, data: dict[str, Any]) -> None:
+        """(``load``: a file that does not parse or holds another shape raises ``StoreConfigError`` naming it)"""
         table = data.get("configTable", {})
         if not isinstance(table, dict) or not all(
                 isinstance(kv, dict) and all(isinstance(v, str) for v in kv.values()) for kv in table.values()):
@@ -40,15 +33,8 @@ class KVConfigManager:
         self._table = {str(ns): dict(kv) for ns, kv in table.items()}
         log.info("loaded kv config %s: %d namespaces", self.path, len(self._table))
 
-    def _snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"configTable": {ns: dict(kv) for ns, kv in self._table.items()}}
-
-    def persist(self) -> None:
-        self.writer.request()
-
-    def close(self) -> None:
-        self.writer.close()
+    def encode(self) -> dict[str, Any]:
+        return {"configTable": {ns: dict(kv) for ns, kv in self._table.items()}}
 
     def put(self, namespace: str, key: str, value: str) -> None:
         with self._lock:

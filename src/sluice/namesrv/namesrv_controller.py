@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from sluice.common.config import NamesrvConfig
+from sluice.common.service import AsyncService
 from sluice.namesrv.default_request_processor import DefaultRequestProcessor, monotonic_ms
 from sluice.namesrv.kv_config_manager import KVConfigManager
 from sluice.namesrv.route_info_manager import BrokerLiveInfo, RouteInfoManager
@@ -16,10 +17,11 @@ from sluice.remoting.server import RemotingServer
 log = logging.getLogger(__name__)
 
 
-class NamesrvController:
+class NamesrvController(AsyncService):
     """``await start()`` binds ``config.host:config.port`` (0 = any free port); ``await stop()`` ends it all."""
 
     def __init__(self, config: NamesrvConfig | None = None) -> None:
+        super().__init__()
         self.config = config or NamesrvConfig()
         self.route_info = RouteInfoManager(self.config.broker_channel_expired_time)
         self.kv_config = KVConfigManager(self.config.kv_config_path)
@@ -29,7 +31,6 @@ class NamesrvController:
         self.dispatcher.register_processor(self.processor)
         self.server = RemotingServer(self.dispatcher, self.config.remoting, name="namesrv")
         self._watched: set[Connection] = set()
-        self._scan_task: asyncio.Task[None] | None = None
         self._started = False
 
     @property
@@ -45,7 +46,7 @@ class NamesrvController:
         self.kv_config.load()
         await self.server.start(self.config.host, self.config.port)
         self._started = True
-        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="namesrv-scan")
+        self._spawn(self._scan_loop(), name="namesrv-scan")
         log.info("name server listening on %s", self.address)
         return self
 
@@ -53,13 +54,7 @@ class NamesrvController:
         if not self._started:
             return
         self._started = False
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            try:
-                await self._scan_task
-            except asyncio.CancelledError:
-                pass
-            self._scan_task = None
+        await super().stop()
         await self.server.stop()
         self._watched.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.kv_config.close)

@@ -2,40 +2,33 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
+from concurrent.futures import Future
+from typing import Any
 
-from sluice.common.errors import StoreConfigError
-from sluice.common.files import load_json, write_json_atomic
-
-log = logging.getLogger(__name__)
+from sluice.common.config_manager import ConfigManager
 
 TOPIC_GROUP_SEPARATOR = "@"
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(ConfigManager):
     """The committed (next-to-consume) offset of each group on each queue."""
 
+    malformed = "has a malformed offsetTable"
+
     def __init__(self, config_dir: str) -> None:
-        self.path = os.path.join(config_dir, "consumerOffset.json")
         self.offset_table: dict[str, dict[int, int]] = {}
         # Offsets an admin reset (RocketMQ 5's server-side reset): the queue's next pull answers OFFSET_MOVED to
         # them, and commits from clients that have not seen the reset yet are ignored until then. Not persisted.
         self.reset_offset_table: dict[str, dict[int, int]] = {}
-        self._lock = threading.Lock()
         self._dirty = False
-        self._failing = False
+        super().__init__(os.path.join(config_dir, "consumerOffset.json"))
 
-    def load(self) -> None:
-        data = load_json(self.path)
-        if data is None:
-            return
-        table = data.get("offsetTable", {})
-        try:
-            self.offset_table = {k: {int(q): int(o) for q, o in v.items()} for k, v in table.items()}
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise StoreConfigError(f"store config file {self.path} has a malformed offsetTable: {exc}") from exc
+    def decode(self, data: dict[str, Any]) -> None:
+        self.offset_table = {k: {int(q): int(o) for q, o in v.items()} for k, v in data.get("offsetTable", {}).items()}
+
+    def encode(self) -> dict[str, Any]:
+        return {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.offset_table.items()}}
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
@@ -84,25 +77,21 @@ class ConsumerOffsetManager:
             self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.startswith(prefix)}
             self._dirty = True
 
-    def persist(self, force: bool = False) -> bool:
-        """Write the offsets if they changed; False (logged once, retried at the next call) when the disk would
-        not take them."""
+    def persist(self, force: bool = False) -> Future[None]:
+        """Write the offsets now, in this thread (the store's flush thread), if they changed (or ``force``): the
+        future is done. A disk that would not take them: logged once, the future holds the error, and they are
+        written at the next call."""
+        done: Future[None] = Future()
         with self._lock:
             if not (self._dirty or force):
-                return True
-            snapshot = {k: {str(q): o for q, o in v.items()} for k, v in self.offset_table.items()}
+                done.set_result(None)
+                return done
             self._dirty = False
-        try:
-            write_json_atomic(self.path, {"offsetTable": snapshot})
-        except OSError as exc:
+        error = self.writer.flush()
+        if error is None:
+            done.set_result(None)
+        else:
             with self._lock:
                 self._dirty = True
-            if not self._failing:
-                log.error("cannot write the consumer offsets to %s (%s): they stay in memory and are written once "
-                          "that works", self.path, exc)
-            self._failing = True
-            return False
-        if self._failing:
-            log.info("consumer offsets written to %s again", self.path)
-        self._failing = False
-        return True
+            done.set_exception(error)
+        return done

@@ -25,7 +25,12 @@ from sluice.remoting.errors import BadRequestError
 from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
+    from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
+    from sluice.broker.pop.pop_revive_service import PopReviveService
+    from sluice.broker.topic_config_manager import TopicConfigManager
+    from sluice.common.config import BrokerConfig
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +48,27 @@ class AckRefused(Exception):
 
 
 class AckMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, store: MessageStore, topic_config_manager: TopicConfigManager,
+                 pop_revive: PopReviveService, pop_polling: PopLongPollingService,
+                 order_info: ConsumerOrderInfoManager) -> None:
+        self.config = config
+        self.store = store
+        self.topic_config_manager = topic_config_manager
+        self.pop_revive = pop_revive
+        self.pop_polling = pop_polling
+        self.order_info = order_info
 
     def _receipt(self, topic: str, queue_id: int, offset: int, extra_info: str,
                  upper_inclusive: bool = True) -> Receipt:
         """The receipt a request names, checked against the request; ``AckRefused`` says what is wrong."""
-        b = self.broker
-        tc = b.topic_config_manager.get(topic)
+        tc = self.topic_config_manager.get(topic)
         if tc is None:
             raise AckRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if queue_id < 0 or queue_id >= tc.read_queue_nums:
             raise AckRefused(ResponseCode.MESSAGE_ILLEGAL, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                                                            f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
-        low = b.store.get_min_offset_in_queue(topic, queue_id)
-        high = b.store.get_max_offset_in_queue(topic, queue_id)
+        low = self.store.get_min_offset_in_queue(topic, queue_id)
+        high = self.store.get_max_offset_in_queue(topic, queue_id)
         if offset < low or offset > high or (offset == high and not upper_inclusive):
             raise AckRefused(ResponseCode.NO_MESSAGE, f"offset {offset} is not within [{low}, {high}] of {topic} "
                                                       f"queue {queue_id}")
@@ -65,10 +76,10 @@ class AckMessageProcessor:
             receipt = Receipt.parse(extra_info)
         except ReceiptError as exc:
             raise AckRefused(ResponseCode.INVALID_PARAMETER, f"invalid receipt handle (extraInfo): {exc}") from None
-        if receipt.broker_name != b.config.broker_name:
+        if receipt.broker_name != self.config.broker_name:
             raise AckRefused(ResponseCode.INVALID_PARAMETER,
                              f"the receipt handle is of broker {receipt.broker_name!r}, this is "
-                             f"{b.config.broker_name!r}")
+                             f"{self.config.broker_name!r}")
         if receipt.queue_id != queue_id or receipt.queue_offset != offset or receipt.retry != retry_flag(topic):
             raise AckRefused(ResponseCode.INVALID_PARAMETER,
                              f"the receipt handle is of {receipt.retry}/{receipt.queue_id}/{receipt.queue_offset}, "
@@ -77,7 +88,7 @@ class AckMessageProcessor:
 
     def _open_checkpoint(self, group: str, topic: str, queue_id: int, offset: int, receipt: Receipt) -> CheckPoint:
         """The open checkpoint of a receipt; ``AckRefused`` when there is none to settle."""
-        ck = self.broker.pop_revive.find(topic, group, queue_id, receipt.ck_offset, receipt.pop_time,
+        ck = self.pop_revive.find(topic, group, queue_id, receipt.ck_offset, receipt.pop_time,
                                          receipt.broker_name)
         i = -1 if ck is None else ck.index_of(offset)
         if ck is None or i < 0 or ck.acked >> i & 1:
@@ -91,15 +102,14 @@ class AckMessageProcessor:
     def _ack_orderly(self, group: str, topic: str, queue_id: int, pop_time: int, offset: int) -> None:
         """Settle a message of an orderly pop: the group's offset moves to the first one not acknowledged, and a
         pop waiting on the queue looks again."""
-        b = self.broker
-        ok, new_offset = b.order_info.ack((topic, group, queue_id), pop_time, offset)
+        ok, new_offset = self.order_info.ack((topic, group, queue_id), pop_time, offset)
         if not ok:
             raise _expired(group, topic, queue_id, offset)
         if new_offset is not None:
-            offsets = b.store.consumer_offsets
+            offsets = self.store.consumer_offsets
             if offsets.query_offset(group, topic, queue_id) < new_offset:
                 offsets.commit_offset(group, topic, queue_id, new_offset)
-        b.pop_polling.notify_message_arriving(topic, queue_id, -1)
+        self.pop_polling.notify_message_arriving(topic, queue_id, -1)
 
     async def ack_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
@@ -117,14 +127,13 @@ class AckMessageProcessor:
     async def _ack(self, req: RemotingCommand, acks: list[tuple[CheckPoint, int]]) -> RemotingCommand:
         """Mark each (checkpoint, offset) acked, then write one ack record per checkpoint, to its own revive
         queue (undone if that fails)."""
-        b = self.broker
         done: dict[int, tuple[CheckPoint, list[int]]] = {}  # id(checkpoint) → (it, offsets)
         for ck, offset in acks:
-            if b.pop_revive.ack(ck, offset):
+            if self.pop_revive.ack(ck, offset):
                 done.setdefault(id(ck), (ck, []))[1].append(offset)
         if not done:
             return req.response(ResponseCode.SUCCESS)
-        records = [b.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time,
+        records = [self.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time,
                                                      ck.broker_name, tuple(offsets)), ck.revive_qid)
                    for ck, offsets in done.values()]
 
@@ -132,9 +141,9 @@ class AckMessageProcessor:
             if not r.stored:
                 for ck, offsets in done.values():
                     for offset in offsets:
-                        b.pop_revive.unack(ck, offset)
+                        self.pop_revive.unack(ck, offset)
 
-        (r,) = await put_all(b.store, [records], written)
+        (r,) = await put_all(self.store, [records], written)
         if not r.stored:
             return req.response(ResponseCode.SYSTEM_ERROR, f"cannot write the ack: {r.status.name} {r.remark}")
         return req.response(ResponseCode.SUCCESS)
@@ -142,7 +151,6 @@ class AckMessageProcessor:
     async def batch_ack_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """A JSON body ``{"brokerName", "acks": [{c, t, r, so, q, rq, pt, it, b}]}``: per checkpoint, the offsets
         ``so + i`` for each bit i of ``b`` (a base64 java.util.BitSet)."""
-        b = self.broker
         try:
             body = json.loads(req.body) if req.body else {}
         except (ValueError, UnicodeDecodeError) as exc:
@@ -172,7 +180,7 @@ class AckMessageProcessor:
                     except AckRefused:
                         pass
                 continue
-            ck = b.pop_revive.find(real, group, queue_id, start, pop_time, b.config.broker_name)
+            ck = self.pop_revive.find(real, group, queue_id, start, pop_time, self.config.broker_name)
             if ck is not None:  # only its own offsets are looked up in the bit set: never all of them
                 acks += [(ck, start + d) for d in ck.diffs if _bit(bits, d)]
         if not acks:
@@ -182,7 +190,6 @@ class AckMessageProcessor:
         return await self._ack(req, acks)
 
     async def change_message_invisibletime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
         queue_id, offset = req.ext_int("queueId"), req.ext_int("offset")
         invisible = req.ext_int("invisibleTime")
@@ -191,7 +198,7 @@ class AckMessageProcessor:
             receipt = self._receipt(topic, queue_id, offset, req.ext_str("extraInfo"), upper_inclusive=False)
             if receipt.orderly:
                 now = now_ms()
-                info = b.order_info.change_invisible((topic, group, queue_id), receipt.pop_time, offset,
+                info = self.order_info.change_invisible((topic, group, queue_id), receipt.pop_time, offset,
                                                      now + invisible)
                 if info is None:
                     raise _expired(group, topic, queue_id, offset)
@@ -201,22 +208,22 @@ class AckMessageProcessor:
             old = self._open_checkpoint(group, topic, queue_id, offset, receipt)
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
-        now = b.pop_revive.next_pop_time()
-        new = CheckPoint(topic, group, queue_id, offset, now, invisible, b.config.broker_name, [0], old.revive_qid)
-        b.pop_revive.open(new)
-        b.pop_revive.ack(old, offset)
-        records = [b.pop_revive.checkpoint_record(new),
-                   b.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset, old.pop_time,
+        now = self.pop_revive.next_pop_time()
+        new = CheckPoint(topic, group, queue_id, offset, now, invisible, self.config.broker_name, [0], old.revive_qid)
+        self.pop_revive.open(new)
+        self.pop_revive.ack(old, offset)
+        records = [self.pop_revive.checkpoint_record(new),
+                   self.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset, old.pop_time,
                                                      old.broker_name, (offset,)), old.revive_qid)]
 
         def written(_i: int, r: PutMessageResult) -> None:
             if r.stored:
-                b.pop_revive.written(new, r)
+                self.pop_revive.written(new, r)
             else:
-                b.pop_revive.forget(new)
-                b.pop_revive.unack(old, offset)
+                self.pop_revive.forget(new)
+                self.pop_revive.unack(old, offset)
 
-        (r,) = await put_all(b.store, [records], written)
+        (r,) = await put_all(self.store, [records], written)
         if not r.stored:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"cannot write the new checkpoint: {r.status.name} {r.remark}")

@@ -48,8 +48,13 @@ from sluice.store.message_store import MessageStore, RecordFilter
 from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageResult
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
-    from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
+    from sluice.broker.broker_stats import BrokerStats
+    from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
+    from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
+    from sluice.broker.pop.pop_revive_service import PopReviveService
+    from sluice.broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
+    from sluice.broker.topic_config_manager import EnsureSystemTopic, TopicConfigManager
+    from sluice.common.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -152,25 +157,38 @@ async def put_all(store: MessageStore, puts: list[list[MessageExtBrokerInner]],
 
 
 class PopMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, stats: BrokerStats,
+                 topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
+                 ensure_system_topic: EnsureSystemTopic, pop_revive: PopReviveService,
+                 pop_polling: PopLongPollingService, order_info: ConsumerOrderInfoManager,
+                 swapped_out: Callable[[str, int, int], bool]) -> None:
+        self.config = config
+        self.broker_addr = broker_addr
+        self.store = store
+        self.stats = stats
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.ensure_system_topic = ensure_system_topic
+        self.pop_revive = pop_revive
+        self.pop_polling = pop_polling
+        self.order_info = order_info
+        self.swapped_out = swapped_out
         self._busy: set[tuple[str, str, int]] = set()  # queues a pop is writing the checkpoint of
 
     async def pop_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = PopMessageRequestHeader.parse(req)
-        b = self.broker
         refused = self._readable(req, h.topic, h.queue_id, h.consumer_group)
         if refused is not None:
             return refused
-        tc = b.topic_config_manager.get(h.topic)
-        group = b.subscription_group_manager.find(h.consumer_group)
+        tc = self.topic_config_manager.get(h.topic)
+        group = self.subscription_group_manager.find(h.consumer_group)
         assert tc is not None and group is not None
         codes: frozenset[int] | None = None
         record_filter: RecordFilter | None = None
         try:
             if is_tag_type(h.exp_type):
                 codes = tag_codes_of(h.exp)
-            elif not b.config.enable_property_filter:
+            elif not self.config.enable_property_filter:
                 return req.response(ResponseCode.SYSTEM_ERROR,
                                     f"The broker does not support consumer to filter message by {h.exp_type}")
             else:
@@ -202,7 +220,7 @@ class PopMessageProcessor:
                 left = min(left, max(0.001, (unblocked_at - now_ms()) / 1000))
             arrived: asyncio.Future[bool] = loop.create_future()
             try:
-                held = b.pop_polling.hold((h.topic, retry), h.queue_id, left, partial(_settle, arrived))
+                held = self.pop_polling.hold((h.topic, retry), h.queue_id, left, partial(_settle, arrived))
             except PollingFull as exc:
                 return self._empty(req, h, ResponseCode.POLLING_FULL, str(exc))
             try:
@@ -213,7 +231,6 @@ class PopMessageProcessor:
 
     def peek_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """The messages a pop would hand out next, handed to nobody (RocketMQ's PeekMessageProcessor)."""
-        b = self.broker
         group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
         queue_id, max_nums = req.ext_int("queueId", -1), req.ext_int("maxMsgNums", MAX_POP_MESSAGES)
         if not 1 <= max_nums <= MAX_POP_MESSAGES:
@@ -221,7 +238,7 @@ class PopMessageProcessor:
         refused = self._readable(req, topic, queue_id, group)
         if refused is not None:
             return refused
-        tc = b.topic_config_manager.get(topic)
+        tc = self.topic_config_manager.get(topic)
         assert tc is not None
         rand = random.randrange(max(1, tc.read_queue_nums))
         queues = [queue_id] if queue_id >= 0 else [(rand + i) % tc.read_queue_nums for i in range(tc.read_queue_nums)]
@@ -229,16 +246,16 @@ class PopMessageProcessor:
         rest = 0
         budget = max_nums
         for qid in queues:
-            offset = max(b.store.consumer_offsets.query_offset(group, topic, qid),
-                         b.store.get_min_offset_in_queue(topic, qid))
-            r = b.store.get_messages(group, topic, qid, offset, budget) if budget > 0 else None
+            offset = max(self.store.consumer_offsets.query_offset(group, topic, qid),
+                         self.store.get_min_offset_in_queue(topic, qid))
+            r = self.store.get_messages(group, topic, qid, offset, budget) if budget > 0 else None
             if r is not None and r.status is GetMessageStatus.FOUND:
                 parts += [bytes(v) for v in r.buffers]
                 budget -= r.message_count
                 rest += r.max_offset - r.next_begin_offset
                 r.release()
             else:
-                rest += max(0, b.store.get_max_offset_in_queue(topic, qid) - offset)
+                rest += max(0, self.store.get_max_offset_in_queue(topic, qid) - offset)
         if not parts:
             return req.response(ResponseCode.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", {"restNum": str(rest)})
         resp = req.response(ResponseCode.SUCCESS, "FOUND", {"restNum": str(rest)})
@@ -248,7 +265,6 @@ class PopMessageProcessor:
     async def notification(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Whether the group has messages to pop in the topic (or its retry topic), waiting up to ``pollTime``
         for one to arrive (RocketMQ's NotificationProcessor)."""
-        b = self.broker
         group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
         queue_id, poll_ms = req.ext_int("queueId", -1), req.ext_int("pollTime", 0)
         refused = self._readable(req, topic, queue_id, group)
@@ -265,7 +281,7 @@ class PopMessageProcessor:
                 return req.response(ResponseCode.SUCCESS, None, {"hasMsg": "false", "pollingFull": "false"})
             arrived: asyncio.Future[bool] = loop.create_future()
             try:
-                held = b.pop_polling.hold((topic, retry), queue_id, left, partial(_settle, arrived))
+                held = self.pop_polling.hold((topic, retry), queue_id, left, partial(_settle, arrived))
             except PollingFull:
                 return req.response(ResponseCode.SUCCESS, None, {"hasMsg": "false", "pollingFull": "true"})
             try:
@@ -275,19 +291,18 @@ class PopMessageProcessor:
 
     def polling_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """How many pops wait for messages of the topic's queue (RocketMQ's PollingInfoProcessor)."""
-        b = self.broker
         group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
         queue_id = req.ext_int("queueId", -1)
         refused = self._readable(req, topic, queue_id, group)
         if refused is not None:
             return refused
-        return req.response(ResponseCode.SUCCESS, None, {"pollingNum": str(b.pop_polling.waiting(topic, queue_id))})
+        return req.response(ResponseCode.SUCCESS, None, {"pollingNum": str(self.pop_polling.waiting(topic, queue_id))})
 
     def _readable(self, req: RemotingCommand, topic: str, queue_id: int, group: str) -> RemotingCommand | None:
-        b = self.broker
-        if not perm_readable(b.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] peeking message is forbidden")
-        tc = b.topic_config_manager.get(topic)
+        if not perm_readable(self.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION,
+                                f"the broker[{self.broker_addr}] peeking message is forbidden")
+        tc = self.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not perm_readable(tc.perm):
@@ -295,7 +310,7 @@ class PopMessageProcessor:
         if queue_id >= tc.read_queue_nums:
             return req.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                                                                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
-        g = b.subscription_group_manager.find(group)
+        g = self.subscription_group_manager.find(group)
         if g is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group [{group}] does not exist")
@@ -304,15 +319,14 @@ class PopMessageProcessor:
         return None
 
     def _has_messages(self, group: str, topic: str, queue_id: int) -> bool:
-        b = self.broker
-        tc = b.topic_config_manager.get(topic)
+        tc = self.topic_config_manager.get(topic)
         if tc is None:
             return False
         for qid in [queue_id] if queue_id >= 0 else range(tc.read_queue_nums):
-            offset = b.store.consumer_offsets.query_offset(group, topic, qid)
+            offset = self.store.consumer_offsets.query_offset(group, topic, qid)
             if offset < 0:
-                offset = b.store.get_min_offset_in_queue(topic, qid)
-            if b.store.get_max_offset_in_queue(topic, qid) > offset:
+                offset = self.store.get_min_offset_in_queue(topic, qid)
+            if self.store.get_max_offset_in_queue(topic, qid) > offset:
                 return True
         return False
 
@@ -324,14 +338,13 @@ class PopMessageProcessor:
                    queue_nums: int, retry: str, codes: frozenset[int] | None,
                    record_filter: RecordFilter | None) -> RemotingCommand | None:
         """One try: the answer with what was found, or None when nothing was."""
-        b = self.broker
         rand = random.randrange(100)
         first = [h.queue_id] if h.queue_id >= 0 else [(rand + i) % queue_nums for i in range(queue_nums)]
         plan = [(h.topic, q, codes, record_filter) for q in first]
-        retry_tc = b.topic_config_manager.get(retry)
+        retry_tc = self.topic_config_manager.get(retry)
         if retry_tc is not None:
             retry_plan = [(retry, q, None, None) for q in range(retry_tc.read_queue_nums)]
-            plan = retry_plan + plan if rand < b.config.pop_from_retry_probability else plan + retry_plan
+            plan = retry_plan + plan if rand < self.config.pop_from_retry_probability else plan + retry_plan
         budget = h.max_msg_nums
         reads: list[_Read] = []
         rest = 0
@@ -342,21 +355,21 @@ class PopMessageProcessor:
             if key in self._busy:
                 continue
             offset = self._pop_offset(h, topic, qid)
-            r = b.store.get_messages(h.consumer_group, topic, qid, offset, budget, tag_codes, flt)
+            r = self.store.get_messages(h.consumer_group, topic, qid, offset, budget, tag_codes, flt)
             if r.status is GetMessageStatus.FOUND:
                 reads.append(_Read(topic, qid, offset, r))
                 budget -= r.message_count
                 rest += r.max_offset - r.next_begin_offset
             elif r.status in _SKIP and r.next_begin_offset != offset:
-                b.store.consumer_offsets.commit_offset(h.consumer_group, topic, qid, r.next_begin_offset)
+                self.store.consumer_offsets.commit_offset(h.consumer_group, topic, qid, r.next_begin_offset)
         if not reads:
             return None
-        pop_time = b.pop_revive.next_pop_time()
-        revive_qid = b.pop_revive.next_revive_qid()
+        pop_time = self.pop_revive.next_pop_time()
+        revive_qid = self.pop_revive.next_revive_qid()
         for rd in reads:
             rd.ck = CheckPoint(rd.topic, h.consumer_group, rd.queue_id, rd.start, pop_time, h.invisible_time,
-                               b.config.broker_name, [q - rd.start for q in rd.result.queue_offsets], revive_qid)
-            b.pop_revive.open(rd.ck)
+                               self.config.broker_name, [q - rd.start for q in rd.result.queue_offsets], revive_qid)
+            self.pop_revive.open(rd.ck)
             self._busy.add((rd.topic, h.consumer_group, rd.queue_id))
 
         def written(i: int, r: PutMessageResult) -> None:
@@ -364,16 +377,17 @@ class PopMessageProcessor:
             assert rd.ck is not None
             self._busy.discard((rd.topic, h.consumer_group, rd.queue_id))
             if r.stored:  # handed out from now on, answered or not: the offset moves past them
-                b.pop_revive.written(rd.ck, r)
-                b.store.consumer_offsets.commit_offset(h.consumer_group, rd.topic, rd.queue_id,
+                self.pop_revive.written(rd.ck, r)
+                self.store.consumer_offsets.commit_offset(h.consumer_group, rd.topic, rd.queue_id,
                                                        rd.result.next_begin_offset)
             else:  # not handed out: the offset stays, the messages are read again
-                b.pop_revive.forget(rd.ck)
+                self.pop_revive.forget(rd.ck)
                 rd.result.release()
             if rest > 0 or not r.stored:  # pops that skipped this queue while it was busy: look again
-                b.pop_polling.notify_message_arriving(rd.topic, rd.queue_id, -1)
+                self.pop_polling.notify_message_arriving(rd.topic, rd.queue_id, -1)
 
-        results = await put_all(b.store, [[b.pop_revive.checkpoint_record(rd.ck)] for rd in reads if rd.ck], written)
+        results = await put_all(self.store, [[self.pop_revive.checkpoint_record(rd.ck)] for rd in reads if rd.ck],
+                                written)
         kept = [rd for rd, r in zip(reads, results, strict=True) if r.stored]
         if not kept:
             failure = results[0]
@@ -387,7 +401,6 @@ class PopMessageProcessor:
         """One orderly try: the answer (None when nothing could be popped) and, when queues were blocked, the
         earliest time one is not. No retry topic, no checkpoint: the group's offset stays on the first message not
         acknowledged, which comes back first."""
-        b = self.broker
         now = now_ms()
         rand = random.randrange(100)
         queues = [h.queue_id] if h.queue_id >= 0 else [(rand + i) % queue_nums for i in range(queue_nums)]
@@ -400,27 +413,27 @@ class PopMessageProcessor:
             key = (h.topic, h.consumer_group, qid)
             if key in self._busy:
                 continue
-            until = b.order_info.blocked_until(key, now, h.attempt_id)
+            until = self.order_info.blocked_until(key, now, h.attempt_id)
             if until:
                 unblocked_at = until if not unblocked_at else min(unblocked_at, until)
                 continue
             offset = self._pop_offset(h, h.topic, qid)
-            r = b.store.get_messages(h.consumer_group, h.topic, qid, offset, budget, codes, record_filter)
+            r = self.store.get_messages(h.consumer_group, h.topic, qid, offset, budget, codes, record_filter)
             if r.status is GetMessageStatus.FOUND:
                 reads.append(_Read(h.topic, qid, offset, r))
                 budget -= r.message_count
                 rest += r.max_offset - r.next_begin_offset
             elif r.status in _SKIP and r.next_begin_offset != offset:
-                b.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, qid, r.next_begin_offset)
+                self.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, qid, r.next_begin_offset)
         if not reads:
             return None, unblocked_at
-        pop_time = b.pop_revive.next_pop_time()
+        pop_time = self.pop_revive.next_pop_time()
         counts: dict[tuple[int, int], int] = {}  # (queue id, offset) → earlier pops
         dead: list[tuple[_Read, int]] = []  # (read, offset) past the group's retries
         for rd in list(reads):
             key = (h.topic, h.consumer_group, rd.queue_id)
             # What the last pop handed out and got acknowledged, after the one that came back: not again.
-            last = b.order_info.table.get(key)
+            last = self.order_info.table.get(key)
             done = set() if last is None else \
                 {off for i, off in enumerate(last.offsets) if last.acked >> i & 1} & set(rd.result.queue_offsets)
             if done:
@@ -428,12 +441,12 @@ class PopMessageProcessor:
             offsets = rd.result.queue_offsets
             every = sorted({*offsets, *done})
             if not offsets:  # all of it was acknowledged already: move on past it
-                b.order_info.forget(key)
+                self.order_info.forget(key)
                 self.commit_forward(h.consumer_group, h.topic, rd.queue_id, every[-1] + 1)
                 reads.remove(rd)
                 continue
             acked = sum(1 << i for i, off in enumerate(every) if off in done)
-            before = b.order_info.popped(key, OrderInfo(pop_time, h.invisible_time, every, h.attempt_id, acked))
+            before = self.order_info.popped(key, OrderInfo(pop_time, h.invisible_time, every, h.attempt_id, acked))
             for off, n in zip(every, before, strict=True):
                 counts[(rd.queue_id, off)] = n
                 if n > group.retry_max_times and off not in done:
@@ -459,9 +472,8 @@ class PopMessageProcessor:
     async def _dead_letter_orderly(self, h: PopMessageRequestHeader, reads: list[_Read], dead: list[tuple[_Read, int]],
                                    counts: dict[tuple[int, int], int], pop_time: int) -> list[_Read]:
         """Move the messages popped past the group's retries into its DLQ, acknowledged; the reads without them."""
-        b = self.broker
         topic = dlq_topic(h.consumer_group)
-        b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+        self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
         moved: list[MessageExtBrokerInner] = []
         for rd, off in dead:
             i = rd.result.queue_offsets.index(off)
@@ -469,35 +481,34 @@ class PopMessageProcessor:
             props = dict(msg.properties)
             props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
             moved.append(MessageExtBrokerInner(topic, msg.body, 0, msg.flag, props, msg.sys_flag, msg.born_timestamp,
-                                               msg.born_host, b.broker_addr, counts[(rd.queue_id, off)]))
+                                               msg.born_host, self.broker_addr, counts[(rd.queue_id, off)]))
         for rd in reads:
             _drop(rd, {off for r, off in dead if r is rd})
         keep = [rd for rd in reads if rd.result.queue_offsets]
         key_busy = [(h.topic, h.consumer_group, rd.queue_id) for rd in reads]
         self._busy.update(key_busy)
         try:
-            (r,) = await put_all(b.store, [moved])
+            (r,) = await put_all(self.store, [moved])
         finally:
             self._busy.difference_update(key_busy)
         if not r.stored:  # stay in order: they come back once the pop's invisible time passes
             log.warning("cannot move %d messages of %s past their retries to %s: %s %s", len(moved), h.topic, topic,
                         r.status.name, r.remark)
             return keep
-        b.pop_revive.dead += len(moved)
+        self.pop_revive.dead += len(moved)
         for rd, off in dead:
-            ok, new_offset = b.order_info.ack((h.topic, h.consumer_group, rd.queue_id), pop_time, off)
+            ok, new_offset = self.order_info.ack((h.topic, h.consumer_group, rd.queue_id), pop_time, off)
             if ok and new_offset is not None:
                 self.commit_forward(h.consumer_group, h.topic, rd.queue_id, new_offset)
         return keep
 
     def commit_forward(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        offsets = self.broker.store.consumer_offsets
+        offsets = self.store.consumer_offsets
         if offsets.query_offset(group, topic, queue_id) < offset:
             offsets.commit_offset(group, topic, queue_id, offset)
 
     def _found(self, req: RemotingCommand, h: PopMessageRequestHeader, reads: list[_Read], pop_time: int,
                revive_qid: int, rest: int) -> RemotingCommand:
-        b = self.broker
         info = OffsetInfo()
         parts: list[bytes | memoryview] = []
         count = 0
@@ -512,7 +523,7 @@ class PopMessageProcessor:
             for msg in decode_records(b"".join(r.buffers)):
                 props = dict(msg.properties)
                 props[PROPERTY_POP_CK] = str(Receipt(  # (a producer's own POP_CK property is no receipt)
-                    rd.start, pop_time, h.invisible_time, revive_qid, retry_flag(rd.topic), b.config.broker_name,
+                    rd.start, pop_time, h.invisible_time, revive_qid, retry_flag(rd.topic), self.config.broker_name,
                     rd.queue_id, msg.queue_offset))
                 parts.append(encode_record(
                     topic=h.topic.encode(), body=msg.body, properties=encode_properties(props),
@@ -523,7 +534,7 @@ class PopMessageProcessor:
                     reconsume_times=msg.reconsume_times,
                     prepared_transaction_offset=msg.prepared_transaction_offset))
             r.release()
-        b.stats.record_get(count)
+        self.stats.record_get(count)
         resp = req.response(ResponseCode.SUCCESS, "FOUND", {
             "popTime": str(pop_time), "invisibleTime": str(h.invisible_time), "reviveQid": str(revive_qid),
             "restNum": str(rest), "startOffsetInfo": info.start_offset_info(),
@@ -535,21 +546,20 @@ class PopMessageProcessor:
         """Where the group's pop of a queue starts: its offset, or for a group new to the queue the oldest
         message (init mode MIN, and always in a retry topic) or else the newest one, unless the whole queue is
         still in memory (RocketMQ's getInitOffset)."""
-        b = self.broker
-        offsets = b.store.consumer_offsets
+        offsets = self.store.consumer_offsets
         reset = offsets.take_reset_offset(h.consumer_group, topic, qid)
         if reset is not None:
             return reset
         offset = offsets.query_offset(h.consumer_group, topic, qid)
         if offset >= 0:
             return offset
-        store = b.store
+        store = self.store
         low = store.get_min_offset_in_queue(topic, qid)
         if h.init_mode == INIT_MODE_MIN or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             offset = low
         else:
             high = store.get_max_offset_in_queue(topic, qid)
-            offset = 0 if low <= 0 < high and not b.swapped_out(topic, qid, 0) else max(high - 1, 0)
+            offset = 0 if low <= 0 < high and not self.swapped_out(topic, qid, 0) else max(high - 1, 0)
         offsets.commit_offset(h.consumer_group, topic, qid, offset)
         return offset
 

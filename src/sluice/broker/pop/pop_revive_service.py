@@ -30,11 +30,15 @@ from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.message_codec import decode_records
 from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic
 from sluice.common.properties import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS
+from sluice.common.service import AsyncService
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.store.results import GetMessageStatus, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+    from sluice.broker.topic_config_manager import EnsureSystemTopic
+    from sluice.common.config import BrokerConfig
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -141,18 +145,23 @@ class AckRecord:
         return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), str(d["bn"]), offsets)
 
 
-class PopReviveService:
+class PopReviveService(AsyncService):
     """The checkpoints of a broker's pops, their acks, and the revive of what nobody acknowledged in time."""
 
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.topic = revive_topic(broker.config.broker_cluster_name)
-        self.queue_num = broker.config.revive_queue_num
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore,
+                 subscription_group_manager: SubscriptionGroupManager, ensure_system_topic: EnsureSystemTopic) -> None:
+        super().__init__()
+        self.config = config
+        self.broker_addr = broker_addr
+        self.store = store
+        self.subscription_group_manager = subscription_group_manager
+        self.ensure_system_topic = ensure_system_topic
+        self.topic = revive_topic(config.broker_cluster_name)
+        self.queue_num = config.revive_queue_num
         self.checkpoints: dict[CheckPointKey, CheckPoint] = {}
         self._due: list[tuple[int, CheckPointKey]] = []  # (revive time, key), stale entries skipped
         self._next_qid = 0
         self._last_pop_time = 0
-        self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.revived = 0  # messages put back (stats, tests)
         self.dead = 0  # of them, into a DLQ
@@ -160,9 +169,8 @@ class PopReviveService:
     # == lifecycle ===================================================================================
     def load(self) -> None:
         """Replay the revive log from the committed revive offsets (at start, before any pop)."""
-        b = self.broker
-        b.ensure_system_topic(self.topic, self.queue_num, PERM_READ | PERM_WRITE)
-        store = b.store
+        self.ensure_system_topic(self.topic, self.queue_num, PERM_READ | PERM_WRITE)
+        store = self.store
         cks = acks = 0
         crashed = store.abnormal_start
         # Every revive queue on disk, also those past a lowered revive_queue_num.
@@ -204,19 +212,16 @@ class PopReviveService:
         """After a crash, a replayed checkpoint: the group's pop offset is past its messages (the offsets file may
         be older than the crash; without this every pop since it was written would be handed out again). Not after
         a clean stop: the offsets file is current then, and may hold an admin's reset backwards."""
-        offsets = self.broker.store.consumer_offsets
+        offsets = self.store.consumer_offsets
         end = ck.start_offset + max(ck.diffs, default=-1) + 1
         if offsets.query_offset(ck.group, ck.topic, ck.queue_id) < end:
             offsets.commit_offset(ck.group, ck.topic, ck.queue_id, end)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._spawn(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await super().stop()
         self._commit_revive_offsets()
 
     # == checkpoints and acks ========================================================================
@@ -256,13 +261,13 @@ class PopReviveService:
         return self._record(revive_qid, ACK_TAG if len(ack.offsets) == 1 else BATCH_ACK_TAG, ack.to_json())
 
     def _record(self, qid: int, tag: str, body: bytes) -> MessageExtBrokerInner:
-        b = self.broker  # (no keys: nobody looks a revive record up by key, and the index would grow per ack)
-        return MessageExtBrokerInner(self.topic, body, qid, 0, {PROPERTY_TAGS: tag}, 0, now_ms(), b.broker_addr,
-                                     b.broker_addr)
+        # (no keys: nobody looks a revive record up by key, and the index would grow per ack)
+        return MessageExtBrokerInner(self.topic, body, qid, 0, {PROPERTY_TAGS: tag}, 0, now_ms(), self.broker_addr,
+                                     self.broker_addr)
 
     def open(self, ck: CheckPoint) -> None:
         """Track a checkpoint about to be written (its messages are invisible from now on)."""
-        ck.revive_offset = self.broker.store.get_max_offset_in_queue(self.topic, ck.revive_qid)
+        ck.revive_offset = self.store.get_max_offset_in_queue(self.topic, ck.revive_qid)
         self._track(ck)
         self._wake.set()
 
@@ -340,7 +345,6 @@ class PopReviveService:
         return max(0.0, min(1.0, (due[0][0] - now_ms()) / 1000))
 
     async def _revive(self, ck: CheckPoint) -> bool:
-        b = self.broker
         if self.checkpoints.get(ck.key) is not ck:
             return True
         msgs: list[MessageExtBrokerInner] = []
@@ -349,7 +353,7 @@ class PopReviveService:
             if msg is not None:
                 msgs.append(self._again(ck, msg))
         if msgs:  # with the mark that they are back, for a replay of the revive log
-            r = await b.store.put_async([*msgs, self.checkpoint_record(ck, REVIVED_TAG)])
+            r = await self.store.put_async([*msgs, self.checkpoint_record(ck, REVIVED_TAG)])
             if r.status is PutMessageStatus.MESSAGE_ILLEGAL:  # never to be stored: say so once, and let it go
                 log.error("pop revive of %s queue %d (group %s): its messages cannot be put back (%s); dropped: %s",
                           ck.topic, ck.queue_id, ck.group, r.remark, ck.unacked_offsets())
@@ -364,7 +368,7 @@ class PopReviveService:
         return True
 
     def _load(self, ck: CheckPoint, offset: int) -> MessageExt | None:
-        r = self.broker.store.get_messages(ck.group, ck.topic, ck.queue_id, offset, 1)
+        r = self.store.get_messages(ck.group, ck.topic, ck.queue_id, offset, 1)
         try:
             if r.status is not GetMessageStatus.FOUND or not r.queue_offsets or r.queue_offsets[0] != offset:
                 log.warning("pop revive: %s queue %d offset %d is gone (%s); not put back", ck.topic, ck.queue_id,
@@ -376,7 +380,6 @@ class PopReviveService:
 
     def _again(self, ck: CheckPoint, msg: MessageExt) -> MessageExtBrokerInner:
         """The message as it comes back: in the POP retry topic, or the group's DLQ past its retries."""
-        b = self.broker
         props = dict(msg.properties)
         original = ck.topic
         if original.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -387,20 +390,20 @@ class PopReviveService:
         props.setdefault(PROPERTY_RETRY_TOPIC, original)
         if msg.reconsume_times == 0 or PROPERTY_FIRST_POP_TIME not in props:
             props[PROPERTY_FIRST_POP_TIME] = str(ck.pop_time)
-        sub = b.subscription_group_manager.find(ck.group)
-        max_times = sub.retry_max_times if sub is not None else b.config.max_reconsume_times
+        sub = self.subscription_group_manager.find(ck.group)
+        max_times = sub.retry_max_times if sub is not None else self.config.max_reconsume_times
         if msg.reconsume_times >= max_times:
             topic = dlq_topic(ck.group)
         else:
             topic = retry
-        b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+        self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
         return MessageExtBrokerInner(topic, msg.body, 0, msg.flag, props, msg.sys_flag, msg.born_timestamp,
-                                     msg.born_host, b.broker_addr, msg.reconsume_times + 1)
+                                     msg.born_host, self.broker_addr, msg.reconsume_times + 1)
 
     def _commit_revive_offsets(self) -> None:
         """Each revive queue's committed offset: its oldest record of a checkpoint not settled (the end when
         none is), where the next start replays from."""
-        store = self.broker.store
+        store = self.store
         oldest: dict[int, int] = {}
         for ck in self.checkpoints.values():
             if ck.revive_offset < oldest.get(ck.revive_qid, 1 << 62):

@@ -6,7 +6,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.broker.processors.client_manage_processor import parse_json_body
 from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
@@ -23,7 +24,19 @@ from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.broker_stats import BrokerStats
+    from sluice.broker.consumer_manager import ConsumerManager
+    from sluice.broker.pull_request_hold_service import PullRequestHoldService
+    from sluice.broker.rebalance_lock_manager import RebalanceLockManager
+    from sluice.broker.schedule_message_service import ScheduleMessageService
+    from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+    from sluice.broker.timer_message_service import TimerMessageService
+    from sluice.broker.topic_config_manager import TopicConfigManager
+    from sluice.common.config import BrokerConfig, BrokerRole
+    from sluice.common.loop_lag import LoopLagProbe
+    from sluice.store.ha.ha_client import HAClient
+    from sluice.store.ha.ha_service import HAService
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +77,59 @@ def _mq_set(data: dict, key: str) -> list[MessageQueue]:
         raise BadRequestError(f"{key} is malformed: {exc}") from exc
 
 
+class BrokerRuntime(Protocol):
+    """What GET_BROKER_RUNTIME_INFO reports of the running broker, read at each request (its replication is set up
+    after the processors, and whether it is fenced changes)."""
+
+    @property
+    def boot_timestamp(self) -> int: ...
+    @property
+    def role(self) -> BrokerRole: ...
+    @property
+    def stats(self) -> BrokerStats: ...
+    @property
+    def hold_service(self) -> PullRequestHoldService: ...
+    @property
+    def loop_lag(self) -> LoopLagProbe: ...
+    @property
+    def fenced(self) -> bool: ...
+    @property
+    def write_guard(self) -> Callable[[], str] | None: ...
+    @property
+    def ha_service(self) -> HAService | None: ...
+    @property
+    def ha_client(self) -> HAClient | None: ...
+
+
 class AdminBrokerProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, consumer_manager: ConsumerManager,
+                 lock_manager: RebalanceLockManager, topic_config_manager: TopicConfigManager,
+                 subscription_group_manager: SubscriptionGroupManager, trigger_register: Callable[[], None],
+                 topic_config_wrapper: Callable[[], dict[str, Any]],
+                 schedule_service: ScheduleMessageService | None, timer_service: TimerMessageService | None,
+                 runtime: BrokerRuntime) -> None:
+        self.config = config
+        self.broker_addr = broker_addr
+        self.store = store
+        self.consumer_manager = consumer_manager
+        self.lock_manager = lock_manager
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.trigger_register = trigger_register
+        self.topic_config_wrapper = topic_config_wrapper
+        # (a master's; None on a slave)
+        self.schedule_service = schedule_service
+        self.timer_service = timer_service
+        self.runtime = runtime
 
     # == topics ======================================================================================
     async def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         topic = req.ext_str("topic")
         try:
             validate_topic(topic)
         except InvalidNameError as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        if topic in SYSTEM_TOPICS or topic in (b.config.broker_cluster_name, b.config.broker_name):
+        if topic in SYSTEM_TOPICS or topic in (self.config.broker_cluster_name, self.config.broker_name):
             return req.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
         read, write = req.ext_int("readQueueNums", 16), req.ext_int("writeQueueNums", 16)
         if not (0 < read <= 1024 and 0 < write <= 1024):
@@ -88,75 +141,73 @@ class AdminBrokerProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType {tft!r} is not SINGLE_TAG or MULTI_TAG")
         tc = TopicConfig(topic, read, write, req.ext_int("perm", PERM_READ | PERM_WRITE), filter_type,
                          req.ext_int("topicSysFlag", 0), req.ext_bool("order"))
-        b.topic_config_manager.update(tc)
-        b.trigger_register()
+        self.topic_config_manager.update(tc)
+        self.trigger_register()
         try:  # answered once the topic table is on disk (written off the event loop)
-            await asyncio.wrap_future(b.topic_config_manager.persist())
+            await asyncio.wrap_future(self.topic_config_manager.persist())
         except OSError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"topic {topic} is created, but the topic table could not "
                                                            f"be saved ({exc}); it is saved once the disk allows")
         return req.response(ResponseCode.SUCCESS)
 
     async def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         topic = req.ext_str("topic")
         if topic in SYSTEM_TOPICS:
             return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-        b.topic_config_manager.delete(topic)
-        b.trigger_register()
+        self.topic_config_manager.delete(topic)
+        self.trigger_register()
         # On the store thread, after the sends read before this request (the files go too: off the loop).
-        await b.store.on_store_thread(lambda: b.store.delete_topics([topic]))
+        await self.store.on_store_thread(lambda: self.store.delete_topics([topic]))
         return req.response(ResponseCode.SUCCESS)
 
     def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        return req.response(ResponseCode.SUCCESS, body=json_body(self.broker.topic_config_wrapper()))
+        return req.response(ResponseCode.SUCCESS, body=json_body(self.topic_config_wrapper()))
 
     def get_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """One topic's config (Java's TopicConfigAndQueueMapping; Sluice has no static-topic queue mapping)."""
         topic = req.ext_str("topic")
-        tc = self.broker.topic_config_manager.get(topic)
+        tc = self.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         return req.response(ResponseCode.SUCCESS, body=json_body({**tc.to_json(), "attributes": {},
                                                                   "mappingDetail": None}))
 
     def get_topic_name_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topics = sorted(self.broker.topic_config_manager.table)
-        return req.response(ResponseCode.SUCCESS, body=json_body({"brokerAddr": self.broker.broker_addr,
+        topics = sorted(self.topic_config_manager.table)
+        return req.response(ResponseCode.SUCCESS, body=json_body({"brokerAddr": self.broker_addr,
                                                                   "topicList": topics}))
 
     def get_topic_stats_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Per queue: min / max offset and last store time (``sluice topic status``)."""
-        b = self.broker
         topic = req.ext_str("topic")
-        tc = b.topic_config_manager.get(topic)
+        tc = self.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         table: dict[ObjectKey, dict[str, int]] = {}
         for qid in range(tc.write_queue_nums):
-            max_off = b.store.get_max_offset_in_queue(topic, qid)
-            last = b.store.get_message_store_timestamp(topic, qid, max_off - 1) if max_off > 0 else 0
-            table[queue_key(b.config.broker_name, topic, qid)] = {
+            max_off = self.store.get_max_offset_in_queue(topic, qid)
+            last = self.store.get_message_store_timestamp(topic, qid, max_off - 1) if max_off > 0 else 0
+            table[queue_key(self.config.broker_name, topic, qid)] = {
                 "lastUpdateTimestamp": max(last, 0), "maxOffset": max_off,
-                "minOffset": b.store.get_min_offset_in_queue(topic, qid)}
+                "minOffset": self.store.get_min_offset_in_queue(topic, qid)}
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table, "topicPutTps": 0.0}))
 
     # == offsets =====================================================================================
     def get_max_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_max_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        off = self.store.get_max_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def get_min_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_min_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        off = self.store.get_min_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def search_offset_by_timestamp(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_offset_in_queue_by_time(req.ext_str("topic"), req.ext_int("queueId"),
+        off = self.store.get_offset_in_queue_by_time(req.ext_str("topic"), req.ext_int("queueId"),
                                                             req.ext_int("timestamp"))
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        ts = self.broker.store.get_earliest_message_time(req.ext_str("topic"), req.ext_int("queueId"))
+        ts = self.store.get_earliest_message_time(req.ext_str("topic"), req.ext_int("queueId"))
         return req.response(ResponseCode.SUCCESS, None, {"timestamp": str(ts)})
 
     # == orderly consumption locks ===================================================================
@@ -165,12 +216,12 @@ class AdminBrokerProcessor:
         group, client_id = str(data.get("consumerGroup") or ""), str(data.get("clientId") or "")
         if not group or not client_id:
             raise BadRequestError("lock body needs consumerGroup and clientId")
-        locked = self.broker.lock_manager.try_lock_batch(group, _mq_set(data, "mqSet"), client_id)
+        locked = self.lock_manager.try_lock_batch(group, _mq_set(data, "mqSet"), client_id)
         return req.response(ResponseCode.SUCCESS, body=json_body({"lockOKMQSet": [m.to_json() for m in locked]}))
 
     def unlock_batch_mq(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         data = parse_json_body(req, "unlock")
-        self.broker.lock_manager.unlock_batch(str(data.get("consumerGroup") or ""), _mq_set(data, "mqSet"),
+        self.lock_manager.unlock_batch(str(data.get("consumerGroup") or ""), _mq_set(data, "mqSet"),
                                               str(data.get("clientId") or ""))
         return req.response(ResponseCode.SUCCESS)
 
@@ -193,20 +244,20 @@ class AdminBrokerProcessor:
                 _json_bool(data, "consumeMessageOrderly", False))
         except (InvalidNameError, ValueError) as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, f"bad subscription group config: {exc}")
-        self.broker.subscription_group_manager.update(g)
+        self.subscription_group_manager.update(g)
         log.info("subscription group %s created or updated: %s", g.group_name, g.to_json())
         return req.response(ResponseCode.SUCCESS)
 
     def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Every group's committed offsets, as consumerOffset.json holds them (a slave copies them)."""
-        com = self.broker.store.consumer_offsets
+        com = self.store.consumer_offsets
         with com._lock:
             table = {k: {str(q): o for q, o in v.items()} for k, v in com.offset_table.items()}
         return req.response(ResponseCode.SUCCESS, body=json_body({"offsetTable": table}))
 
     def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """The delay levels' delivery offsets, as delayOffset.json holds them (a slave copies them)."""
-        s = self.broker.schedule_service
+        s = self.schedule_service
         offsets = dict(s.offsets) if s is not None else {}
         return req.response(ResponseCode.SUCCESS,
                             body=json_body({"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}))
@@ -214,7 +265,7 @@ class AdminBrokerProcessor:
     def get_timer_check_point(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """How far the timer service has taken the timer queue and delivered (a slave copies it: a slave made
         master does not deliver those timers again). JSON, not RocketMQ's binary TimerCheckpoint."""
-        t = self.broker.timer_service
+        t = self.timer_service
         if t is None:
             return req.response(ResponseCode.SYSTEM_ERROR, "this broker runs no timer service (a slave)")
         enqueue_offset, _, dequeue_ms = t._checkpoint
@@ -222,41 +273,39 @@ class AdminBrokerProcessor:
                             body=json_body({"enqueueOffset": enqueue_offset, "dequeueMs": dequeue_ms}))
 
     def get_all_subscriptiongroup_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        m = self.broker.subscription_group_manager
+        m = self.subscription_group_manager
         return req.response(ResponseCode.SUCCESS, body=json_body({
             "dataVersion": m.data_version.to_json(),
             "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(m.table.items())}}))
 
     def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         topic = req.ext_str("topic")
-        groups = set(b.consumer_manager.groups_of_topic(topic)) | b.store.consumer_offsets.groups_of_topic(topic)
+        groups = set(self.consumer_manager.groups_of_topic(topic)) | self.store.consumer_offsets.groups_of_topic(topic)
         return req.response(ResponseCode.SUCCESS, body=json_body({"groupList": sorted(groups)}))
 
     def get_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Per queue of the group's topics: broker offset, consumer offset and last store time, in an
         ``offsetTable`` keyed by MessageQueue objects as fastjson writes it (not standard JSON: Java reads no other
         form)."""
-        b = self.broker
         group = req.ext_str("consumerGroup")
         only = req.ext_fields.get("topic") or ""
-        offsets = b.store.consumer_offsets
+        offsets = self.store.consumer_offsets
         topics = {k.split("@", 1)[0] for k in offsets.offset_table if k.split("@", 1)[1] == group}
-        g = b.consumer_manager.get(group)
+        g = self.consumer_manager.get(group)
         if g is not None:
             topics |= set(g.subscriptions)
         if only:
             topics &= {only}
         table: dict[ObjectKey, dict[str, int]] = {}
         for topic in sorted(topics):
-            tc = b.topic_config_manager.get(topic)
+            tc = self.topic_config_manager.get(topic)
             if tc is None:
                 continue
             for qid in range(tc.read_queue_nums):
-                broker_off = b.store.get_max_offset_in_queue(topic, qid)
+                broker_off = self.store.get_max_offset_in_queue(topic, qid)
                 consumer_off = max(offsets.query_offset(group, topic, qid), 0)  # none committed: 0, as in RocketMQ
-                last = b.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
-                table[queue_key(b.config.broker_name, topic, qid)] = {
+                last = self.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
+                table[queue_key(self.config.broker_name, topic, qid)] = {
                     "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
                     "pullOffset": consumer_off}
         if not table and g is None:
@@ -268,18 +317,17 @@ class AdminBrokerProcessor:
         """Move a group's offsets on a topic to a time (-1: the end) or, for one queue, to an offset; RocketMQ 5's
         server-side reset: the offsets are committed here, and each queue's next pull tells the consumer
         (PULL_OFFSET_MOVED to the new offset) while commits from before the reset are ignored."""
-        b = self.broker
         topic, group = req.ext_str("topic"), req.ext_str("group")
         queue_id, timestamp = req.ext_int("queueId", -1), req.ext_int("timestamp", -1)
         offset = req.ext_int("offset", -1) if req.ext_fields.get("offset") not in (None, "", "null") else -1
-        if b.config.broker_id != 0:
+        if self.config.broker_id != 0:
             return req.response(ResponseCode.SYSTEM_ERROR, "Can not reset offset in slave broker")
-        tc = b.topic_config_manager.get(topic)
+        tc = self.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist")
-        if group not in b.subscription_group_manager.table:
+        if group not in self.subscription_group_manager.table:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist")
-        store = b.store
+        store = self.store
 
         def by_time(qid: int) -> int:
             if timestamp < 0:
@@ -302,13 +350,12 @@ class AdminBrokerProcessor:
         for qid, target in targets.items():
             store.consumer_offsets.assign_reset_offset(group, topic, qid, target)
         log.info("offsets of group %s on topic %s reset by %s: %s", group, topic, conn.remote_addr, targets)
-        table = {queue_key(b.config.broker_name, topic, qid): target for qid, target in targets.items()}
+        table = {queue_key(self.config.broker_name, topic, qid): target for qid, target in targets.items()}
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}))
 
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         group = req.ext_str("consumerGroup")
-        g = b.consumer_manager.get(group)
+        g = self.consumer_manager.get(group)
         if g is None:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         return req.response(ResponseCode.SUCCESS, body=json_body({
@@ -319,23 +366,24 @@ class AdminBrokerProcessor:
             "subscriptionTable": {t: s.to_json() for t, s in g.subscriptions.items()}}))
 
     def get_broker_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
-        store = b.store
-        table = {"brokerVersionDesc": "sluice", "msgPutTotalTodayNow": str(b.stats.put_msgs),
-                 "msgGetTotalTodayNow": str(b.stats.get_msgs), "commitLogMinOffset": str(store.get_min_phy_offset()),
+        store = self.store
+        rt = self.runtime
+        table = {"brokerVersionDesc": "sluice", "msgPutTotalTodayNow": str(rt.stats.put_msgs),
+                 "msgGetTotalTodayNow": str(rt.stats.get_msgs), "commitLogMinOffset": str(store.get_min_phy_offset()),
                  "commitLogMaxOffset": str(store.get_max_phy_offset()),
                  "dispatchBehindBytes": str(store.get_max_phy_offset() - store.dispatched_offset),
-                 "bootTimestamp": str(b.boot_timestamp), "runtime": f"{int(time.time() * 1000) - b.boot_timestamp} ms",
-                 "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(b.hold_service.count),
-                 "eventLoopLagMaxMs": f"{b.loop_lag.max_lag * 1000:.1f}",
-                 "eventLoopBusyMaxMs": f"{b.loop_lag.max_busy * 1000:.1f}",
-                 "gcPauseMaxMs": f"{b.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": b.role.value,
+                 "bootTimestamp": str(rt.boot_timestamp),
+                 "runtime": f"{int(time.time() * 1000) - rt.boot_timestamp} ms",
+                 "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(rt.hold_service.count),
+                 "eventLoopLagMaxMs": f"{rt.loop_lag.max_lag * 1000:.1f}",
+                 "eventLoopBusyMaxMs": f"{rt.loop_lag.max_busy * 1000:.1f}",
+                 "gcPauseMaxMs": f"{rt.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": rt.role.value,
                  **store.back_pressure_info()}
-        if b.fenced:
-            table["fenced"] = b.write_guard() if b.write_guard is not None else "true"
-        if b.ha_service is not None:  # replication lag of each connected slave, in bytes ("id:lag,...")
-            table["haSlaveLagBytes"] = ",".join(f"{i}:{lag}" for i, lag in sorted(b.ha_service.lag().items()))
-            table["haInSyncSlaves"] = ",".join(str(s.broker_id) for s in b.ha_service.in_sync_slaves())
-        if b.ha_client is not None:
-            table["haMasterAddress"] = b.ha_client.connected_to
+        if rt.fenced:
+            table["fenced"] = rt.write_guard() if rt.write_guard is not None else "true"
+        if rt.ha_service is not None:  # replication lag of each connected slave, in bytes ("id:lag,...")
+            table["haSlaveLagBytes"] = ",".join(f"{i}:{lag}" for i, lag in sorted(rt.ha_service.lag().items()))
+            table["haInSyncSlaves"] = ",".join(str(s.broker_id) for s in rt.ha_service.in_sync_slaves())
+        if rt.ha_client is not None:
+            table["haMasterAddress"] = rt.ha_client.connected_to
         return req.response(ResponseCode.SUCCESS, body=json_body({"table": table}))

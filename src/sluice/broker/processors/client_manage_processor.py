@@ -18,7 +18,13 @@ from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.consumer_filter_manager import ConsumerFilterManager
+    from sluice.broker.consumer_manager import ConsumerManager
+    from sluice.broker.producer_manager import ProducerManager
+    from sluice.broker.rebalance_lock_manager import RebalanceLockManager
+    from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+    from sluice.broker.topic_config_manager import EnsureSystemTopic
+    from sluice.common.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +41,19 @@ def parse_json_body(req: RemotingCommand, what: str) -> dict:
 
 
 class ClientManageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, consumer_manager: ConsumerManager, producer_manager: ProducerManager,
+                 consumer_filter_manager: ConsumerFilterManager, lock_manager: RebalanceLockManager,
+                 subscription_group_manager: SubscriptionGroupManager,
+                 ensure_system_topic: EnsureSystemTopic) -> None:
+        self.config = config
+        self.consumer_manager = consumer_manager
+        self.producer_manager = producer_manager
+        self.consumer_filter_manager = consumer_filter_manager
+        self.lock_manager = lock_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.ensure_system_topic = ensure_system_topic
 
     def heart_beat(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         data = parse_json_body(req, "heartbeat")
         try:
             hb = HeartbeatData.from_json(data)
@@ -48,33 +62,32 @@ class ClientManageProcessor:
         except (TypeError, ValueError) as exc:
             raise BadRequestError(f"heartbeat body is malformed: {exc}") from exc
         for cd in hb.consumers:
-            group = b.subscription_group_manager.find(cd.group_name)
+            group = self.subscription_group_manager.find(cd.group_name)
             if group is not None and group.retry_queue_nums > 0:
-                b.ensure_system_topic(retry_topic(cd.group_name), group.retry_queue_nums, PERM_READ | PERM_WRITE)
-            b.consumer_manager.register_consumer(
+                self.ensure_system_topic(retry_topic(cd.group_name), group.retry_queue_nums, PERM_READ | PERM_WRITE)
+            self.consumer_manager.register_consumer(
                 cd.group_name, ClientChannelInfo(hb.client_id, conn, req.language, req.version),
                 cd.consume_type, cd.message_model, cd.consume_from_where, cd.subscriptions)
-            if b.config.enable_property_filter and (cd.subscriptions
+            if self.config.enable_property_filter and (cd.subscriptions
                                                     or cd.consume_type is not ConsumeType.CONSUME_ACTIVELY):
-                b.consumer_filter_manager.register(cd.group_name, cd.subscriptions)
+                self.consumer_filter_manager.register(cd.group_name, cd.subscriptions)
         for group_name in hb.producer_groups:
-            b.producer_manager.register_producer(group_name,
+            self.producer_manager.register_producer(group_name,
                                                  ClientChannelInfo(hb.client_id, conn, req.language, req.version))
         return req.response(ResponseCode.SUCCESS)
 
     def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
         client_id = req.ext_str("clientID")
         producer_group = req.ext_fields.get("producerGroup") or ""
         consumer_group = req.ext_fields.get("consumerGroup") or ""
         if producer_group:
-            b.producer_manager.unregister_producer(producer_group, client_id)
+            self.producer_manager.unregister_producer(producer_group, client_id)
         if consumer_group:
-            b.consumer_manager.unregister_consumer(consumer_group, client_id)
+            self.consumer_manager.unregister_consumer(consumer_group, client_id)
             # A client that unregisters has stopped consuming, so its orderly-queue locks go too. Java brokers keep
             # them until they expire (60 s), and the C++ 1.2.x client's shutdown leaves the first queue of each
             # broker locked (its unlockAll skips it): a restarted orderly consumer would wait a minute for it.
-            released = b.lock_manager.unlock_all(consumer_group, client_id)
+            released = self.lock_manager.unlock_all(consumer_group, client_id)
             if released:
                 log.info("released %d queue locks of %s in group %s as it unregistered", len(released), client_id,
                          consumer_group)
@@ -90,7 +103,7 @@ class ClientManageProcessor:
         if is_tag_type(etype):
             return req.response(ResponseCode.SUCCESS)
         etype = str(etype)
-        if not self.broker.config.enable_property_filter:
+        if not self.config.enable_property_filter:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"The broker does not support consumer to filter message by {etype}")
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.remoting.codes import ResponseCode
@@ -10,22 +11,26 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.consumer_manager import ConsumerManager
+    from sluice.store.message_store import MessageStore
 
 
 class ConsumerManageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, store: MessageStore, consumer_manager: ConsumerManager,
+                 swapped_out: Callable[[str, int, int], bool]) -> None:
+        self.store = store
+        self.consumer_manager = consumer_manager
+        self.swapped_out = swapped_out
 
     def get_consumer_list_by_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         group = req.ext_str("consumerGroup")
-        ids = self.broker.consumer_manager.consumer_ids(group)
+        ids = self.consumer_manager.consumer_ids(group)
         if not ids:
             return req.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return req.response(ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
 
     def update_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        offsets = self.broker.store.consumer_offsets
+        offsets = self.store.consumer_offsets
         group, topic, qid = req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId")
         if offsets.has_offset_reset(group, topic, qid):  # the consumer has not been told of the reset yet
             return req.response(ResponseCode.SUCCESS, "Offset has been previously reset")
@@ -39,13 +44,13 @@ class ConsumerManageProcessor:
 
         RocketMQ 5's ``setZeroIfNotFound=false`` turns the 0 rule off.
         """
-        store = self.broker.store
+        store = self.store
         group, topic, qid = req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId")
         offset = store.consumer_offsets.query_offset(group, topic, qid)
         if offset >= 0:
             return req.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
         if req.ext_bool("setZeroIfNotFound", True) and store.get_min_offset_in_queue(topic, qid) <= 0 \
-                and store.get_max_offset_in_queue(topic, qid) > 0 and not self.broker.swapped_out(topic, qid, 0):
+                and store.get_max_offset_in_queue(topic, qid) > 0 and not self.swapped_out(topic, qid, 0):
             return req.response(ResponseCode.SUCCESS, None, {"offset": "0"})
         return req.response(ResponseCode.QUERY_NOT_FOUND,
                             "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")

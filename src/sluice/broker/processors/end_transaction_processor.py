@@ -13,19 +13,23 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.transactional_message_service import TransactionalMessageService
+    from sluice.common.config import BrokerConfig
+    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
 
 class EndTransactionProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, store: MessageStore,
+                 transaction_service: TransactionalMessageService) -> None:
+        self.config = config
+        self.store = store
+        self.transaction_service = transaction_service
 
     async def end_transaction(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         """Java producers send it one-way; whoever asks for an answer gets SUCCESS or a code with a remark. An
         unknown or already decided half message changes nothing."""
-        b = self.broker
         group = req.ext_str("producerGroup")
         queue_offset = req.ext_int("tranStateTableOffset")
         commit_log_offset = req.ext_int("commitLogOffset")
@@ -42,15 +46,15 @@ class EndTransactionProcessor:
                                 f"commitOrRollback must be {TRANSACTION_COMMIT_TYPE} (commit), "
                                 f"{TRANSACTION_ROLLBACK_TYPE} (rollback) or {TRANSACTION_NOT_TYPE} (unknown), "
                                 f"not {outcome}")
-        if not perm_writeable(b.config.broker_permission) or b.store.write_failure:
-            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] is read-only: the "
+        if not perm_writeable(self.config.broker_permission) or self.store.write_failure:
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_name}] is read-only: the "
                                                             f"transaction stays undecided")
-        half, refusal = b.transaction_service.check_end(group, queue_offset, commit_log_offset)
+        half, refusal = self.transaction_service.check_end(group, queue_offset, commit_log_offset)
         if half is None:
             log.warning("END_TRANSACTION of %s for half message %d refused: %s", who, queue_offset, refusal.remark)
             return req.response(refusal.code, refusal.remark)
         commit = outcome == TRANSACTION_COMMIT_TYPE
-        r = await b.transaction_service.end(half, commit)
+        r = await self.transaction_service.end(half, commit)
         if not r.ok:
             return req.response(PUT_STATUS_CODES.get(r.status, ResponseCode.SYSTEM_ERROR), r.remark or r.status.name)
         return req.response(ResponseCode.SUCCESS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -21,7 +22,14 @@ from sluice.store.message_store import RecordFilter
 from sluice.store.results import GetMessageStatus
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.broker.broker_stats import BrokerStats
+    from sluice.broker.consumer_filter_manager import ConsumerFilterManager
+    from sluice.broker.consumer_manager import ConsumerManager
+    from sluice.broker.pull_request_hold_service import PullRequestHoldService
+    from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+    from sluice.broker.topic_config_manager import TopicConfigManager
+    from sluice.common.config import BrokerConfig
+    from sluice.store.message_store import MessageStore
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -88,8 +96,21 @@ _STATUS_CODE = {
 
 
 class PullMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore,
+                 topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
+                 consumer_manager: ConsumerManager, consumer_filter_manager: ConsumerFilterManager,
+                 hold_service: PullRequestHoldService, stats: BrokerStats,
+                 swapped_out: Callable[[str, int, int], bool]) -> None:
+        self.config = config
+        self.broker_addr = broker_addr
+        self.store = store
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.consumer_manager = consumer_manager
+        self.consumer_filter_manager = consumer_filter_manager
+        self.hold_service = hold_service
+        self.stats = stats
+        self.swapped_out = swapped_out
 
     def pull_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | DeferredResponse:
         return self._process(conn, req, PullMessageRequestHeader.parse(req), allow_suspend=True)
@@ -99,16 +120,16 @@ class PullMessageProcessor:
 
     def _process(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
                  allow_suspend: bool) -> RemotingCommand | DeferredResponse:
-        b = self.broker
-        if not perm_readable(b.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.broker_addr}] pulling message is forbidden")
-        group = b.subscription_group_manager.find(h.consumer_group)
+        if not perm_readable(self.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION,
+                                f"the broker[{self.broker_addr}] pulling message is forbidden")
+        group = self.subscription_group_manager.find(h.consumer_group)
         if group is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group [{h.consumer_group}] does not exist")
         if not group.consume_enable:
             return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
-        tc = b.topic_config_manager.get(h.topic)
+        tc = self.topic_config_manager.get(h.topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
         if not perm_readable(tc.perm):
@@ -130,7 +151,7 @@ class PullMessageProcessor:
                 if not h.subscription:
                     return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                         "parse the consumer's subscription failed")
-                if not b.config.enable_property_filter:
+                if not self.config.enable_property_filter:
                     return self._property_filter_disabled(req, h.expression_type)
                 try:  # RocketMQ would serve every message here (its build swallows the error)
                     expr = compile_expression(h.expression_type, h.subscription)
@@ -138,7 +159,7 @@ class PullMessageProcessor:
                     return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                         f"parse the consumer's subscription failed: {str(exc).splitlines()[0]}")
         else:
-            sub = b.consumer_manager.find_subscription(h.consumer_group, h.topic)
+            sub = self.consumer_manager.find_subscription(h.consumer_group, h.topic)
             if sub is None:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                     f"the consumer's subscription not exist, group: {h.consumer_group}")
@@ -147,9 +168,9 @@ class PullMessageProcessor:
             if is_tag_type(sub.expression_type):
                 codes = tag_codes_of(sub.sub_string)
             else:
-                if not b.config.enable_property_filter:
+                if not self.config.enable_property_filter:
                     return self._property_filter_disabled(req, sub.expression_type)
-                data = b.consumer_filter_manager.get(h.topic, h.consumer_group)
+                data = self.consumer_filter_manager.get(h.topic, h.consumer_group)
                 if data is None:
                     return req.response(ResponseCode.FILTER_DATA_NOT_EXIST,
                                         "The broker's consumer filter data is not exist!Your expression may be wrong!")
@@ -160,19 +181,19 @@ class PullMessageProcessor:
         record_filter: RecordFilter | None = None
         if expr is not None:
             record_filter = ExpressionMessageFilter(expr)
-        elif b.config.enable_property_filter and h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        elif self.config.enable_property_filter and h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             # A retried message meets again the filter of the topic it came from.
-            filters = b.consumer_filter_manager.of_group(h.consumer_group)
+            filters = self.consumer_filter_manager.of_group(h.consumer_group)
             if filters:
                 record_filter = ExpressionForRetryMessageFilter({t: d.compiled for t, d in filters.items()})
 
-        reset = b.store.consumer_offsets.take_reset_offset(h.consumer_group, h.topic, h.queue_id)
+        reset = self.store.consumer_offsets.take_reset_offset(h.consumer_group, h.topic, h.queue_id)
         if reset is not None:  # an admin moved the group: the consumer continues from there
             return req.response(ResponseCode.PULL_OFFSET_MOVED, "OFFSET_RESET", {
                 "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
-                "minOffset": str(b.store.get_min_offset_in_queue(h.topic, h.queue_id)),
-                "maxOffset": str(b.store.get_max_offset_in_queue(h.topic, h.queue_id))})
-        r = b.store.get_messages(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes,
+                "minOffset": str(self.store.get_min_offset_in_queue(h.topic, h.queue_id)),
+                "maxOffset": str(self.store.get_max_offset_in_queue(h.topic, h.queue_id))})
+        r = self.store.get_messages(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes,
                                  record_filter)
         status = r.status
         if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
@@ -182,20 +203,21 @@ class PullMessageProcessor:
         # (a slave keeps commits too: with the master gone, consumers commit there; while the master is up its
         # offsets overwrite them, SlaveSynchronize)
         if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
-            b.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+            self.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
-            timeout = h.suspend_timeout_millis if b.config.long_polling_enable else b.config.short_polling_time_mills
+            c = self.config
+            timeout = h.suspend_timeout_millis if c.long_polling_enable else c.short_polling_time_mills
             return self._hold(conn, req, h, timeout)
         # Reads of messages no longer in memory are pointed at slave 1 (RocketMQ's slaveReadEnable with
         # whichBrokerWhenConsumeSlowly 1), so that they do not evict the pages the master's writers use.
-        slow = (b.config.slave_read_enable and code == ResponseCode.SUCCESS
-                and b.swapped_out(h.topic, h.queue_id, h.queue_offset))
+        slow = (self.config.slave_read_enable and code == ResponseCode.SUCCESS
+                and self.swapped_out(h.topic, h.queue_id, h.queue_offset))
         ext = {"suggestWhichBrokerId": "1" if slow else "0", "nextBeginOffset": str(r.next_begin_offset),
                "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
         resp = req.response(code, None if code == ResponseCode.SUCCESS else status.name, ext)
         if r.buffers:
             resp.body_parts = r.buffers
-            b.stats.record_get(r.message_count)
+            self.stats.record_get(r.message_count)
         return resp
 
     @staticmethod
@@ -206,7 +228,7 @@ class PullMessageProcessor:
     def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
               timeout_ms: int) -> RemotingCommand | DeferredResponse:
         """Long polling: answer once a message arrives in the queue or the suspend timeout passes."""
-        store = self.broker.store
+        store = self.store
 
         def answer() -> RemotingCommand:
             result = self._process(conn, req, h, allow_suspend=False)
@@ -215,7 +237,7 @@ class PullMessageProcessor:
 
         deferred = DeferredResponse()
         try:
-            held = self.broker.hold_service.hold(
+            held = self.hold_service.hold(
                 h.topic, h.queue_id, h.queue_offset, max(timeout_ms, 0) / 1000,
                 lambda _arrived: deferred.resolve(answer),
                 lambda: store.get_max_offset_in_queue(h.topic, h.queue_id) > h.queue_offset)

@@ -9,15 +9,15 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
+    from sluice.store.message_store import MessageStore
 
 
 class QueryMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
 
     def query_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        store = self.broker.store
+        store = self.store
         max_num = req.ext_int("maxNum", 32)
         if req.ext_bool("_UNIQUE_KEY_QUERY"):
             max_num = 32
@@ -33,7 +33,7 @@ class QueryMessageProcessor:
 
     def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         offset = req.ext_int("offset")
-        view = self.broker.store.select_one_message_by_offset(offset, visible_only=True)
+        view = self.store.select_one_message_by_offset(offset, visible_only=True)
         if view is None:
             return req.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
         resp = req.response(ResponseCode.SUCCESS)

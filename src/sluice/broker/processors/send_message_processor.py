@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sluice.common.batch_codec import inflate_batch, scan_batch_columns
 from sluice.common.decimal_text import parse_long
 from sluice.common.errors import InvalidNameError, MessageFormatError
-from sluice.common.message import MessageExtBrokerInner
+from sluice.common.message import MessageExtBrokerInner, create_message_ids
 from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -42,8 +42,15 @@ from sluice.store.commit_log import RawBatch
 from sluice.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_controller import BrokerController
-    from sluice.store.message_store import PutDone
+    from sluice.broker.broker_stats import BrokerStats
+    from sluice.broker.schedule_message_service import ScheduleMessageService
+    from sluice.broker.subscription_group_manager import SubscriptionGroupManager
+    from sluice.broker.timer_message_service import TimerMessageService
+    from sluice.broker.topic_config_manager import EnsureSystemTopic, TopicConfigManager
+    from sluice.broker.transactional_message_service import TransactionalMessageService
+    from sluice.common.config import BrokerConfig
+    from sluice.remoting.dispatcher import RequestDispatcher
+    from sluice.store.message_store import MessageStore, PutDone
 
 # SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE one-letter keys → SEND_MESSAGE names (RocketMQ's SendMessageRequestHeaderV2).
 V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
@@ -147,9 +154,9 @@ def ipv4_addr(addr: str) -> str:
     return "127.0.0.1:0"
 
 
-def _forbidden(b: BrokerController) -> str:
-    why = f": {b.store.write_failure}" if b.store.write_failure else ""
-    return f"the broker[{b.broker_addr}] sending message is forbidden{why}"
+def _forbidden(store: MessageStore, broker_addr: str) -> str:
+    why = f": {store.write_failure}" if store.write_failure else ""
+    return f"the broker[{broker_addr}] sending message is forbidden{why}"
 
 
 log = logging.getLogger(__name__)
@@ -172,8 +179,24 @@ class _GroupedPut:
 
 
 class SendMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, dispatcher: RequestDispatcher,
+                 stats: BrokerStats, topic_config_manager: TopicConfigManager,
+                 subscription_group_manager: SubscriptionGroupManager, ensure_system_topic: EnsureSystemTopic,
+                 trigger_register: Callable[[], None], schedule_service: ScheduleMessageService,
+                 timer_service: TimerMessageService, transaction_service: TransactionalMessageService) -> None:
+        self.config = config
+        self.broker_addr = broker_addr
+        self.store = store
+        self.dispatcher = dispatcher
+        self.stats = stats
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.ensure_system_topic = ensure_system_topic
+        self.trigger_register = trigger_register
+        # (a master's: a slave refuses sends)
+        self.schedule_service = schedule_service
+        self.timer_service = timer_service
+        self.transaction_service = transaction_service
         self._group: list[_GroupedPut] = []  # the sends of the read being served, not yet in the store
         self._group_bytes = 0
         self._group_msgs = 0
@@ -192,18 +215,17 @@ class SendMessageProcessor:
     def consumer_send_msg_back(self, conn: Connection,
                                req: RemotingCommand) -> RemotingCommand | DeferredResponse:
         """Store a copy of a message a consumer failed on into ``%RETRY%<group>``, delayed; DLQ when exhausted."""
-        b = self.broker
         group = req.ext_str("group")
         offset = req.ext_int("offset")
         delay_level = req.ext_int("delayLevel", 0)
-        sub = b.subscription_group_manager.find(group)
+        sub = self.subscription_group_manager.find(group)
         if sub is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
-        if not perm_writeable(b.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, _forbidden(b))
+        if not perm_writeable(self.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, _forbidden(self.store, self.broker_addr))
         if sub.retry_queue_nums <= 0:
             return req.response(ResponseCode.SUCCESS)
-        msg = b.store.look_message_by_offset(offset, visible_only=True)
+        msg = self.store.look_message_by_offset(offset, visible_only=True)
         if msg is None:
             return req.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         props = dict(msg.properties)
@@ -212,15 +234,15 @@ class SendMessageProcessor:
         max_times = parse_long(mrt_raw)
         if max_times is None:
             max_times = sub.retry_max_times
-        levels = len(b.config.delay_levels)
+        levels = len(self.config.delay_levels)
         if msg.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(group)
-            b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+            self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
             queue_id = 0
             props[PROPERTY_DELAY_TIME_LEVEL] = "0"  # as RocketMQ leaves it: no delay on the way to the DLQ
         else:
             topic = retry_topic(group)
-            b.ensure_system_topic(topic, sub.retry_queue_nums, PERM_READ | PERM_WRITE)
+            self.ensure_system_topic(topic, sub.retry_queue_nums, PERM_READ | PERM_WRITE)
             queue_id = random.randrange(sub.retry_queue_nums)
             level = 3 + msg.reconsume_times if delay_level == 0 else delay_level
             props[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, levels))
@@ -228,16 +250,15 @@ class SendMessageProcessor:
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin)
         props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         inner = MessageExtBrokerInner(topic, msg.body, queue_id, msg.flag, props, msg.sys_flag, msg.born_timestamp,
-                                      msg.born_host, b.broker_addr, msg.reconsume_times + 1)
-        return self._put(conn, [b.schedule_service.redirect(inner)],
+                                      msg.born_host, self.broker_addr, msg.reconsume_times + 1)
+        return self._put(conn, [self.schedule_service.redirect(inner)],
                          lambda r, code: req.response(code, r.remark or None))
 
     # == the send path ===============================================================================
     def _send(self, conn: Connection, req: RemotingCommand,
               h: SendMessageRequestHeader) -> RemotingCommand | DeferredResponse:
-        b = self.broker
-        if not perm_writeable(b.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, _forbidden(b))
+        if not perm_writeable(self.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, _forbidden(self.store, self.broker_addr))
         try:
             validate_topic(h.topic)
         except InvalidNameError as exc:
@@ -245,14 +266,14 @@ class SendMessageProcessor:
         if h.topic in NOT_ALLOWED_SEND_TOPICS or h.topic.startswith(SYSTEM_TOPIC_PREFIX):
             # (rmq_sys_*: the broker's own logs, e.g. POP's revive log, which a forged record would corrupt)
             return req.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
-        tc = b.topic_config_manager.get(h.topic)
+        tc = self.topic_config_manager.get(h.topic)
         if tc is None:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                tc = b.ensure_system_topic(h.topic, 1, PERM_READ | PERM_WRITE)
+                tc = self.ensure_system_topic(h.topic, 1, PERM_READ | PERM_WRITE)
             elif h.default_topic:
-                tc = b.topic_config_manager.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums)
+                tc = self.topic_config_manager.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums)
                 if tc is not None:
-                    b.trigger_register()
+                    self.trigger_register()
             if tc is None:
                 return req.response(ResponseCode.TOPIC_NOT_EXIST,
                                     f"topic[{h.topic}] not exist, apply first please!")
@@ -265,7 +286,7 @@ class SendMessageProcessor:
                                 f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] consumer:[{conn.remote_addr}]")
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))
-        max_size = b.config.store.max_message_size
+        max_size = self.config.store.max_message_size
         if len(req.body) > max_size and not h.batch:
             return req.response(ResponseCode.MESSAGE_ILLEGAL,
                                 f"the message body size {len(req.body)} is larger than max_message_size {max_size}")
@@ -280,47 +301,48 @@ class SendMessageProcessor:
             body = req.body if isinstance(req.body, bytes) else bytes(req.body)
             try:
                 if sys_flag & COMPRESSED_FLAG:  # the C++ client deflates a whole batch of 4 KiB or more
-                    body, sys_flag = inflate_batch(body, b.config.remoting.max_frame_size), sys_flag & ~COMPRESSED_FLAG
+                    body = inflate_batch(body, self.config.remoting.max_frame_size)
+                    sys_flag &= ~COMPRESSED_FLAG
                 columns = scan_batch_columns(body)
             except MessageFormatError as exc:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
-            raw = RawBatch(h.topic, queue_id, body, columns, sys_flag, h.born_timestamp, born_host, b.broker_addr,
+            raw = RawBatch(h.topic, queue_id, body, columns, sys_flag, h.born_timestamp, born_host, self.broker_addr,
                            h.reconsume_times, header_props)
         else:
             topic = h.topic
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
-                sub = b.subscription_group_manager.find(group)
+                sub = self.subscription_group_manager.find(group)
                 max_times = h.max_reconsume_times if h.max_reconsume_times is not None else (
-                    sub.retry_max_times if sub else b.config.max_reconsume_times)
+                    sub.retry_max_times if sub else self.config.max_reconsume_times)
                 mrt = header_props.get(PROPERTY_MAX_RECONSUME_TIMES)
                 max_times = parse_long(mrt, max_times)
                 if h.reconsume_times >= max_times:
                     topic = dlq_topic(group)
-                    b.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+                    self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
                     queue_id = 0
                     header_props[PROPERTY_DELAY_TIME_LEVEL] = "0"  # no delay on the way to the DLQ, as RocketMQ
             inner = MessageExtBrokerInner(topic, req.body if isinstance(req.body, bytes) else bytes(req.body),
                                           queue_id, h.flag, header_props, h.sys_flag, h.born_timestamp, born_host,
-                                          b.broker_addr, h.reconsume_times)
+                                          self.broker_addr, h.reconsume_times)
             if _is_half(inner):
-                if b.config.reject_transaction_message:
-                    return req.response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_name}] sending "
+                if self.config.reject_transaction_message:
+                    return req.response(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_name}] sending "
                                                                     f"transaction message is forbidden")
-                refusal = b.timer_service.check(inner)  # (applied at commit; refused now, not then)
+                refusal = self.timer_service.check(inner)  # (applied at commit; refused now, not then)
                 if refusal is not None:
                     return req.response(refusal.code, refusal.remark)
-                msgs = [b.transaction_service.prepare(inner)]
+                msgs = [self.transaction_service.prepare(inner)]
             else:
-                refusal = b.timer_service.prepare(inner)
+                refusal = self.timer_service.prepare(inner)
                 if refusal is not None:
                     return req.response(refusal.code, refusal.remark)
-                msgs = [b.schedule_service.redirect(inner)]
+                msgs = [self.schedule_service.redirect(inner)]
 
         def respond(r: PutMessageResult, code: int) -> RemotingCommand:
             if code not in STORED_CODES:
                 return req.response(code, r.remark or None)
-            ids = b.message_ids(r.phys_offsets)
+            ids = create_message_ids(self.broker_addr, r.phys_offsets)
             return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
                                              "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
                                              "TRACE_ON": "true"})
@@ -330,7 +352,7 @@ class SendMessageProcessor:
         return self._put(conn, msgs, respond)
 
     def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
-        return self._store_waiting(lambda done: self.broker.store.put_then([raw], done), respond)
+        return self._store_waiting(lambda done: self.store.put_then([raw], done), respond)
 
     def _put(self, conn: Connection, msgs: list[MessageExtBrokerInner],
              respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
@@ -339,7 +361,7 @@ class SendMessageProcessor:
         group = self._group
         if not group:
             conn.after_backlog(self._put_group)
-            self.broker.dispatcher.before_next = self._barrier
+            self.dispatcher.before_next = self._barrier
         deferred = DeferredResponse()
         group.append(_GroupedPut(msgs, respond, deferred, perf_counter()))
         self._group_bytes += sum(len(m.body) for m in msgs)
@@ -352,8 +374,8 @@ class SendMessageProcessor:
         """The puts gathered from one read: one append, one flush wait, one arrival notice."""
         group, self._group = self._group, []
         self._group_bytes = self._group_msgs = 0
-        if self.broker.dispatcher.before_next == self._barrier:
-            self.broker.dispatcher.before_next = None
+        if self.dispatcher.before_next == self._barrier:
+            self.dispatcher.before_next = None
         if not group:
             return
 
@@ -362,7 +384,7 @@ class SendMessageProcessor:
             p.deferred.resolve(lambda: self._answer(r, p.t0, p.respond))
 
         try:
-            self.broker.store.put_then([p.msgs for p in group], done)
+            self.store.put_then([p.msgs for p in group], done)
         except Exception as exc:  # every request of the group must hear something
             log.exception("storing a group of %d sends failed", len(group))
             failed = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, f"{type(exc).__name__}: {exc}")
@@ -378,7 +400,7 @@ class SendMessageProcessor:
 
     def _answer(self, r: PutMessageResult, t0: float, respond: ResponseBuilder) -> RemotingCommand:
         """The answer to a put that took since ``t0`` (timed for the stats)."""
-        self.broker.stats.record_put(r, perf_counter() - t0)
+        self.stats.record_put(r, perf_counter() - t0)
         return respond(r, PUT_STATUS_CODES[r.status])
 
     def _store_waiting(self, put: Callable[[PutDone], None],

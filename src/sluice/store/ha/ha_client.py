@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import MessageFormatError
+from sluice.common.service import AsyncService
 from sluice.store.commit_log import CommitLogClosed
 from sluice.store.ha.epoch_file import EpochEntry, EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
@@ -39,11 +40,12 @@ MAX_TRANSFER = 64 * 1024 * 1024
 RETRY_INTERVAL = 1.0
 
 
-class HAClient:
+class HAClient(AsyncService):
     """Keep this slave's log a copy of its master's; ``start()``, ``await stop()``."""
 
     def __init__(self, store: MessageStore, epochs: EpochFile, config: BrokerConfig,
                  master_address: Callable[[], str], on_cut: Callable[[int], Awaitable[None]]) -> None:
+        super().__init__()
         self.store = store
         self.epochs = epochs
         self.config = config
@@ -64,19 +66,15 @@ class HAClient:
             store.replica_bound = lambda: self.master_confirm
         self.last_error = ""
         self._master_epochs: list[EpochEntry] = []
-        self._task: asyncio.Task | None = None
         self._running = False
 
     def start(self) -> None:
         self._running = True
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._spawn(self._run())
 
     async def stop(self) -> None:
         self._running = False
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await super().stop()
 
     async def reconnect(self) -> None:
         """Leave the current master (a new one was named) and connect again."""
