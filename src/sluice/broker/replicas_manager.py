@@ -91,8 +91,8 @@ class ReplicasManager:
         self.leader: Leader | None = None
         self.became_master_at = 0.0
         self._renewed_at = 0.0
-        self._task: asyncio.Task | None = None
-        self._fence_task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._fence_task: asyncio.Task[None] | None = None
         self._waiting_logged = ""
         # Members added by an etcd write whose outcome is unknown (a timeout): kept in the local set until a write
         # known to have applied replaces etcd's set, so that the local set always holds etcd's.

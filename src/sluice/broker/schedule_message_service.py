@@ -46,7 +46,7 @@ class ScheduleMessageService:
         self.persist_interval = persist_interval_ms / 1000
         self.path = os.path.join(store.config.store_path_config, "delayOffset.json")
         self.offsets: dict[int, int] = {}  # level -> next queue offset to deliver
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._dirty = False
         self.delivered = 0

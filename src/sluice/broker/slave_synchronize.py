@@ -35,7 +35,7 @@ class SlaveSynchronize:
         self.broker = broker
         self.master_addr = master_addr
         self.synced_at = 0.0  # loop time of the last complete sync (0: never)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._delay_writer: ConfigWriter | None = None
         self._delay_offsets: dict[str, Any] = {}
         self._timer_writer: ConfigWriter | None = None
@@ -100,9 +100,9 @@ class SlaveSynchronize:
                 com.offset_table = fresh
                 com._dirty = True
         delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
-        table = {str(int(k)): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
-        if table != self._delay_offsets and self._delay_writer is not None:
-            self._delay_offsets = table
+        delays = {str(int(k)): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
+        if delays != self._delay_offsets and self._delay_writer is not None:
+            self._delay_offsets = delays
             self._delay_writer.request()
         timers = await self._get(addr, RequestCode.GET_TIMER_CHECK_POINT)
         checkpoint = {"enqueueOffset": int(timers["enqueueOffset"]), "dequeueMs": int(timers["dequeueMs"])}
