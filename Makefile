@@ -34,6 +34,7 @@ dev: $(BASE)
 
 test: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 	# The unit tests that run a pure-Python codec again with the compiled ones off (the fallback where no C compiler
 	# built sluice._speedups): the list is scripts/pure_python_tests.py's, which traces tests/unit for them.
@@ -41,6 +42,7 @@ test: $(FULL)
 
 lint: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz
+	$(BIN)/python -m mypy
 
 # Coverage-guided fuzzing of every decoder of network or disk bytes (fuzz/run.py): 1,000,000 inputs per target.
 fuzz: $(FULL)
@@ -57,4 +59,4 @@ bench-reference: $(FULL)
 	$(BIN)/python bench/reference.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache build src/*.egg-info

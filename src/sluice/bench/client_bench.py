@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import numpy as np
 
 from sluice.bench.pacer import pace
 from sluice.client.aio import Producer, PushConsumer, SimpleConsumer
-from sluice.client.message import ConsumeStatus, Message
+from sluice.client.message import ConsumeStatus, Message, SendResult
 from sluice.common.message import MessageExt
 from sluice.common.runtime import tune_gc_for_throughput
 
@@ -65,7 +66,7 @@ class Progress:
         self.count = 0
         self._last_n = 0
         self._last_t = time.perf_counter()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self.every > 0:
@@ -152,7 +153,7 @@ async def bench_produce(opts: BenchOptions) -> dict[str, Any]:
                 start = time.perf_counter()
                 fut = asyncio.ensure_future(one_send(), loop=loop)
                 pending.add(fut)
-                fut.add_done_callback(lambda f, s=start: done(f, s))
+                fut.add_done_callback(functools.partial(done, start=start))
             if pending:
                 await asyncio.wait(pending)
 
@@ -298,7 +299,7 @@ async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
             await producer.send(Message(opts.topic, body), queue=mq)
         await consumer.start()
         await asyncio.sleep(2.0)  # let the consumer get its queues
-        tasks: set[asyncio.Task] = set()
+        tasks: set[asyncio.Future[SendResult]] = set()
 
         def send_one() -> None:
             task = producer.send_async(Message(opts.topic, body, properties={"bench_sent": repr(time.time())}))

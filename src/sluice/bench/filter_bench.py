@@ -21,7 +21,7 @@ from typing import TextIO
 from sluice.broker import expression_message_filter
 from sluice.broker.expression_message_filter import ExpressionMessageFilter, filter_properties, record_properties
 from sluice.broker.processors.pull_message_processor import tag_codes_of
-from sluice.common.config import MessageStoreConfig
+from sluice.common.config import FlushDiskType, MessageStoreConfig
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.properties import encode_properties
 from sluice.filter import compile_sql92
@@ -101,7 +101,8 @@ def run(o: FilterBenchOptions, out: TextIO = sys.stdout) -> list[dict[str, objec
     results = []
     try:
         cfg = MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 * 1024 * 1024,
-                                 max_hash_slot_num=500_000, max_index_num=2_000_000, flush_disk_type="ASYNC")
+                                 max_hash_slot_num=500_000, max_index_num=2_000_000,
+                                 flush_disk_type=FlushDiskType.ASYNC_FLUSH)
         store = MessageStore(cfg).start()
         try:
             msgs = _messages(o.count, o.size)

@@ -30,7 +30,7 @@ def interval_timer_fd(interval: float) -> int:
     """A non-blocking timerfd that fires every ``interval`` seconds; reading it gives the expirations since the
     last read. Through libc with ctypes: ``os.timerfd_create`` arrives in Python 3.13."""
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.timerfd_create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+    fd: int = libc.timerfd_create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
     if fd < 0:
         raise OSError(ctypes.get_errno(), "timerfd_create failed")
     ns = max(1, round(interval * 1e9))

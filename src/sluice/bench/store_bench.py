@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -76,7 +76,8 @@ def _result(case: str, n: int, elapsed: float, size: int, **extra: object) -> di
             "mb_per_s": round(n * size / elapsed / 1e6, 1), **extra}
 
 
-def _timed_puts(case: str, put: Callable[[object], object], units: list, per_unit: int, total: int) -> float:
+def _timed_puts(case: str, put: Callable[[object], object], units: Sequence[object], per_unit: int,
+                total: int) -> float:
     """Call ``put`` on each unit (a message or a batch), showing progress; returns the seconds taken."""
     p = Progress(case, total)
     t0 = time.perf_counter()

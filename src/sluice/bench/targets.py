@@ -72,7 +72,7 @@ async def _run_case(case: Case, namesrv: str) -> dict[str, Any]:
 def run_targets(runs: int = 3, scale: float = 1.0, only: list[int] | None = None) -> list[dict[str, Any]]:
     import uvloop
 
-    table = []
+    table: list[dict[str, Any]] = []
     for i, case in enumerate(cases(scale), 1):
         if only and i not in only:
             continue

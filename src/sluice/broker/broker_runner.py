@@ -29,7 +29,7 @@ class BrokerRunner:
         self.replicas: ReplicasManager | None = None
         self._lock = asyncio.Lock()
         self._stopping = False
-        self._pending: set[asyncio.Task] = set()
+        self._pending: set[asyncio.Task[None]] = set()
         c = config
         if c.controller_etcd_endpoints:
             if c.broker_id < 1:
@@ -130,7 +130,7 @@ class BrokerRunner:
         self._pending.add(task)
         task.add_done_callback(self._restarted)
 
-    def _restarted(self, task: asyncio.Task) -> None:
+    def _restarted(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("broker %s/%d could not restart with its log cut: %s; it serves nothing until it is started "

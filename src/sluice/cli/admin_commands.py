@@ -220,7 +220,8 @@ async def topic_route(admin: Admin, args: argparse.Namespace) -> int:
     rows = []
     for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
         q = queues.get(b.broker_name)
-        for bid, addr in sorted(b.broker_addrs.items()) or [(None, None)]:
+        addrs: list[tuple[int | None, str | None]] = [*sorted(b.broker_addrs.items())] or [(None, None)]
+        for bid, addr in addrs:
             rows.append([b.broker_name, b.cluster or "-", bid, addr,
                          q.read_queue_nums if q else None, q.write_queue_nums if q else None,
                          perm_to_string(q.perm) if q else None])
@@ -432,7 +433,7 @@ async def msg_get_by_key(admin: Admin, args: argparse.Namespace) -> int:
 
 
 # == parser =======================================================================================
-def add_admin_commands(sub: Any) -> None:
+def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``sluice topic``, ``sluice cluster``, ``sluice group`` and ``sluice msg`` with their verbs."""
     ns = argparse.ArgumentParser(add_help=False)
     ns.add_argument("--namesrv", metavar="ADDR",
@@ -440,7 +441,8 @@ def add_admin_commands(sub: Any) -> None:
     js = argparse.ArgumentParser(add_help=False)
     js.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    def verb(group: Any, name: str, handler: Callable[[argparse.Namespace], int], help_: str,
+    def verb(group: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+             handler: Callable[[argparse.Namespace], int], help_: str,
              json_flag: bool = False) -> argparse.ArgumentParser:
         p = group.add_parser(name, help=help_, description=help_, parents=[ns, js] if json_flag else [ns])
         p.set_defaults(func=handler)

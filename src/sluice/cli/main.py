@@ -72,7 +72,7 @@ def _cmd_bench_spark(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_spark_bench(bench: argparse._SubParsersAction) -> None:
+def _add_spark_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     helps = {"spark-read": "streaming read of a topic into Spark's noop sink (AvailableNow): rows/s",
              "spark-write": "write a DataFrame to a topic with the sluice Spark sink: rows/s"}
     for name, text in helps.items():
@@ -92,7 +92,7 @@ def _add_spark_bench(bench: argparse._SubParsersAction) -> None:
         b.set_defaults(func=_cmd_bench_spark)
 
 
-def _add_client_bench(bench: argparse._SubParsersAction) -> None:
+def _add_client_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     helps = {"produce": "send messages as fast as the broker takes them: TPS, MB/s, send RT percentiles",
              "consume": "consume a topic with a clustering PushConsumer: TPS and delivery latency",
              "pop": "pop a topic with a SimpleConsumer (--batch per receive, max 32), acking each message: TPS",

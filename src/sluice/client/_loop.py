@@ -9,7 +9,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 if TYPE_CHECKING:
     from sluice.client.message_selector import MessageSelector
@@ -126,30 +126,51 @@ def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-class SyncFacade:
+class AsyncClient(Protocol):
+    """What a threaded facade drives: an asyncio producer or consumer of ``sluice.aio``."""
+
+    group: str
+
+    async def start(self) -> object: ...
+
+    async def shutdown(self) -> None: ...
+
+
+class AsyncConsumer(AsyncClient, Protocol):
+    started: bool
+
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = "*", *,
+                  filter: str | None = None) -> None: ...
+
+
+A = TypeVar("A", bound=AsyncClient)
+C = TypeVar("C", bound=AsyncConsumer)
+
+
+class SyncFacade(Generic[A]):
     """Threaded face of an asyncio client object ``self.aio``: start / shutdown / context manager."""
 
-    aio: Any
+    aio: A
 
     @property
     def group(self) -> str:
         return self.aio.group
 
-    def start(self) -> Any:
+    def start(self) -> Self:
         run(self.aio.start())
         return self
 
     def shutdown(self) -> None:
         run(self.aio.shutdown())
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
 
-class SyncConsumerFacade(SyncFacade):
+class SyncConsumerFacade(SyncFacade[C]):
     def subscribe(self, topic: str, expression: str | MessageSelector | None = "*", *,
                   filter: str | None = None) -> None:
         """Consume ``topic``'s messages whose tag matches ``expression`` ("*" or "TagA || TagB"), or that a
@@ -160,5 +181,5 @@ class SyncConsumerFacade(SyncFacade):
             self.aio.subscribe(topic, expression, filter=filter)
 
     @staticmethod
-    async def _on_loop(fn: Any, *args: Any) -> Any:
+    async def _on_loop(fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)

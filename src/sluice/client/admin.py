@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -396,7 +396,7 @@ class Admin:
         return out[-max_num:] if max_num > 0 else out  # the newest, oldest first
 
     async def send(self, message: Message, count: int = 1, *, concurrency: int = 64,
-                   group: str = ADMIN_PRODUCER_GROUP) -> AsyncIterator[SendResult]:
+                   group: str = ADMIN_PRODUCER_GROUP) -> AsyncGenerator[SendResult, None]:
         """Send ``message`` ``count`` times (up to ``concurrency`` in flight); yields the results in order.
 
         Use as ``async with contextlib.aclosing(admin.send(...)) as results: async for r in results``.
@@ -404,7 +404,7 @@ class Admin:
         from sluice.client.aio.producer import Producer
 
         async with Producer(group, self.namesrv) as producer:
-            window: deque[asyncio.Task[SendResult]] = deque()
+            window: deque[asyncio.Future[SendResult]] = deque()
             try:
                 for _ in range(count):
                     window.append(producer.send_async(message))
@@ -413,8 +413,8 @@ class Admin:
                 while window:
                     yield await window.popleft()
             finally:
-                for task in window:
-                    task.cancel()
+                for fut in window:
+                    fut.cancel()
                 await asyncio.gather(*window, return_exceptions=True)
 
     # == helpers ====================================================================================

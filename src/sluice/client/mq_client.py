@@ -91,7 +91,7 @@ class MQClientInstance:
         self.transaction_checkers: dict[str, Callable[[str, dict[str, str], MessageExt], None]] = {}
         self.publish_topics: set[str] = set()
         self.consumers: dict[str, ConsumerInner] = {}
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._heartbeat_first = False  # see rebalance_now
         self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}

@@ -44,7 +44,7 @@ class RawPull:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    body: bytes
+    body: bytes | memoryview
 
 
 def _json(resp: RemotingCommand) -> Any:
@@ -120,7 +120,8 @@ class MQClientAPI:
         resp = await self.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerResponseError(resp.code, resp.remark)
-        return _json(resp)
+        info: dict[str, Any] = _json(resp)
+        return info
 
     async def get_all_topic_list(self) -> list[str]:
         resp = await self.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -282,7 +283,7 @@ class MQClientAPI:
         return _json(resp) if resp.code == ResponseCode.SUCCESS else None
 
     async def query_message(self, addr: str, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,
-                            unique_key: bool = False) -> list:
+                            unique_key: bool = False) -> list[MessageExt]:
         ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
                "endTimestamp": str(end_ms)}
         if unique_key:
@@ -294,7 +295,7 @@ class MQClientAPI:
             raise BrokerResponseError(resp.code, resp.remark, addr)
         return decode_records(resp.body)
 
-    async def view_message(self, addr: str, commit_log_offset: int) -> list:
+    async def view_message(self, addr: str, commit_log_offset: int) -> list[MessageExt]:
         resp = await self.invoke_ok(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(commit_log_offset)})
         return decode_records(resp.body)
 

@@ -15,7 +15,7 @@ from sluice.common.config import ClientConfig
 from sluice.common.structs import MessageQueue
 
 
-class Producer(_loop.SyncFacade):
+class Producer(_loop.SyncFacade[AsyncProducer]):
     """Send messages. ``with Producer("group", namesrv="127.0.0.1:9876") as p: p.send(Message(...))``."""
 
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv: str | None = None, *,

@@ -11,7 +11,7 @@ from sluice.common.message import MessageExt
 from sluice.common.structs import MessageQueue
 
 
-class PullConsumer(_loop.SyncConsumerFacade):
+class PullConsumer(_loop.SyncConsumerFacade[AsyncPullConsumer]):
     """``c = PullConsumer("group", namesrv=...); c.subscribe("topic"); c.start(); msgs = c.poll(1.0)``."""
 
     def __init__(self, group: str, namesrv: str | None = None, **kwargs: Any) -> None:

@@ -10,7 +10,7 @@ from sluice.client.aio.push_consumer import Listener
 from sluice.client.aio.push_consumer import PushConsumer as AsyncPushConsumer
 
 
-class PushConsumer(_loop.SyncConsumerFacade):
+class PushConsumer(_loop.SyncConsumerFacade[AsyncPushConsumer]):
     """``c = PushConsumer("group", namesrv=...); c.subscribe("topic", "a || b"); @c.listener def f(msgs): ...;
     c.start()``. Arguments as ``sluice.aio.PushConsumer``."""
 

@@ -18,7 +18,8 @@ from sluice.common.structs import MessageQueue
 class AllocateStrategy(Protocol):
     """A queue allocation strategy."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def allocate(self, consumer_group: str, current_cid: str, mq_all: Sequence[MessageQueue],
                  cid_all: Sequence[str]) -> list[MessageQueue]:

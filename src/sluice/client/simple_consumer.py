@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 from sluice.client import _loop
@@ -12,15 +13,15 @@ from sluice.client.message_selector import MessageSelector
 from sluice.common.message import MessageExt
 
 
-class SimpleConsumer(_loop.SyncFacade):
+class SimpleConsumer(_loop.SyncFacade[AsyncSimpleConsumer]):
     """``c = SimpleConsumer("group", namesrv=...); c.subscribe("topic"); c.start();
     for m in c.receive(16): ...; c.ack(m)``."""
 
     def __init__(self, group: str, namesrv: str | None = None, **kwargs: Any) -> None:
         self.aio = AsyncSimpleConsumer(group, namesrv, **kwargs)
-        self._listening: list[tuple[threading.Event, Any]] = []
+        self._listening: list[tuple[threading.Event, Future[None]]] = []
 
-    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:  # type: ignore[override]
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self.aio.subscribe(topic, expression)
 
     def receive(self, max_messages: int = 32, invisible_duration: float | None = None,

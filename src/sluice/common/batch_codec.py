@@ -72,7 +72,7 @@ class BatchColumns(NamedTuple):
     flag: np.ndarray
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # the records' count; tuple.count is never used on columns
         return len(self.body_start)
 
     def records(self) -> list[BatchRecord]:

@@ -37,7 +37,7 @@ def java_string_hash(s: str) -> int:
     n = len(units)
     if n > len(_POW31_MOD):
         _pow31_mod(n)
-    h = sum(map(mul, units, _POW31_MOD[len(_POW31_MOD) - n :])) & _MASK32
+    h: int = sum(map(mul, units, _POW31_MOD[len(_POW31_MOD) - n :])) & _MASK32
     return h - 0x100000000 if h & 0x80000000 else h
 
 

@@ -211,7 +211,7 @@ class MessageExt(_PropertyAccessors):
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not MessageExt:
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __repr__(self) -> str:
         return "MessageExt(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in _EXT_FIELDS) + ")"

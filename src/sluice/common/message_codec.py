@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from functools import lru_cache
+from types import ModuleType
 from typing import Final
 
 from sluice.common.errors import MessageFormatError
@@ -119,6 +121,7 @@ def py_check_record(buf: memoryview | bytes, pos: int, limit: int, check_crc: bo
     """
     if pos + 8 > limit:
         return 0 if pos == limit or not any(bytes(buf[pos:limit])) else _bad("truncated record header")
+    total: int
     total, magic = TOTAL_SIZE_AND_MAGIC.unpack_from(buf, pos)
     if magic == BLANK_MAGIC_CODE:
         if total != limit - pos:
@@ -242,17 +245,17 @@ def _c_decode_records(buf: memoryview | bytes) -> list[MessageExt]:
     return c_decode_records(buf, _HOSTS)
 
 
-def _c_message_type() -> bool:
+def _c_message_type(compiled: ModuleType) -> bool:
     """Whether the compiled decoder can build ``MessageExt`` (it fills its slots; a changed class keeps Python)."""
     try:
-        speedups.message_type(MessageExt, _host8)  # type: ignore[union-attr]
+        compiled.message_type(MessageExt, _host8)
     except TypeError:
         return False
     return True
 
 
-if speedups is not None and _c_message_type():
-    c_decode_records = speedups.decode_records
+if speedups is not None and _c_message_type(speedups):
+    c_decode_records: Callable[[memoryview | bytes, dict[bytes, str]], list[MessageExt]] = speedups.decode_records
     decode_records = _c_decode_records
     check_record = speedups.check_record
 else:

@@ -8,6 +8,7 @@ codec keeps its pure-Python twin as the reference and the fallback; the two give
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -20,7 +21,7 @@ def _load() -> ModuleType | None:
     if os.environ.get(NO_EXTENSIONS_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         return None
     try:
-        from sluice import _speedups  # type: ignore[attr-defined]
+        _speedups = importlib.import_module("sluice._speedups")
     except ImportError:
         return None
     _speedups.configure(MessageFormatError)

@@ -28,7 +28,8 @@ def etcd_binary() -> str | None:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class EtcdServer:

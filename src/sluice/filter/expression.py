@@ -109,7 +109,8 @@ def _double_compare(a: float, b: float) -> int:
 def _same_type_compare(lv: Any, rv: Any) -> int:
     if type(lv) is float:
         return _double_compare(lv, rv)
-    return (lv > rv) - (lv < rv)
+    order: int = (lv > rv) - (lv < rv)
+    return order
 
 
 def java_compare(lv: Any, rv: Any) -> int:

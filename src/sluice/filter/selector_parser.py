@@ -192,6 +192,7 @@ def _describe(token: Token) -> str:
 def _syntax_error(exc: UnexpectedInput, text: str) -> FilterExpressionError:
     if isinstance(exc, UnexpectedCharacters):
         pos = exc.pos_in_stream
+        assert pos is not None  # lark sets it for every character the lexer refuses
         what = "a string that is never closed" if text[pos] == "'" else f"character {text[pos]!r}"
         return FilterExpressionError(f"unexpected {what}", text, pos)
     if isinstance(exc, UnexpectedToken) and exc.token.type != "$END":
@@ -211,10 +212,11 @@ def _one_of(names: list[str]) -> str:
 
 
 def _unquote(token: Token) -> str:
-    return token.value[1:-1].replace("''", "'")
+    value: str = token.value
+    return value[1:-1].replace("''", "'")
 
 
-class _Builder(Transformer_NonRecursive):
+class _Builder(Transformer_NonRecursive[Token, Expression]):
     """Parse tree → expression nodes, with RocketMQ's checks (its ``ComparisonExpression.createXxx``)."""
 
     def __init__(self, text: str) -> None:
@@ -222,7 +224,7 @@ class _Builder(Transformer_NonRecursive):
         self.text = text
         self.depth: dict[int, int] = {}  # id(node) → nesting depth
         self.where: dict[int, int] = {}  # id(node) → where it starts (its operator, for an operation)
-        self.open_chains: dict[int, Expression] = {}  # id → AND / OR chains being built (operands a list)
+        self.open_chains: dict[int, And | Or] = {}  # id → AND / OR chains being built (operands a list)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _error(self, reason: str, where: Token | Expression) -> FilterExpressionError:
@@ -271,7 +273,7 @@ class _Builder(Transformer_NonRecursive):
 
     def logic(self, children: list[Any]) -> Expression:
         left, op, right = children
-        cls = Or if op.type == "OR" else And
+        cls: type[And | Or] = Or if op.type == "OR" else And
         lhs, rhs = self._condition(left, op), self._condition(right, op)
         # Chains become one n-ary node: the same results, evaluated left to right, without nesting. The node's
         # operands grow in place (a list until ``parse`` ends), so that a chain of n costs n, not n squared.

@@ -150,7 +150,8 @@ class _Reader:
         return out
 
     def int32(self, what: str) -> int:
-        return _I32.unpack(self.take(4, what))[0]
+        n: int = _I32.unpack(self.take(4, what))[0]
+        return n
 
     def blob(self, what: str) -> bytes:
         return self.take(self.int32(what + " length"), what)

@@ -17,7 +17,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -79,7 +79,7 @@ ROUTED_TOPICS = 10_000  # topics whose routes the front keeps fresh
 LARGE_BATCH = 1 << 20  # bodies of a receive from which its frames are built off the loop
 RELEASE_TIMEOUT_MS = 3_000
 # Broker codes of a send → the gRPC code a client is told.
-_SEND_CODES = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTENCE_TIMEOUT",
+_SEND_CODES: dict[int, str] = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTENCE_TIMEOUT",
                ResponseCode.FLUSH_SLAVE_TIMEOUT: "SLAVE_PERSISTENCE_TIMEOUT",
                ResponseCode.SLAVE_NOT_AVAILABLE: "HA_NOT_AVAILABLE",
                ResponseCode.MESSAGE_ILLEGAL: "BAD_REQUEST",
@@ -108,7 +108,14 @@ def _auto_renew_invisible(fifo: bool, retries: int) -> float:
     return min(MAX_INVISIBLE_SECONDS, AUTO_RENEW_INVISIBLE_SECONDS + schedule)
 
 
-def duration_seconds(d: Any) -> float:
+class Duration(Protocol):
+    """``google.protobuf.Duration``'s fields."""
+
+    seconds: int
+    nanos: int
+
+
+def duration_seconds(d: Duration) -> float:
     return d.seconds + d.nanos / 1e9
 
 
@@ -426,12 +433,12 @@ class MessagingService:
             pop.add_done_callback(lambda f: self._release_popped(f, addr, group, topic))
             raise
         except BrokerResponseError as exc:
-            code = {ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
-                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "CONSUMER_GROUP_NOT_FOUND",
-                    ResponseCode.SUBSCRIPTION_PARSE_FAILED: "ILLEGAL_FILTER_EXPRESSION",
-                    ResponseCode.POLLING_FULL: "TOO_MANY_REQUESTS",
-                    ResponseCode.NO_PERMISSION: "FORBIDDEN"}.get(exc.code, "INTERNAL_SERVER_ERROR")
-            raise Refused(code, exc.remark) from None
+            codes: dict[int, str] = {ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
+                                     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "CONSUMER_GROUP_NOT_FOUND",
+                                     ResponseCode.SUBSCRIPTION_PARSE_FAILED: "ILLEGAL_FILTER_EXPRESSION",
+                                     ResponseCode.POLLING_FULL: "TOO_MANY_REQUESTS",
+                                     ResponseCode.NO_PERMISSION: "FORBIDDEN"}
+            raise Refused(codes.get(exc.code, "INTERNAL_SERVER_ERROR"), exc.remark) from None
         except (ClientError, RemotingError) as exc:
             raise Refused("PROXY_TIMEOUT" if isinstance(exc, TimeoutError) else "INTERNAL_SERVER_ERROR",
                           str(exc)) from None
@@ -450,10 +457,10 @@ class MessagingService:
         else:
             built = self._frames(kept, resource, invisible)
         frames = []
-        for (m, *where), frame in zip(list(popped), built, strict=True):
+        for entry, frame in zip(list(popped), built, strict=True):
             if frame is None:  # could not be built: put back, and the rest goes out
-                popped.remove((m, *where))
-                self._spawn(self._settle_quietly(addr, group, topic, m, ack=False))
+                popped.remove(entry)
+                self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False))
             else:
                 frames.append(frame)
         return [pb.ReceiveMessageResponse(status=status("OK")), *frames]

@@ -64,7 +64,7 @@ class Connection(asyncio.Protocol):
         self._deadlines: dict[int, tuple[float, int, float]] = {}  # opaque → (loop time, request code, timeout)
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = math.inf
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._deferred: set[DeferredResponse] = set()  # handed out and not yet resolved
         self._write_paused = False
         self._read_paused_by: set[str] = set()
@@ -73,7 +73,7 @@ class Connection(asyncio.Protocol):
         self._after_backlog: list[Callable[[], None]] = []  # run once the requests read so far are served
         self._bad: ProtocolError | None = None  # close once the frames before the bad bytes are served
         self._drained: asyncio.Event | None = None
-        self._out: list[bytes] = []  # frames written in this loop iteration, sent together (one syscall)
+        self._out: list[bytes | memoryview] = []  # frames written in this loop iteration, sent together (one syscall)
         self._out_frames = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self.close_listeners: list[Callable[[Connection], None]] = []
@@ -232,7 +232,7 @@ class Connection(asyncio.Protocol):
             resp = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         self._reply(req, resp)
 
-    def _task_done(self, task: asyncio.Task) -> None:
+    def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         # <=: a cap of 1 must resume at 0
         if self.inflight <= self.config.max_inflight_requests // 2:

@@ -1,6 +1,13 @@
 """Errors of the remoting layer."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from sluice.common.errors import SluiceError
+
+if TYPE_CHECKING:
+    from sluice.remoting.command import RemotingCommand
 
 
 class ProtocolError(SluiceError):
@@ -9,7 +16,7 @@ class ProtocolError(SluiceError):
     ``decoded`` holds the whole frames ``FrameDecoder.feed`` read before the bad bytes, still to be served.
     """
 
-    decoded: list = []  # noqa: RUF012  # replaced per instance by FrameDecoder.feed, never mutated
+    decoded: list[RemotingCommand] = []  # noqa: RUF012  # replaced per instance by FrameDecoder.feed, never mutated
 
 
 class FrameTooLargeError(ProtocolError):

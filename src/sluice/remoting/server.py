@@ -60,7 +60,7 @@ class RemotingServer:
         self.name = name
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
-        self._idle_task: asyncio.Task | None = None
+        self._idle_task: asyncio.Task[None] | None = None
         self.host = ""
         self.port = 0
         self.refused = 0  # connections closed at once because the limit was reached
@@ -97,8 +97,8 @@ class RemotingServer:
             self._server = await loop.create_server(factory, sock=sock, backlog=1024)
         else:
             self._server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024)
-        sock = self._server.sockets[0].getsockname()
-        self.host, self.port = sock[0], sock[1]
+        bound = self._server.sockets[0].getsockname()
+        self.host, self.port = bound[0], bound[1]
         self._idle_task = loop.create_task(self._close_idle())
         return self.port
 

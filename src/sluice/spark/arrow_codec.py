@@ -104,7 +104,7 @@ class _BigEndian:
     ``i`` of the ``>i4`` view is the 4 bytes at ``buf[i:i + 4]``), so reading a field of n records is one take
     of n elements."""
 
-    def __init__(self, buf: bytes) -> None:
+    def __init__(self, buf: bytes | memoryview) -> None:
         self.buf = buf
         self._views: dict[str, np.ndarray] = {}
 
@@ -115,9 +115,10 @@ class _BigEndian:
             view = np.ndarray((max(len(self.buf) - width + 1, 0),), dtype=dtype, buffer=self.buf, strides=(1,))
             self._views[dtype] = view
         try:
-            return view[pos].astype(np.int64)
+            values: np.ndarray = view[pos]
         except IndexError:
             raise MessageFormatError("a record's fields run past the end of the buffer") from None
+        return values.astype(np.int64)
 
 
 def _slices(buf: pa.Buffer, begin: np.ndarray, end: np.ndarray) -> pa.Array:
@@ -209,7 +210,7 @@ class DecodedRecords:
     queue_offsets: np.ndarray
 
 
-def records_to_batch(buf: bytes, topic: str, broker: str, queue_id: int, include_properties: bool,
+def records_to_batch(buf: bytes | memoryview, topic: str, broker: str, queue_id: int, include_properties: bool,
                      schema: pa.Schema | None = None) -> DecodedRecords:
     """Decode a concatenation of stored records of one queue into one Arrow record batch of source rows."""
     schema = schema or arrow_schema(include_properties)

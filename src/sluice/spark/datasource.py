@@ -20,6 +20,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -120,7 +121,7 @@ class SluiceStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
         super().__init__(opts, schema)
         self.planner.queue_bounds()  # fail at query start on an unknown topic or an unreachable name server
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, dict[str, int]]:
         return offs.to_json_dict(self.planner.initial_offsets())
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -130,19 +131,19 @@ class SluiceStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.prepare_available_now()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = self.planner.latest_offsets(offs.from_json_dict(start, "start offset"), max_rows)
         return offs.to_json_dict(end)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
         return offs.to_json_dict(self.planner.latest())
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         ranges = self.planner.plan(offs.from_json_dict(start, "start offset"), offs.from_json_dict(end, "end offset"))
         return _partitions(ranges)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.planner.commit(offs.from_json_dict(end, "committed offset"))
 
     def stop(self) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.client.aio.producer import Producer
+from sluice.client.message import SendResult
 from sluice.spark.arrow_codec import chunk_records, encode_rows, split_by_topic, write_keys
 from sluice.spark.options import SinkOptions
 from sluice.spark.queue_client import LoopThread
@@ -48,7 +49,7 @@ def write_batches(opts: SinkOptions, batches: Iterable[pa.RecordBatch], prefix: 
     thread = LoopThread("sluice-spark-sink")
     summary = WriteSummary()
     producer = Producer(opts.producer_group, namesrv=opts.namesrv, send_msg_timeout=opts.request_timeout_ms)
-    inflight: deque[concurrent.futures.Future] = deque()
+    inflight: deque[concurrent.futures.Future[SendResult]] = deque()
     try:
         seq = 0
         for batch in batches:

@@ -165,7 +165,7 @@ def read_range(opts: SourceOptions, r: OffsetRange, schema: pa.Schema | None = N
     schema = schema or arrow_schema(opts.include_properties)
     ref = QueueRef(r.topic, r.broker, r.queue_id)
     expected = r.start  # the next offset the output must hold
-    bodies: list[bytes] = []
+    bodies: list[bytes | memoryview] = []
     buffered = 0
 
     def flush() -> Iterator[pa.RecordBatch]:

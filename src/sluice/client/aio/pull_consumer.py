@@ -39,7 +39,7 @@ class _QueueState:
     buffered: int = 0  # messages fetched, not yet polled
     epoch: int = field(default_factory=lambda: next(_epochs))  # changed by seek: older batches are dropped
     paused: bool = False
-    task: asyncio.Task | None = field(default=None, repr=False)
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 class PullConsumer(ConsumerBase):

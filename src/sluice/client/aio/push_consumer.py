@@ -9,6 +9,7 @@ function (awaited on the loop). It gets a list of ``MessageExt`` and returns a `
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
@@ -56,17 +57,17 @@ class PushConsumer(ConsumerBase):
         self._listener: Listener | None = None
         self._listener_async = False
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
-        self._consume_tasks: set[asyncio.Task] = set()
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._consume_tasks: set[asyncio.Task[None]] = set()
         # Concurrent listener calls under way: id -> (queue, its cache, messages, when the call began).
         self._inflight: dict[int, tuple[MessageQueue, ProcessQueue, list[MessageExt], float]] = {}
         self._inflight_ids = itertools.count()
         # Keyed by process queue, not queue: a queue dropped and taken again gets a new ProcessQueue, which must
         # not wait for the old one's task (that one only notices the drop after its listener call).
-        self._orderly_tasks: dict[ProcessQueue, asyncio.Task] = {}
+        self._orderly_tasks: dict[ProcessQueue, asyncio.Task[None]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._consume_sem: asyncio.Semaphore | None = None
-        self._timers: list[asyncio.Task] = []
+        self._timers: list[asyncio.Task[None]] = []
         self._rebalance_lock = asyncio.Lock()
 
     # == configuration ===============================================================================
@@ -320,7 +321,7 @@ class PushConsumer(ConsumerBase):
             if task is None or task.done():
                 task = loop.create_task(self._consume_orderly(mq, pq))
                 self._orderly_tasks[pq] = task
-                task.add_done_callback(lambda t, mq=mq, pq=pq: self._orderly_task_done(mq, pq, t))
+                task.add_done_callback(functools.partial(self._orderly_task_done, mq, pq))
             return
         n = max(1, self.config.consume_message_batch_max_size)
         for i in range(0, len(msgs), n):
@@ -328,7 +329,7 @@ class PushConsumer(ConsumerBase):
             self._consume_tasks.add(task)
             task.add_done_callback(self._consume_tasks.discard)
 
-    def _orderly_task_done(self, mq: MessageQueue, pq: ProcessQueue, task: asyncio.Task) -> None:
+    def _orderly_task_done(self, mq: MessageQueue, pq: ProcessQueue, task: asyncio.Task[None]) -> None:
         if self._orderly_tasks.get(pq) is task:  # not a newer task of the same queue
             del self._orderly_tasks[pq]
         if task.cancelled() or task.exception() is None:
@@ -517,11 +518,11 @@ class PushConsumer(ConsumerBase):
                     continue
                 now = time.monotonic()
                 for mq in mqs:
-                    pq = self.process_queues.get(mq)
-                    if pq is not None:
-                        pq.locked = mq in locked
-                        if pq.locked:
-                            pq.last_lock_timestamp = now
+                    held = self.process_queues.get(mq)
+                    if held is not None:
+                        held.locked = mq in locked
+                        if held.locked:
+                            held.last_lock_timestamp = now
 
     async def _unlock(self, mqs: list[MessageQueue]) -> None:
         by_broker: dict[str, list[MessageQueue]] = {}
