@@ -21,6 +21,12 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import (
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+)
 
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
@@ -143,20 +149,23 @@ class AdminBrokerProcessor:
 
     # == offsets =====================================================================================
     def get_max_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_max_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        h = GetMaxOffsetRequestHeader.decode(req.ext_fields)
+        off = self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id)
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def get_min_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_min_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        h = GetMinOffsetRequestHeader.decode(req.ext_fields)
+        off = self.broker.store.get_min_offset_in_queue(h.topic, h.queue_id)
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def search_offset_by_timestamp(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.broker.store.get_offset_in_queue_by_time(req.ext_str("topic"), req.ext_int("queueId"),
-                                                            req.ext_int("timestamp"))
+        h = SearchOffsetRequestHeader.decode(req.ext_fields)
+        off = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        ts = self.broker.store.get_earliest_message_time(req.ext_str("topic"), req.ext_int("queueId"))
+        h = GetEarliestMsgStoretimeRequestHeader.decode(req.ext_fields)
+        ts = self.broker.store.get_earliest_message_time(h.topic, h.queue_id)
         return req.response(ResponseCode.SUCCESS, None, {"timestamp": str(ts)})
 
     # == orderly consumption locks ===================================================================

@@ -16,6 +16,7 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import UnregisterClientRequestHeader
 
 if TYPE_CHECKING:
     from sluice.broker.broker_controller import BrokerController
@@ -64,9 +65,8 @@ class ClientManageProcessor:
 
     def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        client_id = req.ext_str("clientID")
-        producer_group = req.ext_fields.get("producerGroup") or ""
-        consumer_group = req.ext_fields.get("consumerGroup") or ""
+        h = UnregisterClientRequestHeader.decode(req.ext_fields)
+        client_id, producer_group, consumer_group = h.client_id, h.producer_group, h.consumer_group
         if producer_group:
             b.producer_manager.unregister_producer(producer_group, client_id)
         if consumer_group:

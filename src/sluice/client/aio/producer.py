@@ -34,6 +34,7 @@ from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import RemotingError
+from sluice.remoting.headers import SendMessageRequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -475,9 +476,9 @@ class Producer:
     def _header(self, mq: MessageQueue, via_default: bool, sys_flag: int, born: int, flag: int, props: str,
                 batch: bool = False) -> dict[str, str]:
         """SendMessageRequestHeaderV2 (RocketMQ's one-letter keys)."""
-        return {"a": self.group, "b": mq.topic, "c": AUTO_CREATE_TOPIC_KEY_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
-                "e": str(mq.queue_id), "f": str(sys_flag), "g": str(born), "h": str(flag), "i": props, "j": "0",
-                "k": "false", "m": "true" if batch else "false", "n": mq.broker_name}
+        return SendMessageRequestHeader(self.group, mq.topic, AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS,
+                                        mq.queue_id, sys_flag, born, flag, props, 0, False, None, batch,
+                                        mq.broker_name).encode_v2()
 
     @staticmethod
     def _result(resp: RemotingCommand, mq: MessageQueue, ids: list[str]) -> SendResult:
