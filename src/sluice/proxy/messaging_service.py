@@ -21,8 +21,8 @@ from typing import Any
 
 import grpc
 
-from sluice.client.aio.producer import select_by_hash
 from sluice.client.mq_client import MQClientInstance
+from sluice.client.queue_router import select_by_hash
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError, real_topic

@@ -91,10 +91,10 @@ class TransactionProducer(Producer):
                                      "committed")
         system = "".join(f"{PROPERTY_SEPARATOR}{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in (
             (PROPERTY_TRANSACTION_PREPARED, "true"), (PROPERTY_PRODUCER_GROUP, self.group))).encode()
-        uniq, request = self._single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)
-        resp, mq = await self._send_with_retries(msg.topic, request, msg, None, None, None, None, timeout, False)
+        uniq, request = self.sender.single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)
+        resp, mq = await self.sender.send_with_retries(msg.topic, request, msg, None, None, None, None, timeout, False)
         assert resp is not None
-        result = self._result(resp, mq, [uniq])
+        result = self.sender.result(resp, mq, [uniq])
         if result.transaction_id is None:
             result.transaction_id = uniq
         return result

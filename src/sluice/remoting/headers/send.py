@@ -14,6 +14,8 @@ V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaul
            "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
            "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
 _V2_LONG_NAMES = frozenset(V2_KEYS.values())
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _truthy(v: str | None) -> bool:
@@ -52,6 +54,10 @@ class SendMessageRequestHeader(RequestHeader):
 
     def _checked(self) -> SendMessageRequestHeader:
         # Java declares these int (bornTimestamp long): a value past that is refused before it reaches a record.
+        if _INT_MIN <= self.queue_id <= _INT_MAX and _INT_MIN <= self.sys_flag <= _INT_MAX \
+                and _INT_MIN <= self.flag <= _INT_MAX and _INT_MIN <= self.reconsume_times <= _INT_MAX \
+                and _LONG_MIN <= self.born_timestamp <= _LONG_MAX:
+            return self  # (the usual case, without building the list below)
         for name, value, bits in (("queueId", self.queue_id, 32), ("sysFlag", self.sys_flag, 32),
                                   ("flag", self.flag, 32), ("reconsumeTimes", self.reconsume_times, 32),
                                   ("bornTimestamp", self.born_timestamp, 64)):
