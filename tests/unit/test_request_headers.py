@@ -14,11 +14,17 @@ from sluice.remoting.headers import (
     ChangeInvisibleTimeRequestHeader,
     CheckTransactionStateRequestHeader,
     ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
     EndTransactionRequestHeader,
+    GetConsumerConnectionListRequestHeader,
     GetConsumerListByGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
+    GetTopicConfigRequestHeader,
+    GetTopicStatsInfoRequestHeader,
     NotificationRequestHeader,
     PeekMessageRequestHeader,
     PollingInfoRequestHeader,
@@ -26,7 +32,9 @@ from sluice.remoting.headers import (
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     RequestHeader,
+    ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     SendMessageRequestHeader,
     UnregisterClientRequestHeader,
@@ -63,6 +71,14 @@ EXAMPLES: list[tuple[int | None, RequestHeader]] = [
     (RequestCode.PEEK_MESSAGE, PeekMessageRequestHeader("CG", "T", 0, 8)),
     (RequestCode.NOTIFICATION, NotificationRequestHeader("CG", "T", 0, 1_000)),
     (RequestCode.POLLING_INFO, PollingInfoRequestHeader("CG", "T", 0)),
+    (RequestCode.UPDATE_AND_CREATE_TOPIC, CreateTopicRequestHeader("T", "TBW102", 8, 4, 6, "MULTI_TAG", 1, True)),
+    (RequestCode.DELETE_TOPIC_IN_BROKER, DeleteTopicRequestHeader("T")),
+    (RequestCode.GET_TOPIC_CONFIG, GetTopicConfigRequestHeader("T")),
+    (RequestCode.GET_TOPIC_STATS_INFO, GetTopicStatsInfoRequestHeader("T")),
+    (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, QueryTopicConsumeByWhoRequestHeader("T")),
+    (RequestCode.GET_CONSUME_STATS, GetConsumeStatsRequestHeader("CG", "T")),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, GetConsumerConnectionListRequestHeader("CG")),
+    (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ResetOffsetRequestHeader("T", "CG", 1, -1, 42)),
 ]
 
 
@@ -117,11 +133,18 @@ def test_optional_fields_left_out_are_not_sent() -> None:
     (QueryMessageRequestHeader.decode, {"topic": "T"}, "'key'"),
     (ViewMessageRequestHeader.decode, {}, "'offset'"),
     (UnregisterClientRequestHeader.decode, {"producerGroup": "PG"}, "'clientID'"),
+    (CreateTopicRequestHeader.decode, {"topic": "T", "readQueueNums": "many"}, "'readQueueNums'"),
+    (ResetOffsetRequestHeader.decode, {"topic": "T"}, "'group'"),
+    (GetConsumeStatsRequestHeader.decode, {"topic": "T"}, "'consumerGroup'"),
 ])
 def test_a_missing_or_malformed_required_field_is_named(decode, ext: dict[str, str], named: str) -> None:
     with pytest.raises(BadRequestError) as err:
         decode(ext)
     assert named in str(err.value)
+
+
+def test_a_reset_without_an_offset_reads_minus_one_as_java_s_null() -> None:
+    assert ResetOffsetRequestHeader.decode({"topic": "T", "group": "CG", "offset": "null"}).offset == -1
 
 
 def test_every_header_says_its_topic_and_group_the_same_way() -> None:
@@ -133,6 +156,8 @@ def test_every_header_says_its_topic_and_group_the_same_way() -> None:
     assert resources["GetMaxOffsetRequestHeader"] == ("T", None)
     assert resources["GetConsumerListByGroupRequestHeader"] == (None, "CG")
     assert resources["UnregisterClientRequestHeader"] == (None, "CG")
+    assert resources["ResetOffsetRequestHeader"] == ("T", "CG")
+    assert resources["CreateTopicRequestHeader"] == ("T", None)
     assert EndTransactionRequestHeader("PG", 1, 2, 8).resource_topic is None  # (RocketMQ 4 clients send none)
 
 

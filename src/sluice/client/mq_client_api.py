@@ -34,10 +34,15 @@ from sluice.remoting.headers import (
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
     GetConsumerListByGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
+    GetTopicStatsInfoRequestHeader,
     PopMessageRequestHeader,
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -255,13 +260,11 @@ class MQClientAPI:
     # == admin and queries ============================================================================
     async def create_topic(self, addr: str, topic: str, read_queues: int, write_queues: int, perm: int,
                            order: bool = False) -> None:
-        await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                             {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(read_queues),
-                              "writeQueueNums": str(write_queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
-                              "topicSysFlag": "0", "order": "true" if order else "false"})
+        header = CreateTopicRequestHeader(topic, "TBW102", read_queues, write_queues, perm, "SINGLE_TAG", 0, order)
+        await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
 
     async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
-        await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, DeleteTopicRequestHeader(topic).encode())
 
     async def delete_topic_in_namesrv(self, topic: str) -> None:
         for addr in self.namesrv_addrs:
@@ -272,14 +275,13 @@ class MQClientAPI:
 
     async def get_topic_stats(self, addr: str, topic: str) -> list[dict[str, Any]]:
         """One entry per queue: brokerName, queueId, topic, minOffset, maxOffset, lastUpdateTimestamp."""
-        resp = await self.invoke_ok(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        resp = await self.invoke_ok(addr, RequestCode.GET_TOPIC_STATS_INFO,
+                                    GetTopicStatsInfoRequestHeader(topic).encode())
         return _queue_entries((_json(resp) or {}).get("offsetTable"))
 
     async def get_consume_stats(self, addr: str, group: str, topic: str = "") -> list[dict[str, Any]]:
-        ext = {"consumerGroup": group}
-        if topic:
-            ext["topic"] = topic
-        resp = await self.invoke(addr, RequestCode.GET_CONSUME_STATS, ext)
+        header = GetConsumeStatsRequestHeader(group, topic)
+        resp = await self.invoke(addr, RequestCode.GET_CONSUME_STATS, header.encode())
         if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
             return []
         if resp.code != ResponseCode.SUCCESS:
@@ -295,7 +297,8 @@ class MQClientAPI:
         await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(config).encode())
 
     async def get_consumer_connections(self, addr: str, group: str) -> dict[str, Any] | None:
-        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                 GetConsumerConnectionListRequestHeader(group).encode())
         return _json(resp) if resp.code == ResponseCode.SUCCESS else None
 
     async def query_message(self, addr: str, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,

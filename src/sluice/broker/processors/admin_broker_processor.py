@@ -16,15 +16,22 @@ from sluice.common.errors import InvalidNameError
 from sluice.common.fastjson import ObjectKey
 from sluice.common.naming import validate_group, validate_topic
 from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
-from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
 from sluice.remoting.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
+    GetTopicConfigRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
+    ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
 )
 
@@ -77,23 +84,23 @@ class AdminBrokerProcessor:
     # == topics ======================================================================================
     async def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        topic = req.ext_str("topic")
+        h = CreateTopicRequestHeader.decode(req.ext_fields)
+        topic = h.topic
         try:
             validate_topic(topic)
         except InvalidNameError as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
         if topic in SYSTEM_TOPICS or topic in (b.config.broker_cluster_name, b.config.broker_name):
             return req.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
-        read, write = req.ext_int("readQueueNums", 16), req.ext_int("writeQueueNums", 16)
+        read, write = h.read_queue_nums, h.write_queue_nums
         if not (0 < read <= 1024 and 0 < write <= 1024):
             return req.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")
-        tft = req.ext_fields.get("topicFilterType") or "SINGLE_TAG"
+        tft = h.topic_filter_type
         try:
             filter_type = TopicFilterType(tft)
         except ValueError:
             return req.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType {tft!r} is not SINGLE_TAG or MULTI_TAG")
-        tc = TopicConfig(topic, read, write, req.ext_int("perm", PERM_READ | PERM_WRITE), filter_type,
-                         req.ext_int("topicSysFlag", 0), req.ext_bool("order"))
+        tc = TopicConfig(topic, read, write, h.perm, filter_type, h.topic_sys_flag, h.order)
         b.topic_config_manager.update(tc)
         b.trigger_register()
         try:  # answered once the topic table is on disk (written off the event loop)
@@ -105,7 +112,7 @@ class AdminBrokerProcessor:
 
     async def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        topic = req.ext_str("topic")
+        topic = DeleteTopicRequestHeader.decode(req.ext_fields).topic
         if topic in SYSTEM_TOPICS:
             return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         b.topic_config_manager.delete(topic)
@@ -119,7 +126,7 @@ class AdminBrokerProcessor:
 
     def get_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """One topic's config (Java's TopicConfigAndQueueMapping; Sluice has no static-topic queue mapping)."""
-        topic = req.ext_str("topic")
+        topic = GetTopicConfigRequestHeader.decode(req.ext_fields).topic
         tc = self.broker.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
@@ -134,7 +141,7 @@ class AdminBrokerProcessor:
     def get_topic_stats_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Per queue: min / max offset and last store time (``sluice topic status``)."""
         b = self.broker
-        topic = req.ext_str("topic")
+        topic = GetTopicStatsInfoRequestHeader.decode(req.ext_fields).topic
         tc = b.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -238,7 +245,7 @@ class AdminBrokerProcessor:
 
     def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        topic = req.ext_str("topic")
+        topic = QueryTopicConsumeByWhoRequestHeader.decode(req.ext_fields).topic
         groups = set(b.consumer_manager.groups_of_topic(topic)) | b.store.consumer_offsets.groups_of_topic(topic)
         return req.response(ResponseCode.SUCCESS, body=json_body({"groupList": sorted(groups)}))
 
@@ -247,8 +254,8 @@ class AdminBrokerProcessor:
         ``offsetTable`` keyed by MessageQueue objects as fastjson writes it (not standard JSON: Java reads no other
         form)."""
         b = self.broker
-        group = req.ext_str("consumerGroup")
-        only = req.ext_fields.get("topic") or ""
+        h = GetConsumeStatsRequestHeader.decode(req.ext_fields)
+        group, only = h.consumer_group, h.topic
         offsets = b.store.consumer_offsets
         topics = {k.split("@", 1)[0] for k in offsets.offset_table if k.split("@", 1)[1] == group}
         g = b.consumer_manager.get(group)
@@ -278,9 +285,8 @@ class AdminBrokerProcessor:
         server-side reset: the offsets are committed here, and each queue's next pull tells the consumer
         (PULL_OFFSET_MOVED to the new offset) while commits from before the reset are ignored."""
         b = self.broker
-        topic, group = req.ext_str("topic"), req.ext_str("group")
-        queue_id, timestamp = req.ext_int("queueId", -1), req.ext_int("timestamp", -1)
-        offset = req.ext_int("offset", -1) if req.ext_fields.get("offset") not in (None, "", "null") else -1
+        h = ResetOffsetRequestHeader.decode(req.ext_fields)
+        topic, group, queue_id, timestamp, offset = h.topic, h.group, h.queue_id, h.timestamp, h.offset
         if b.config.broker_id != 0:
             return req.response(ResponseCode.SYSTEM_ERROR, "Can not reset offset in slave broker")
         tc = b.topic_config_manager.get(topic)
@@ -316,7 +322,7 @@ class AdminBrokerProcessor:
 
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         b = self.broker
-        group = req.ext_str("consumerGroup")
+        group = GetConsumerConnectionListRequestHeader.decode(req.ext_fields).consumer_group
         g = b.consumer_manager.get(group)
         if g is None:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")

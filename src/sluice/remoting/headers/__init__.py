@@ -12,6 +12,16 @@ from collections.abc import Callable, Mapping
 
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.headers._base import RequestHeader, field_bool, field_int, field_str
+from sluice.remoting.headers.admin import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetTopicConfigRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
+    ResetOffsetRequestHeader,
+)
 from sluice.remoting.headers.consumer import (
     GetConsumerListByGroupRequestHeader,
     PullMessageRequestHeader,
@@ -67,6 +77,14 @@ DECODERS: dict[int, Callable[[Mapping[str, str]], RequestHeader]] = {
     RequestCode.PEEK_MESSAGE: PeekMessageRequestHeader.decode,
     RequestCode.NOTIFICATION: NotificationRequestHeader.decode,
     RequestCode.POLLING_INFO: PollingInfoRequestHeader.decode,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader.decode,
+    RequestCode.DELETE_TOPIC_IN_BROKER: DeleteTopicRequestHeader.decode,
+    RequestCode.GET_TOPIC_CONFIG: GetTopicConfigRequestHeader.decode,
+    RequestCode.GET_TOPIC_STATS_INFO: GetTopicStatsInfoRequestHeader.decode,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: QueryTopicConsumeByWhoRequestHeader.decode,
+    RequestCode.GET_CONSUME_STATS: GetConsumeStatsRequestHeader.decode,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader.decode,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader.decode,
 }
 
 
@@ -78,11 +96,13 @@ def decode_request_header(code: int, ext: Mapping[str, str]) -> RequestHeader | 
 
 __all__ = [
     "DECODERS", "AckMessageRequestHeader", "ChangeInvisibleTimeRequestHeader", "CheckTransactionStateRequestHeader",
-    "ConsumerSendMsgBackRequestHeader", "EndTransactionRequestHeader", "GetConsumerListByGroupRequestHeader",
-    "GetEarliestMsgStoretimeRequestHeader", "GetMaxOffsetRequestHeader", "GetMinOffsetRequestHeader",
+    "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "DeleteTopicRequestHeader",
+    "EndTransactionRequestHeader", "GetConsumeStatsRequestHeader", "GetConsumerConnectionListRequestHeader",
+    "GetConsumerListByGroupRequestHeader", "GetEarliestMsgStoretimeRequestHeader", "GetMaxOffsetRequestHeader",
+    "GetMinOffsetRequestHeader", "GetTopicConfigRequestHeader", "GetTopicStatsInfoRequestHeader",
     "NotificationRequestHeader", "PeekMessageRequestHeader", "PollingInfoRequestHeader", "PopMessageRequestHeader",
-    "PullMessageRequestHeader", "QueryConsumerOffsetRequestHeader", "QueryMessageRequestHeader", "RequestHeader",
-    "SearchOffsetRequestHeader", "SendMessageRequestHeader", "UnregisterClientRequestHeader",
-    "UpdateConsumerOffsetRequestHeader", "ViewMessageRequestHeader", "decode_request_header", "field_bool",
-    "field_int", "field_str",
+    "PullMessageRequestHeader", "QueryConsumerOffsetRequestHeader", "QueryMessageRequestHeader",
+    "QueryTopicConsumeByWhoRequestHeader", "RequestHeader", "ResetOffsetRequestHeader", "SearchOffsetRequestHeader",
+    "SendMessageRequestHeader", "UnregisterClientRequestHeader", "UpdateConsumerOffsetRequestHeader",
+    "ViewMessageRequestHeader", "decode_request_header", "field_bool", "field_int", "field_str",
 ]
