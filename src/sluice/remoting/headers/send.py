@@ -103,10 +103,10 @@ class SendMessageRequestHeader(RequestHeader):
         ext = {"a": self.producer_group, "b": self.topic, "c": self.default_topic,
                "d": str(self.default_topic_queue_nums), "e": str(self.queue_id), "f": str(self.sys_flag),
                "g": str(self.born_timestamp), "h": str(self.flag), "i": self.properties,
-               "j": str(self.reconsume_times), "k": text_bool(self.unit_mode)}
+               "j": str(self.reconsume_times), "k": "true" if self.unit_mode else "false"}
         if self.max_reconsume_times is not None:
             ext["l"] = str(self.max_reconsume_times)
-        ext["m"] = text_bool(self.batch)
+        ext["m"] = "true" if self.batch else "false"  # (inline: a hot path)
         if self.broker_name is not None:
             ext["n"] = self.broker_name
         return ext
