@@ -3,18 +3,17 @@ headers the broker reads from extFields.
 
 Property: any byte stream gives whole commands or ``ProtocolError`` (``FrameTooLargeError`` past the frame
 limit), the same however reads cut it; the decoder never holds more than one frame's worth; every command
-decoded re-encodes to a frame that decodes equal; SEND_MESSAGE (V1, V2, batch) and PULL_MESSAGE headers
-parse or raise ``BadRequestError``. The first byte says how reads cut the stream and, with its top bit set,
+decoded re-encodes to a frame that decodes equal; every request header (``sluice.remoting.headers``) decodes
+or raises ``BadRequestError``. The first byte says how reads cut the stream and, with its top bit set,
 that the rest is one header (ROCKETMQ when its low bit is set, else JSON) for the target to frame.
 """
 
 from __future__ import annotations
 
-from sluice.broker.processors.pull_message_processor import PullMessageRequestHeader
-from sluice.broker.processors.send_message_processor import SendMessageRequestHeader
 from sluice.remoting.codec import FrameDecoder, decode_frame, encode_command_bytes
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import BadRequestError, ProtocolError
+from sluice.remoting.headers import DECODERS, SendMessageRequestHeader
 
 from ._common import expect, pieces
 
@@ -42,17 +41,13 @@ def _round_trip(cmd: RemotingCommand) -> None:
 
 
 def _request_headers(cmd: RemotingCommand) -> None:
-    for v2 in (False, True):
-        for batch in (False, True):
-            try:
-                h = SendMessageRequestHeader.parse(cmd, v2, batch)
-            except BadRequestError:
-                continue
+    for decode in DECODERS.values():
+        try:
+            h = decode(cmd.ext_fields)
+        except BadRequestError:
+            continue
+        if isinstance(h, SendMessageRequestHeader):
             expect(isinstance(h.queue_id, int) and isinstance(h.topic, str), "send header with mistyped fields")
-    try:
-        PullMessageRequestHeader.parse(cmd)
-    except BadRequestError:
-        pass
 
 
 def framed(header: bytes, serialize_type: int, body: bytes = b"") -> bytes:

@@ -76,14 +76,14 @@ def test_send_async_refused_first_attempt_is_retried_as_async_sends_are(empty_cl
             await p.send(Message(topic, b"warm-up"))
             broker.topic_config_manager.delete(topic)  # the name server (and the producer) still route here
             fut = p.send_async(Message(topic, b"refused"))
-            assert p._inflight == 1  # the first attempt left at once, not from a task
+            assert p.in_flight.count == 1  # the first attempt left at once, not from a task
             try:
                 await fut
                 async_err = None
             except ClientError as exc:
                 async_err = exc
             finally:
-                assert p._inflight == 0
+                assert p.in_flight.count == 0
             try:
                 await p.send(Message(topic, b"refused too"))
                 return async_err, None
@@ -109,13 +109,13 @@ def test_send_async_keeps_at_most_max_inflight_async_sends_in_flight(cluster: Cl
         async with Producer("async-bounded-pg", namesrv=cluster.namesrv_addr, max_inflight_async_sends=2) as p:
             await p.send(Message(topic, b"warm-up"))
             futures = [p.send_async(Message(topic, b"m%d" % i)) for i in range(20)]
-            started_at_once = p._inflight
+            started_at_once = p.in_flight.count
             await asyncio.sleep(0)  # the waiting sends' tasks run and park
-            parked = len(p._room_waiters)
+            parked = len(p.in_flight.waiters)
             futures[5].cancel()  # a send waiting for room gives up: the others still get theirs
             results = await asyncio.gather(*futures, return_exceptions=True)
             statuses = [r.status for r in results if not isinstance(r, BaseException)]
-            return started_at_once, statuses, parked, p._inflight
+            return started_at_once, statuses, parked, p.in_flight.count
 
     started_at_once, statuses, parked, left = uvloop.run(go())
     assert started_at_once == 2 and parked == 18
@@ -157,13 +157,13 @@ def test_cancelled_send_async_holds_its_slot_until_its_request_is_answered(clust
                 fut = p.send_async(Message(topic, b"cancelled"))
                 fut.cancel()
                 await asyncio.sleep(0.1)  # the cancellation's callbacks have run (they need a loop turn)
-                held = p._inflight  # the request is on the wire: it counts until its answer comes
+                held = p.in_flight.count  # the request is on the wire: it counts until its answer comes
             finally:
                 release.set()
             deadline = time.monotonic() + 60
-            while p._inflight and time.monotonic() < deadline:
+            while p.in_flight.count and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-            return held, p._inflight, stored(cluster, topic) - before
+            return held, p.in_flight.count, stored(cluster, topic) - before
 
     held, left, stored_after = uvloop.run(go())
     assert (held, left, stored_after) == (1, 0, 1)

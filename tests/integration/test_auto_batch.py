@@ -171,7 +171,7 @@ def test_a_send_cancelled_before_its_batch_leaves_is_not_sent(cluster: Cluster):
             futures = [p.send_async(Message(topic, b"m%d" % i)) for i in range(4)]
             futures[1].cancel()
             results = await asyncio.gather(futures[0], futures[2], futures[3])
-            assert p._inflight == 0 and p._accumulator.pending == 0
+            assert p.in_flight.count == 0 and p.accumulator.pending == 0
             return results
 
     results = uvloop.run(go())
@@ -192,7 +192,7 @@ def test_a_batch_the_broker_refuses_fails_every_members_future(empty_cluster: Cl
             broker.topic_config_manager.delete(topic)  # the name server (and the producer) still route here
             out = await asyncio.gather(*(p.send_async(Message(topic, b"m%d" % i)) for i in range(10)),
                                        return_exceptions=True)
-            assert p._inflight == 0
+            assert p.in_flight.count == 0
             return out
 
     out = uvloop.run(go())

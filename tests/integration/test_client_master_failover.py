@@ -13,12 +13,12 @@ from typing import Any
 
 from sluice import Message, MessageQueue, Producer
 from sluice.broker.broker_controller import BrokerController
-from sluice.client.aio.producer import AUTO_CREATE_TOPIC_KEY_TOPIC
 from sluice.client.pull_consumer import PullConsumer
 from sluice.common import config as config_module
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import ClientError
 from sluice.common.message import MessageExt
+from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC
 from sluice.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.broker_process import free_port
 from tests.conftest import Cluster

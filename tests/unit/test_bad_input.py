@@ -6,14 +6,13 @@ import struct
 
 import pytest
 
-from sluice.broker.processors.send_message_processor import SendMessageRequestHeader
 from sluice.common.config import MessageStoreConfig
 from sluice.common.errors import MessageFormatError, StoreLockedError
 from sluice.common.message_codec import decode_records, encode_record
 from sluice.remoting.codec import decode_frame, encode_command_bytes
-from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import SendMessageRequestHeader
 from sluice.store import MessageStore, PutMessageStatus
 
 from .helpers import msg
@@ -81,12 +80,10 @@ def test_a_pull_body_with_a_zero_record_size_is_refused_not_looped_on():
 
 
 def test_a_v2_send_header_mixing_long_names_in_reads_them():
-    req = RemotingCommand(RequestCode.SEND_MESSAGE_V2, {"a": "g", "b": "T", "e": "1", "defaultTopicQueueNums": "16"})
-    h = SendMessageRequestHeader.parse(req, v2=True, batch=False)
+    h = SendMessageRequestHeader.decode_v2({"a": "g", "b": "T", "e": "1", "defaultTopicQueueNums": "16"})
     assert (h.topic, h.queue_id, h.default_topic_queue_nums, h.producer_group) == ("T", 1, 16, "g")
     with pytest.raises(BadRequestError, match="'e' \\(queueId\\)"):
-        SendMessageRequestHeader.parse(RemotingCommand(RequestCode.SEND_MESSAGE_V2, {"b": "T", "e": "x"}),
-                                       v2=True, batch=False)
+        SendMessageRequestHeader.decode_v2({"b": "T", "e": "x"})
 
 
 def test_headers_json_reads_but_orjson_does_not_still_decode():

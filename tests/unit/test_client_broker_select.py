@@ -130,7 +130,8 @@ def test_a_broker_that_pushes_back_or_refuses_writes_is_avoided_for_a_while(code
     """SYSTEM_BUSY (2), SERVICE_NOT_AVAILABLE (14), NO_PERMISSION (16): the next attempt goes to another broker
     (RocketMQ 5 isolates such a broker for 10 s); a refusal of the message itself (MESSAGE_ILLEGAL 13) or a
     SYSTEM_ERROR says nothing of the broker."""
-    from sluice.client.aio.producer import AVOID_SECONDS, Producer
+    from sluice.client.aio.producer import Producer
+    from sluice.client.aio.sender import AVOID_SECONDS
     from sluice.common.errors import BrokerResponseError
     from sluice.common.structs import MessageQueue
     from sluice.remoting.command import RemotingCommand
@@ -140,7 +141,7 @@ def test_a_broker_that_pushes_back_or_refuses_writes_is_avoided_for_a_while(code
         mq = MessageQueue("T", "broker-a", 0)
         resp = RemotingCommand(code, {}, b"", 1, 1, "refused")
         try:
-            outcome = producer._outcome(mq, M, 1.0, resp, None)
+            outcome = producer.sender.outcome(mq, M, 1.0, resp, None)
         except BrokerResponseError as exc:  # not retried at all
             outcome = exc
         assert isinstance(outcome, BrokerResponseError) and outcome.code == code

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from sluice.aio import Producer
-from sluice.client.aio.producer import TopicPublishInfo
 from sluice.client.message import Message
+from sluice.client.queue_router import TopicPublishInfo
 from sluice.common.errors import ClientError
 from sluice.common.structs import MessageQueue
 from sluice.remoting.codes import ResponseCode
@@ -72,7 +72,7 @@ def scripted_producer(max_inflight: int = 1, auto_batch: bool = False) -> tuple[
                  auto_batch=auto_batch)
     route = object()
     p.client.routes[TOPIC] = route  # type: ignore[assignment]
-    p._publish[TOPIC] = (route, TopicPublishInfo([MessageQueue(TOPIC, "b", 0)], False))  # type: ignore[assignment]
+    p.router._publish[TOPIC] = (route, TopicPublishInfo([MessageQueue(TOPIC, "b", 0)], False))  # type: ignore[assignment]
     p.client.broker_addrs = {"b": {0: "addr-b"}}
     remoting = ScriptedRemoting()
     p.client.remoting = remoting  # type: ignore[assignment]
@@ -117,7 +117,7 @@ def test_cancelling_a_send_async_stops_its_retries():
         wire.answer(1, ResponseCode.SYSTEM_BUSY)  # the retry's refusal is in, and then the caller gives up
         fut.cancel()
         await turns()
-        return len(wire.wire), p._inflight
+        return len(wire.wire), p.in_flight.count
 
     assert asyncio.run(go()) == (2, 0)
 
@@ -143,13 +143,13 @@ def test_a_send_async_cancelled_before_its_task_ran_gives_its_place_back():
         b = p.send_async(Message(TOPIC, b"b"))  # waits for a's slot, in a task
         b.cancel()
         await turns()
-        parked = len([w for w in p._room_waiters if not w.done()])
+        parked = len([w for w in p.in_flight.waiters if not w.done()])
         wire.answer(0)
         await turns()
         c = p.send_async(Message(TOPIC, b"c"))  # the slot is free again
         wire.answer(1)
         await c
-        return parked, p._inflight, len(wire.wire)
+        return parked, p.in_flight.count, len(wire.wire)
 
     assert asyncio.run(go()) == (0, 0, 2)
 
@@ -164,7 +164,7 @@ def test_a_batch_whose_callers_all_gave_up_is_not_retried():
             f.cancel()
         wire.answer(0, ResponseCode.SYSTEM_BUSY)
         await turns()
-        return len(wire.wire), p._inflight
+        return len(wire.wire), p.in_flight.count
 
     assert asyncio.run(go()) == (1, 0)
 
@@ -175,13 +175,13 @@ def test_sends_held_for_a_batch_count_against_max_inflight_async_sends():
         held = [p.send_async(Message(TOPIC, b"h%d" % i)) for i in range(2)]
         more = [p.send_async(Message(TOPIC, b"m%d" % i)) for i in range(3)]  # one fits; two wait for room
         await turns()
-        in_flight = p._inflight
+        in_flight = p.in_flight.count
         wire.answer(0)
         await turns()
         for i in range(1, len(wire.wire)):
             wire.answer(i)
         await asyncio.gather(*held, *more)
-        return in_flight, len(wire.wire), p._inflight
+        return in_flight, len(wire.wire), p.in_flight.count
 
     in_flight, requests, left = asyncio.run(go())
     assert in_flight <= 3 and left == 0 and requests >= 2

@@ -48,6 +48,7 @@ from sluice.common.sysflag import (
 )
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
+from sluice.remoting.headers import CheckTransactionStateRequestHeader
 from sluice.store.consume_queue import BLANK_ENTRY_SIZE
 from sluice.store.results import PutMessageResult
 
@@ -317,11 +318,11 @@ class TransactionalMessageService(AsyncService):
                         copy.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), group)
             return True
         uniq = new.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
-        req = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {
-            "topic": TRANS_HALF_TOPIC, "tranStateTableOffset": str(new.queue_offset),
-            "commitLogOffset": str(new.commit_log_offset), "msgId": uniq, "transactionId": uniq,
-            "offsetMsgId": create_message_id(self.broker_addr, new.commit_log_offset),
-            "bname": self.config.broker_name}, check_message_body(new), oneway=True)
+        header = CheckTransactionStateRequestHeader(TRANS_HALF_TOPIC, new.queue_offset, new.commit_log_offset, uniq,
+                                                    uniq, create_message_id(self.broker_addr, new.commit_log_offset),
+                                                    self.config.broker_name)
+        req = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header.encode(), check_message_body(new),
+                                      oneway=True)
         channel.conn.write(req)
         self.checks_sent += 1
         return True

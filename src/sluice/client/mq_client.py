@@ -31,7 +31,8 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
-from sluice.remoting.errors import RemotingError
+from sluice.remoting.errors import BadRequestError, RemotingError
+from sluice.remoting.headers import CheckTransactionStateRequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class MQClientInstance:
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
         # Producer group → what answers a broker's CHECK_TRANSACTION_STATE (broker address, header, message).
-        self.transaction_checkers: dict[str, Callable[[str, dict[str, str], MessageExt], None]] = {}
+        self.transaction_checkers: dict[str, Callable[[str, CheckTransactionStateRequestHeader, MessageExt], None]] = {}
         self.publish_topics: set[str] = set()
         self.consumers: dict[str, ConsumerInner] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -366,13 +367,18 @@ class MQClientInstance:
         except MessageFormatError as exc:
             log.warning("broker %s asked about a transaction with a malformed message: %s", conn.remote_addr, exc)
             return
+        try:
+            header = CheckTransactionStateRequestHeader.decode(req.ext_fields)
+        except BadRequestError as exc:
+            log.warning("broker %s asked about a transaction without its offsets: %s", conn.remote_addr, exc)
+            return
         group = msg.properties.get(PROPERTY_PRODUCER_GROUP, "")
         checker = self.transaction_checkers.get(group)
         if checker is None:
             log.warning("broker %s asked about transaction %s of producer group %s, which has no transaction "
                         "producer here", conn.remote_addr, msg.uniq_key, group)
             return
-        checker(conn.remote_addr, dict(req.ext_fields), msg)
+        checker(conn.remote_addr, header, msg)
 
     def _handle_server_request(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         """Requests brokers send to clients."""

@@ -30,6 +30,29 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
+from sluice.remoting.headers import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    PopMessageRequestHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    RequestHeader,
+    SearchOffsetRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +158,7 @@ class MQClientAPI:
 
     async def unregister_client(self, addr: str, client_id: str, producer_group: str, consumer_group: str) -> None:
         await self.invoke_ok(addr, RequestCode.UNREGISTER_CLIENT,
-                             {"clientID": client_id, "producerGroup": producer_group, "consumerGroup": consumer_group})
+                             UnregisterClientRequestHeader(client_id, producer_group, consumer_group).encode())
 
     # == consumers ====================================================================================
     async def check_client_config(self, addr: str, group: str, client_id: str, sub: SubscriptionData,
@@ -145,7 +168,8 @@ class MQClientAPI:
         await self.invoke_ok(addr, RequestCode.CHECK_CLIENT_CONFIG, body=body, timeout_ms=timeout_ms)
 
     async def get_consumer_id_list(self, addr: str, group: str, timeout_ms: int = 3_000) -> list[str]:
-        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
+        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                 GetConsumerListByGroupRequestHeader(group).encode(),
                                  timeout_ms=timeout_ms)
         if resp.code != ResponseCode.SUCCESS:
             return []
@@ -158,9 +182,8 @@ class MQClientAPI:
         ``zero_if_not_found=False`` (RocketMQ 5's ``setZeroIfNotFound``) asks the broker not to answer 0 for a
         group that never committed on a queue that still starts at 0.
         """
-        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)}
-        if not zero_if_not_found:
-            ext["setZeroIfNotFound"] = "false"
+        ext = QueryConsumerOffsetRequestHeader(group, mq.topic, mq.queue_id,
+                                               None if zero_if_not_found else False).encode()
         resp = await self.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext, timeout_ms=timeout_ms)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
@@ -170,7 +193,7 @@ class MQClientAPI:
 
     async def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int,
                                      oneway: bool = False, timeout_ms: int = 5_000) -> None:
-        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "commitOffset": str(offset)}
+        ext = UpdateConsumerOffsetRequestHeader(group, mq.topic, mq.queue_id, offset).encode()
         if oneway:
             await self.remoting.invoke_oneway(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))
         else:
@@ -180,9 +203,8 @@ class MQClientAPI:
                            timeout_ms: int = 10_000, expression: str = "*") -> RawPull:
         """One PULL_MESSAGE, not held by the broker (no long polling) and committing nothing: the stored
         records come back undecoded, for callers that decode in bulk (the Spark source)."""
-        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
-               "maxMsgNums": str(max_nums), "sysFlag": str(_PULL_FLAG_SUBSCRIPTION), "commitOffset": "-1",
-               "suspendTimeoutMillis": "0", "subscription": expression, "subVersion": "0", "expressionType": "TAG"}
+        ext = PullMessageRequestHeader(group, mq.topic, mq.queue_id, offset, max_nums, _PULL_FLAG_SUBSCRIPTION, -1, 0,
+                                       expression, 0, "TAG").encode()
         resp = await self.invoke(addr, RequestCode.PULL_MESSAGE, ext, timeout_ms=timeout_ms)
         status = PullStatus.from_response_code(resp.code)
         if status is None:
@@ -191,10 +213,8 @@ class MQClientAPI:
         return RawPull(status, int(e.get("nextBeginOffset", offset)), int(e.get("minOffset", 0)),
                        int(e.get("maxOffset", 0)), resp.body if status is PullStatus.FOUND else b"")
 
-    async def _queue_offset(self, code: int, addr: str, mq: MessageQueue, extra: dict[str, str] | None = None,
-                            field: str = "offset") -> int:
-        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **(extra or {})}
-        resp = await self.invoke_ok(addr, code, ext)
+    async def _queue_offset(self, code: int, addr: str, header: RequestHeader, field: str = "offset") -> int:
+        resp = await self.invoke_ok(addr, code, header.encode())
         return int(resp.ext_fields.get(field, "-1"))
 
     async def get_broker_runtime_info(self, addr: str, timeout_ms: int = 3_000) -> dict[str, str]:
@@ -205,25 +225,27 @@ class MQClientAPI:
         return {str(k): str(v) for k, v in table.items()}
 
     async def get_max_offset(self, addr: str, mq: MessageQueue) -> int:
-        return await self._queue_offset(RequestCode.GET_MAX_OFFSET, addr, mq)
+        return await self._queue_offset(RequestCode.GET_MAX_OFFSET, addr,
+                                        GetMaxOffsetRequestHeader(mq.topic, mq.queue_id))
 
     async def get_min_offset(self, addr: str, mq: MessageQueue) -> int:
-        return await self._queue_offset(RequestCode.GET_MIN_OFFSET, addr, mq)
+        return await self._queue_offset(RequestCode.GET_MIN_OFFSET, addr,
+                                        GetMinOffsetRequestHeader(mq.topic, mq.queue_id))
 
     async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
-        return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, addr, mq,
-                                        {"timestamp": str(timestamp_ms)})
+        return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, addr,
+                                        SearchOffsetRequestHeader(mq.topic, mq.queue_id, timestamp_ms))
 
     async def get_earliest_msg_storetime(self, addr: str, mq: MessageQueue) -> int:
-        return await self._queue_offset(RequestCode.GET_EARLIEST_MSG_STORETIME, addr, mq, field="timestamp")
+        return await self._queue_offset(RequestCode.GET_EARLIEST_MSG_STORETIME, addr,
+                                        GetEarliestMsgStoretimeRequestHeader(mq.topic, mq.queue_id), "timestamp")
 
     async def consumer_send_message_back(self, addr: str, group: str, commit_log_offset: int, delay_level: int,
                                          origin_msg_id: str, origin_topic: str, max_reconsume_times: int,
                                          timeout_ms: int = 3_000) -> None:
-        await self.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK,
-                             {"group": group, "offset": str(commit_log_offset), "delayLevel": str(delay_level),
-                              "originMsgId": origin_msg_id, "originTopic": origin_topic, "unitMode": "false",
-                              "maxReconsumeTimes": str(max_reconsume_times)}, timeout_ms=timeout_ms)
+        header = ConsumerSendMsgBackRequestHeader(commit_log_offset, group, delay_level, origin_msg_id, origin_topic,
+                                                  False, max_reconsume_times)
+        await self.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK, header.encode(), timeout_ms=timeout_ms)
 
     async def lock_batch_mq(self, addr: str, group: str, client_id: str, mqs: list[MessageQueue],
                             timeout_ms: int = 1_000) -> list[MessageQueue]:
@@ -239,13 +261,11 @@ class MQClientAPI:
     # == admin and queries ============================================================================
     async def create_topic(self, addr: str, topic: str, read_queues: int, write_queues: int, perm: int,
                            order: bool = False) -> None:
-        await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                             {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(read_queues),
-                              "writeQueueNums": str(write_queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
-                              "topicSysFlag": "0", "order": "true" if order else "false"})
+        header = CreateTopicRequestHeader(topic, "TBW102", read_queues, write_queues, perm, "SINGLE_TAG", 0, order)
+        await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
 
     async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
-        await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, DeleteTopicRequestHeader(topic).encode())
 
     async def delete_topic_in_namesrv(self, topic: str) -> None:
         for addr in self.namesrv_addrs:
@@ -256,14 +276,13 @@ class MQClientAPI:
 
     async def get_topic_stats(self, addr: str, topic: str) -> list[dict[str, Any]]:
         """One entry per queue: brokerName, queueId, topic, minOffset, maxOffset, lastUpdateTimestamp."""
-        resp = await self.invoke_ok(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        resp = await self.invoke_ok(addr, RequestCode.GET_TOPIC_STATS_INFO,
+                                    GetTopicStatsInfoRequestHeader(topic).encode())
         return _queue_entries((_json(resp) or {}).get("offsetTable"))
 
     async def get_consume_stats(self, addr: str, group: str, topic: str = "") -> list[dict[str, Any]]:
-        ext = {"consumerGroup": group}
-        if topic:
-            ext["topic"] = topic
-        resp = await self.invoke(addr, RequestCode.GET_CONSUME_STATS, ext)
+        header = GetConsumeStatsRequestHeader(group, topic)
+        resp = await self.invoke(addr, RequestCode.GET_CONSUME_STATS, header.encode())
         if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
             return []
         if resp.code != ResponseCode.SUCCESS:
@@ -279,15 +298,13 @@ class MQClientAPI:
         await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(config).encode())
 
     async def get_consumer_connections(self, addr: str, group: str) -> dict[str, Any] | None:
-        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        resp = await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                 GetConsumerConnectionListRequestHeader(group).encode())
         return _json(resp) if resp.code == ResponseCode.SUCCESS else None
 
     async def query_message(self, addr: str, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,
                             unique_key: bool = False) -> list[MessageExt]:
-        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
-               "endTimestamp": str(end_ms)}
-        if unique_key:
-            ext["_UNIQUE_KEY_QUERY"] = "true"
+        ext = QueryMessageRequestHeader(topic, key, max_num, begin_ms, end_ms, unique_key).encode()
         resp = await self.invoke(addr, RequestCode.QUERY_MESSAGE, ext, timeout_ms=5_000)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return []
@@ -296,7 +313,8 @@ class MQClientAPI:
         return decode_records(resp.body)
 
     async def view_message(self, addr: str, commit_log_offset: int) -> list[MessageExt]:
-        resp = await self.invoke_ok(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(commit_log_offset)})
+        resp = await self.invoke_ok(addr, RequestCode.VIEW_MESSAGE_BY_ID,
+                                    ViewMessageRequestHeader(commit_log_offset).encode())
         return decode_records(resp.body)
 
     # == admin: name server ===========================================================================
@@ -324,12 +342,9 @@ class MQClientAPI:
         """One POP_MESSAGE (queue id -1: the whole topic on that broker); the messages popped, each with its
         receipt in ``POP_CK``, its topic the one asked for, its reconsume times, its body inflated. [] when the
         poll time passed with nothing."""
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "maxMsgNums": str(max_nums),
-               "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(int(time.time() * 1000)),
-               "initMode": str(init_mode), "expType": expression_type, "exp": expression,
-               "order": "true" if orderly else "false", "bname": broker_name}
-        if attempt_id:
-            ext["attemptId"] = attempt_id
+        ext = PopMessageRequestHeader(group, topic, queue_id, max_nums, invisible_ms, poll_ms, int(time.time() * 1000),
+                                      init_mode, expression_type, expression, orderly, attempt_id,
+                                      broker_name).encode()
         resp = await self.invoke(addr, RequestCode.POP_MESSAGE, ext,
                                  timeout_ms=poll_ms + 10_000 if timeout_ms is None else timeout_ms)
         if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
@@ -368,17 +383,16 @@ class MQClientAPI:
                           timeout_ms: int = 3_000) -> None:
         """ACK_MESSAGE of one receipt (``topic`` the one it was popped from); ``BrokerResponseError`` NO_MESSAGE
         when the receipt expired."""
-        ext = {"consumerGroup": group, "topic": real_topic(receipt.retry, topic, group),
-               "queueId": str(receipt.queue_id), "extraInfo": str(receipt), "offset": str(receipt.queue_offset),
-               "bname": receipt.broker_name}
+        ext = AckMessageRequestHeader(group, real_topic(receipt.retry, topic, group), receipt.queue_id,
+                                      receipt.queue_offset, str(receipt), receipt.broker_name).encode()
         await self.invoke_ok(addr, RequestCode.ACK_MESSAGE, ext, timeout_ms=timeout_ms)
 
     async def change_invisible_time(self, addr: str, group: str, topic: str, receipt: Receipt,
                                     invisible_ms: int, timeout_ms: int = 3_000) -> Receipt:
         """CHANGE_MESSAGE_INVISIBLETIME: the message stays invisible ``invisible_ms`` from now; its new receipt."""
-        ext = {"consumerGroup": group, "topic": real_topic(receipt.retry, topic, group),
-               "queueId": str(receipt.queue_id), "extraInfo": str(receipt), "offset": str(receipt.queue_offset),
-               "invisibleTime": str(invisible_ms), "bname": receipt.broker_name}
+        ext = ChangeInvisibleTimeRequestHeader(group, real_topic(receipt.retry, topic, group), receipt.queue_id,
+                                               receipt.queue_offset, str(receipt), invisible_ms,
+                                               receipt.broker_name).encode()
         resp = await self.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext, timeout_ms=timeout_ms)
         e = resp.ext_fields
         try:

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import grpc
 
-from sluice.client.aio.producer import select_by_hash
 from sluice.client.mq_client import MQClientInstance
+from sluice.client.queue_router import select_by_hash
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError, real_topic
@@ -57,6 +57,12 @@ from sluice.proxy.grpc_converter import (
 from sluice.proxy.protocol import RPCS, SERVICE, pb
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.errors import RemotingError
+from sluice.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
+    SendMessageRequestHeader,
+)
 
 log = logging.getLogger(__name__)
 
@@ -337,9 +343,8 @@ class MessagingService:
             producer_group, sys_flag = topic, TRANSACTION_PREPARED_TYPE
             props[PROPERTY_TRANSACTION_PREPARED] = "true"
             props[PROPERTY_PRODUCER_GROUP] = topic
-        ext = {"a": producer_group, "b": topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id), "f": str(sys_flag),
-               "g": str(born), "h": "0", "i": encode_properties(props).decode(), "j": "0", "k": "false",
-               "m": "false", "n": mq.broker_name}
+        ext = SendMessageRequestHeader(producer_group, topic, "TBW102", 4, mq.queue_id, sys_flag, born, 0,
+                                       encode_properties(props).decode(), broker_name=mq.broker_name).encode_v2()
         timeout = max(0.2, min(BROKER_TIMEOUT, _remaining(context, BROKER_TIMEOUT) - 0.3))
         try:
             resp = await self.client.api.invoke(addr, RequestCode.SEND_MESSAGE_V2, ext, m.body,
@@ -630,9 +635,8 @@ class MessagingService:
                           exc.remark) from None
         except (ClientError, RemotingError, ValueError) as exc:
             raise Refused("INTERNAL_SERVER_ERROR", str(exc)) from None
-        ext = {"group": group, "offset": str(commit_log_offset), "delayLevel": "-1",
-               "originMsgId": req.message_id, "originTopic": topic,
-               "maxReconsumeTimes": str(max(0, req.max_delivery_attempts - 1))}
+        ext = ConsumerSendMsgBackRequestHeader(commit_log_offset, group, -1, req.message_id, topic,
+                                               max_reconsume_times=max(0, req.max_delivery_attempts - 1)).encode()
         try:
             resp = await self.client.api.invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, timeout_ms=3000)
             if resp.code != ResponseCode.SUCCESS:
@@ -659,11 +663,9 @@ class MessagingService:
         if req.resolution not in (1, 2):  # unspecified: it stays open, and is checked again later
             return
         addr = await self._addr_of(req.topic.name, tid.broker_name)
-        ext = {"producerGroup": req.topic.name, "tranStateTableOffset": str(tid.queue_offset),
-               "commitLogOffset": str(tid.commit_log_offset),
-               "commitOrRollback": str(TRANSACTION_COMMIT_TYPE if req.resolution == 1 else TRANSACTION_ROLLBACK_TYPE),
-               "msgId": req.message_id, "transactionId": req.transaction_id,
-               "fromTransactionCheck": "true" if req.source == 2 else "false"}
+        ext = EndTransactionRequestHeader(req.topic.name, tid.queue_offset, tid.commit_log_offset,
+                                          TRANSACTION_COMMIT_TYPE if req.resolution == 1 else TRANSACTION_ROLLBACK_TYPE,
+                                          req.source == 2, req.message_id, req.transaction_id).encode()
         try:
             resp = await self.client.api.invoke(addr, RequestCode.END_TRANSACTION, ext, timeout_ms=2500)
         except RemotingError as exc:
@@ -699,20 +701,16 @@ class MessagingService:
             if not streams:
                 del self._producer_streams[topic]
 
-    def _orphan_check(self, broker_addr: str, ext: dict[str, str], msg: MessageExt) -> None:
+    def _orphan_check(self, broker_addr: str, header: CheckTransactionStateRequestHeader, msg: MessageExt) -> None:
         """A broker asks about an undecided transaction: to a producer of its topic, through Telemetry."""
         topic = msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
         streams = self._producer_streams.get(topic)
         broker = next((name for name, addrs in self.client.broker_addrs.items() if broker_addr in addrs.values()),
                       None)
         if not streams or broker is None:
-            log.info("no gRPC producer of %s to check transaction %s with", topic, ext.get("transactionId"))
+            log.info("no gRPC producer of %s to check transaction %s with", topic, header.transaction_id or None)
             return
-        try:
-            tid = TransactionId(broker, int(ext["commitLogOffset"]), int(ext["tranStateTableOffset"]))
-        except (KeyError, ValueError):
-            log.warning("broker %s asked about a transaction without its offsets", broker_addr)
-            return
+        tid = TransactionId(broker, header.commit_log_offset, header.tran_state_table_offset)
         msg.topic = topic
         cmd = pb.TelemetryCommand()
         cmd.recover_orphaned_transaction_command.message.CopyFrom(to_pb_message(msg, pb.Resource(name=topic), 0.0))

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, SerializeType
-from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers._base import field_bool, field_int, field_str
 
 # Sluice's MQVersion as sent in every command: V4_9_8 (409), what Java 4.9.8 clients send.
 SLUICE_VERSION = 409
@@ -54,25 +54,11 @@ class RemotingCommand:
 
     def ext_int(self, name: str, default: int | None = None) -> int:
         """An extFields value as an int; raises ``BadRequestError`` naming the field."""
-        raw = self.ext_fields.get(name)
-        if raw is None or raw == "":
-            if default is None:
-                raise BadRequestError(f"the request has no {name!r} field")
-            return default
-        try:
-            return int(raw)
-        except ValueError as exc:
-            raise BadRequestError(f"field {name!r} must be an integer, not {raw!r}") from exc
+        return field_int(self.ext_fields, name, default)
 
     def ext_str(self, name: str, default: str | None = None) -> str:
         """An extFields value; raises ``BadRequestError`` when it is missing and has no default."""
-        raw = self.ext_fields.get(name)
-        if raw is None or (raw == "" and default is not None):
-            if default is None:
-                raise BadRequestError(f"the request has no {name!r} field")
-            return default
-        return raw
+        return field_str(self.ext_fields, name, default)
 
     def ext_bool(self, name: str, default: bool = False) -> bool:
-        raw = self.ext_fields.get(name)
-        return default if raw is None or raw == "" else raw.lower() == "true"
+        return field_bool(self.ext_fields, name, default)

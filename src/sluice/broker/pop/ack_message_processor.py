@@ -22,6 +22,7 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader
 from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
@@ -112,10 +113,10 @@ class AckMessageProcessor:
         self.pop_polling.notify_message_arriving(topic, queue_id, -1)
 
     async def ack_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
-        queue_id, offset = req.ext_int("queueId"), req.ext_int("offset")
+        h = AckMessageRequestHeader.decode(req.ext_fields)
+        group, topic, queue_id, offset = h.consumer_group, h.topic, h.queue_id, h.offset
         try:
-            receipt = self._receipt(topic, queue_id, offset, req.ext_str("extraInfo"))
+            receipt = self._receipt(topic, queue_id, offset, h.extra_info)
             if receipt.orderly:
                 self._ack_orderly(group, topic, queue_id, receipt.pop_time, offset)
                 return req.response(ResponseCode.SUCCESS)
@@ -190,12 +191,11 @@ class AckMessageProcessor:
         return await self._ack(req, acks)
 
     async def change_message_invisibletime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
-        queue_id, offset = req.ext_int("queueId"), req.ext_int("offset")
-        invisible = req.ext_int("invisibleTime")
+        h = ChangeInvisibleTimeRequestHeader.decode(req.ext_fields)
+        group, topic, queue_id, offset, invisible = h.consumer_group, h.topic, h.queue_id, h.offset, h.invisible_time
         check_invisible_time(invisible)
         try:
-            receipt = self._receipt(topic, queue_id, offset, req.ext_str("extraInfo"), upper_inclusive=False)
+            receipt = self._receipt(topic, queue_id, offset, h.extra_info, upper_inclusive=False)
             if receipt.orderly:
                 now = now_ms()
                 info = self.order_info.change_invisible((topic, group, queue_id), receipt.pop_time, offset,

@@ -44,6 +44,12 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import (
+    NotificationRequestHeader,
+    PeekMessageRequestHeader,
+    PollingInfoRequestHeader,
+    PopMessageRequestHeader,
+)
 from sluice.store.message_store import MessageStore, RecordFilter
 from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageResult
 
@@ -60,42 +66,20 @@ log = logging.getLogger(__name__)
 
 MAX_POP_MESSAGES = 32  # one checkpoint's bit map
 MAX_INVISIBLE_TIME = 12 * 3600 * 1000  # the gRPC proxy's bound (RocketMQ's broker takes any)
-INIT_MODE_MIN = 0
-INIT_MODE_MAX = 1
+INIT_MODE_MIN = 0  # a group new to a queue starts at its start (headers.pop.INIT_MODE_MAX: at its end)
 # Store statuses after which a pop moves the group's offset to next_begin_offset and reads on.
 _SKIP = (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL,
          GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.OFFSET_FOUND_NULL,
          GetMessageStatus.MESSAGE_WAS_REMOVING)
 
 
-@dataclass(frozen=True, slots=True)
-class PopMessageRequestHeader:
-    consumer_group: str
-    topic: str
-    queue_id: int
-    max_msg_nums: int
-    invisible_time: int
-    poll_time: int
-    born_time: int
-    init_mode: int
-    exp_type: str
-    exp: str
-    order: bool
-    attempt_id: str = ""
-
-    @classmethod
-    def parse(cls, req: RemotingCommand) -> PopMessageRequestHeader:
-        h = cls(req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId", -1),
-                req.ext_int("maxMsgNums", MAX_POP_MESSAGES), req.ext_int("invisibleTime"), req.ext_int("pollTime", 0),
-                req.ext_int("bornTime", 0), req.ext_int("initMode", INIT_MODE_MAX),
-                req.ext_fields.get("expType") or "TAG", req.ext_fields.get("exp") or "*", req.ext_bool("order"),
-                req.ext_fields.get("attemptId") or "")
-        if h.max_msg_nums > MAX_POP_MESSAGES or h.max_msg_nums < 1:
-            raise BadRequestError(f"maxMsgNums {h.max_msg_nums} is not within 1..{MAX_POP_MESSAGES}")
-        check_invisible_time(h.invisible_time)
-        if h.poll_time < 0:
-            raise BadRequestError(f"pollTime {h.poll_time} is negative")
-        return h
+def _checked(h: PopMessageRequestHeader) -> PopMessageRequestHeader:
+    if h.max_msg_nums > MAX_POP_MESSAGES or h.max_msg_nums < 1:
+        raise BadRequestError(f"maxMsgNums {h.max_msg_nums} is not within 1..{MAX_POP_MESSAGES}")
+    check_invisible_time(h.invisible_time)
+    if h.poll_time < 0:
+        raise BadRequestError(f"pollTime {h.poll_time} is negative")
+    return h
 
 
 def _settle(fut: asyncio.Future[bool], value: bool) -> None:
@@ -176,7 +160,7 @@ class PopMessageProcessor:
         self._busy: set[tuple[str, str, int]] = set()  # queues a pop is writing the checkpoint of
 
     async def pop_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        h = PopMessageRequestHeader.parse(req)
+        h = _checked(PopMessageRequestHeader.decode(req.ext_fields))
         refused = self._readable(req, h.topic, h.queue_id, h.consumer_group)
         if refused is not None:
             return refused
@@ -231,8 +215,8 @@ class PopMessageProcessor:
 
     def peek_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """The messages a pop would hand out next, handed to nobody (RocketMQ's PeekMessageProcessor)."""
-        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
-        queue_id, max_nums = req.ext_int("queueId", -1), req.ext_int("maxMsgNums", MAX_POP_MESSAGES)
+        ph = PeekMessageRequestHeader.decode(req.ext_fields)
+        group, topic, queue_id, max_nums = ph.consumer_group, ph.topic, ph.queue_id, ph.max_msg_nums
         if not 1 <= max_nums <= MAX_POP_MESSAGES:
             raise BadRequestError(f"maxMsgNums {max_nums} is not within 1..{MAX_POP_MESSAGES}")
         refused = self._readable(req, topic, queue_id, group)
@@ -265,8 +249,8 @@ class PopMessageProcessor:
     async def notification(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Whether the group has messages to pop in the topic (or its retry topic), waiting up to ``pollTime``
         for one to arrive (RocketMQ's NotificationProcessor)."""
-        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
-        queue_id, poll_ms = req.ext_int("queueId", -1), req.ext_int("pollTime", 0)
+        nh = NotificationRequestHeader.decode(req.ext_fields)
+        group, topic, queue_id, poll_ms = nh.consumer_group, nh.topic, nh.queue_id, nh.poll_time
         refused = self._readable(req, topic, queue_id, group)
         if refused is not None:
             return refused
@@ -291,8 +275,8 @@ class PopMessageProcessor:
 
     def polling_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """How many pops wait for messages of the topic's queue (RocketMQ's PollingInfoProcessor)."""
-        group, topic = req.ext_str("consumerGroup"), req.ext_str("topic")
-        queue_id = req.ext_int("queueId", -1)
+        ih = PollingInfoRequestHeader.decode(req.ext_fields)
+        group, topic, queue_id = ih.consumer_group, ih.topic, ih.queue_id
         refused = self._readable(req, topic, queue_id, group)
         if refused is not None:
             return refused
@@ -564,5 +548,5 @@ class PopMessageProcessor:
         return offset
 
 
-__all__ = ["MAX_INVISIBLE_TIME", "PopMessageProcessor", "PopMessageRequestHeader", "check_invisible_time",
+__all__ = ["MAX_INVISIBLE_TIME", "PopMessageProcessor", "check_invisible_time",
            "put_all"]

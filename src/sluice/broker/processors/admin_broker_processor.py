@@ -17,11 +17,24 @@ from sluice.common.errors import InvalidNameError
 from sluice.common.fastjson import ObjectKey
 from sluice.common.naming import validate_group, validate_topic
 from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
-from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    GetTopicConfigRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
+    ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+)
 
 if TYPE_CHECKING:
     from sluice.broker.broker_stats import BrokerStats
@@ -124,23 +137,23 @@ class AdminBrokerProcessor:
 
     # == topics ======================================================================================
     async def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_str("topic")
+        h = CreateTopicRequestHeader.decode(req.ext_fields)
+        topic = h.topic
         try:
             validate_topic(topic)
         except InvalidNameError as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
         if topic in SYSTEM_TOPICS or topic in (self.config.broker_cluster_name, self.config.broker_name):
             return req.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
-        read, write = req.ext_int("readQueueNums", 16), req.ext_int("writeQueueNums", 16)
+        read, write = h.read_queue_nums, h.write_queue_nums
         if not (0 < read <= 1024 and 0 < write <= 1024):
             return req.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")
-        tft = req.ext_fields.get("topicFilterType") or "SINGLE_TAG"
+        tft = h.topic_filter_type
         try:
             filter_type = TopicFilterType(tft)
         except ValueError:
             return req.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType {tft!r} is not SINGLE_TAG or MULTI_TAG")
-        tc = TopicConfig(topic, read, write, req.ext_int("perm", PERM_READ | PERM_WRITE), filter_type,
-                         req.ext_int("topicSysFlag", 0), req.ext_bool("order"))
+        tc = TopicConfig(topic, read, write, h.perm, filter_type, h.topic_sys_flag, h.order)
         self.topic_config_manager.update(tc)
         self.trigger_register()
         try:  # answered once the topic table is on disk (written off the event loop)
@@ -151,7 +164,7 @@ class AdminBrokerProcessor:
         return req.response(ResponseCode.SUCCESS)
 
     async def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_str("topic")
+        topic = DeleteTopicRequestHeader.decode(req.ext_fields).topic
         if topic in SYSTEM_TOPICS:
             return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         self.topic_config_manager.delete(topic)
@@ -165,7 +178,7 @@ class AdminBrokerProcessor:
 
     def get_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """One topic's config (Java's TopicConfigAndQueueMapping; Sluice has no static-topic queue mapping)."""
-        topic = req.ext_str("topic")
+        topic = GetTopicConfigRequestHeader.decode(req.ext_fields).topic
         tc = self.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
@@ -179,7 +192,7 @@ class AdminBrokerProcessor:
 
     def get_topic_stats_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Per queue: min / max offset and last store time (``sluice topic status``)."""
-        topic = req.ext_str("topic")
+        topic = GetTopicStatsInfoRequestHeader.decode(req.ext_fields).topic
         tc = self.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -194,20 +207,23 @@ class AdminBrokerProcessor:
 
     # == offsets =====================================================================================
     def get_max_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.store.get_max_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        h = GetMaxOffsetRequestHeader.decode(req.ext_fields)
+        off = self.store.get_max_offset_in_queue(h.topic, h.queue_id)
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def get_min_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.store.get_min_offset_in_queue(req.ext_str("topic"), req.ext_int("queueId"))
+        h = GetMinOffsetRequestHeader.decode(req.ext_fields)
+        off = self.store.get_min_offset_in_queue(h.topic, h.queue_id)
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def search_offset_by_timestamp(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        off = self.store.get_offset_in_queue_by_time(req.ext_str("topic"), req.ext_int("queueId"),
-                                                            req.ext_int("timestamp"))
+        h = SearchOffsetRequestHeader.decode(req.ext_fields)
+        off = self.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
         return req.response(ResponseCode.SUCCESS, None, {"offset": str(off)})
 
     def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        ts = self.store.get_earliest_message_time(req.ext_str("topic"), req.ext_int("queueId"))
+        h = GetEarliestMsgStoretimeRequestHeader.decode(req.ext_fields)
+        ts = self.store.get_earliest_message_time(h.topic, h.queue_id)
         return req.response(ResponseCode.SUCCESS, None, {"timestamp": str(ts)})
 
     # == orderly consumption locks ===================================================================
@@ -279,7 +295,7 @@ class AdminBrokerProcessor:
             "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(m.table.items())}}))
 
     def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_str("topic")
+        topic = QueryTopicConsumeByWhoRequestHeader.decode(req.ext_fields).topic
         groups = set(self.consumer_manager.groups_of_topic(topic)) | self.store.consumer_offsets.groups_of_topic(topic)
         return req.response(ResponseCode.SUCCESS, body=json_body({"groupList": sorted(groups)}))
 
@@ -287,8 +303,8 @@ class AdminBrokerProcessor:
         """Per queue of the group's topics: broker offset, consumer offset and last store time, in an
         ``offsetTable`` keyed by MessageQueue objects as fastjson writes it (not standard JSON: Java reads no other
         form)."""
-        group = req.ext_str("consumerGroup")
-        only = req.ext_fields.get("topic") or ""
+        h = GetConsumeStatsRequestHeader.decode(req.ext_fields)
+        group, only = h.consumer_group, h.topic
         offsets = self.store.consumer_offsets
         topics = {k.split("@", 1)[0] for k in offsets.offset_table if k.split("@", 1)[1] == group}
         g = self.consumer_manager.get(group)
@@ -317,9 +333,8 @@ class AdminBrokerProcessor:
         """Move a group's offsets on a topic to a time (-1: the end) or, for one queue, to an offset; RocketMQ 5's
         server-side reset: the offsets are committed here, and each queue's next pull tells the consumer
         (PULL_OFFSET_MOVED to the new offset) while commits from before the reset are ignored."""
-        topic, group = req.ext_str("topic"), req.ext_str("group")
-        queue_id, timestamp = req.ext_int("queueId", -1), req.ext_int("timestamp", -1)
-        offset = req.ext_int("offset", -1) if req.ext_fields.get("offset") not in (None, "", "null") else -1
+        h = ResetOffsetRequestHeader.decode(req.ext_fields)
+        topic, group, queue_id, timestamp, offset = h.topic, h.group, h.queue_id, h.timestamp, h.offset
         if self.config.broker_id != 0:
             return req.response(ResponseCode.SYSTEM_ERROR, "Can not reset offset in slave broker")
         tc = self.topic_config_manager.get(topic)
@@ -354,7 +369,7 @@ class AdminBrokerProcessor:
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}))
 
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_str("consumerGroup")
+        group = GetConsumerConnectionListRequestHeader.decode(req.ext_fields).consumer_group
         g = self.consumer_manager.get(group)
         if g is None:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")

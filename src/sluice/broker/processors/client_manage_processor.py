@@ -16,6 +16,7 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import UnregisterClientRequestHeader
 
 if TYPE_CHECKING:
     from sluice.broker.consumer_filter_manager import ConsumerFilterManager
@@ -77,9 +78,8 @@ class ClientManageProcessor:
         return req.response(ResponseCode.SUCCESS)
 
     def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        client_id = req.ext_str("clientID")
-        producer_group = req.ext_fields.get("producerGroup") or ""
-        consumer_group = req.ext_fields.get("consumerGroup") or ""
+        h = UnregisterClientRequestHeader.decode(req.ext_fields)
+        client_id, producer_group, consumer_group = h.client_id, h.producer_group, h.consumer_group
         if producer_group:
             self.producer_manager.unregister_producer(producer_group, client_id)
         if consumer_group:

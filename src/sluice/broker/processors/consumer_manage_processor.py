@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+from sluice.remoting.headers import (
+    GetConsumerListByGroupRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
 
 if TYPE_CHECKING:
     from sluice.broker.consumer_manager import ConsumerManager
@@ -23,7 +28,7 @@ class ConsumerManageProcessor:
         self.swapped_out = swapped_out
 
     def get_consumer_list_by_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_str("consumerGroup")
+        group = GetConsumerListByGroupRequestHeader.decode(req.ext_fields).consumer_group
         ids = self.consumer_manager.consumer_ids(group)
         if not ids:
             return req.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
@@ -31,10 +36,11 @@ class ConsumerManageProcessor:
 
     def update_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         offsets = self.store.consumer_offsets
-        group, topic, qid = req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId")
+        h = UpdateConsumerOffsetRequestHeader.decode(req.ext_fields)
+        group, topic, qid = h.consumer_group, h.topic, h.queue_id
         if offsets.has_offset_reset(group, topic, qid):  # the consumer has not been told of the reset yet
             return req.response(ResponseCode.SUCCESS, "Offset has been previously reset")
-        offsets.commit_offset(group, topic, qid, req.ext_int("commitOffset"))
+        offsets.commit_offset(group, topic, qid, h.commit_offset)
         return req.response(ResponseCode.SUCCESS)
 
     def query_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -45,11 +51,12 @@ class ConsumerManageProcessor:
         RocketMQ 5's ``setZeroIfNotFound=false`` turns the 0 rule off.
         """
         store = self.store
-        group, topic, qid = req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId")
+        h = QueryConsumerOffsetRequestHeader.decode(req.ext_fields)
+        group, topic, qid = h.consumer_group, h.topic, h.queue_id
         offset = store.consumer_offsets.query_offset(group, topic, qid)
         if offset >= 0:
             return req.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
-        if req.ext_bool("setZeroIfNotFound", True) and store.get_min_offset_in_queue(topic, qid) <= 0 \
+        if h.set_zero_if_not_found is not False and store.get_min_offset_in_queue(topic, qid) <= 0 \
                 and store.get_max_offset_in_queue(topic, qid) > 0 and not self.swapped_out(topic, qid, 0):
             return req.response(ResponseCode.SUCCESS, None, {"offset": "0"})
         return req.response(ResponseCode.QUERY_NOT_FOUND,

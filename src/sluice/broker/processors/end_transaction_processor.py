@@ -11,6 +11,7 @@ from sluice.common.sysflag import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+from sluice.remoting.headers import EndTransactionRequestHeader
 
 if TYPE_CHECKING:
     from sluice.broker.transactional_message_service import TransactionalMessageService
@@ -30,15 +31,13 @@ class EndTransactionProcessor:
     async def end_transaction(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         """Java producers send it one-way; whoever asks for an answer gets SUCCESS or a code with a remark. An
         unknown or already decided half message changes nothing."""
-        group = req.ext_str("producerGroup")
-        queue_offset = req.ext_int("tranStateTableOffset")
-        commit_log_offset = req.ext_int("commitLogOffset")
-        outcome = req.ext_int("commitOrRollback")
-        from_check = req.ext_fields.get("fromTransactionCheck", "false").lower() == "true"
+        h = EndTransactionRequestHeader.decode(req.ext_fields)
+        group, queue_offset, commit_log_offset = h.producer_group, h.tran_state_table_offset, h.commit_log_offset
+        outcome, from_check = h.commit_or_rollback, h.from_transaction_check
         who = f"producer {conn.remote_addr} of group {group}"
         if outcome == TRANSACTION_NOT_TYPE:
             # "unknown": nothing to do; the check-back asks again later
-            log.info("%s left transaction %s undecided%s", who, req.ext_fields.get("transactionId", ""),
+            log.info("%s left transaction %s undecided%s", who, h.transaction_id or "",
                      " when checked" if from_check else "")
             return req.response(ResponseCode.SUCCESS, "the transaction stays undecided")
         if outcome not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):

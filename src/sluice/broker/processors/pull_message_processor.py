@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.deferred_response import DeferredResponse
+from sluice.remoting.headers import PullMessageRequestHeader
 from sluice.store.message_store import RecordFilter
 from sluice.store.results import GetMessageStatus
 
@@ -60,29 +60,6 @@ def tag_codes_of(expression: str) -> frozenset[int] | None:
     return frozenset(tag_hash_code(t) for t in (part.strip() for part in parts) if t)
 
 
-@dataclass(slots=True)
-class PullMessageRequestHeader:
-    consumer_group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_millis: int
-    subscription: str | None
-    sub_version: int
-    expression_type: str
-
-    @classmethod
-    def parse(cls, req: RemotingCommand) -> PullMessageRequestHeader:
-        return cls(req.ext_str("consumerGroup"), req.ext_str("topic"), req.ext_int("queueId"),
-                   req.ext_int("queueOffset"), req.ext_int("maxMsgNums", 32), req.ext_int("sysFlag", 0),
-                   req.ext_int("commitOffset", -1), req.ext_int("suspendTimeoutMillis", 15_000),
-                   req.ext_fields.get("subscription"), req.ext_int("subVersion", 0),
-                   req.ext_fields.get("expressionType") or "TAG")
-
-
 # Store status → (response code, whether the request may be held)
 _STATUS_CODE = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,
@@ -113,7 +90,7 @@ class PullMessageProcessor:
         self.swapped_out = swapped_out
 
     def pull_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | DeferredResponse:
-        return self._process(conn, req, PullMessageRequestHeader.parse(req), allow_suspend=True)
+        return self._process(conn, req, PullMessageRequestHeader.decode(req.ext_fields), allow_suspend=True)
 
     # The Java DefaultLitePullConsumer's pull: the same request and answer under its own code.
     lite_pull_message = pull_message

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+from sluice.remoting.headers import QueryMessageRequestHeader, ViewMessageRequestHeader
 
 if TYPE_CHECKING:
     from sluice.store.message_store import MessageStore
@@ -18,11 +19,9 @@ class QueryMessageProcessor:
 
     def query_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         store = self.store
-        max_num = req.ext_int("maxNum", 32)
-        if req.ext_bool("_UNIQUE_KEY_QUERY"):
-            max_num = 32
-        result = store.query_message(req.ext_str("topic"), req.ext_str("key"), max_num,
-                                     req.ext_int("beginTimestamp", 0), req.ext_int("endTimestamp", 0) or None)
+        h = QueryMessageRequestHeader.decode(req.ext_fields)
+        max_num = 32 if h.unique_key_query else h.max_num
+        result = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp or None)
         if not result.buffers:
             return req.response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
         ext = {"indexLastUpdateTimestamp": str(store.index_service.last_update_timestamp()),
@@ -32,7 +31,7 @@ class QueryMessageProcessor:
         return resp
 
     def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        offset = req.ext_int("offset")
+        offset = ViewMessageRequestHeader.decode(req.ext_fields).offset
         view = self.store.select_one_message_by_offset(offset, visible_only=True)
         if view is None:
             return req.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")

@@ -37,7 +37,7 @@ from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.deferred_response import DeferredResponse
-from sluice.remoting.errors import BadRequestError
+from sluice.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from sluice.store.commit_log import RawBatch
 from sluice.store.results import PutMessageResult, PutMessageStatus
 
@@ -51,13 +51,6 @@ if TYPE_CHECKING:
     from sluice.common.config import BrokerConfig
     from sluice.remoting.dispatcher import RequestDispatcher
     from sluice.store.message_store import MessageStore, PutDone
-
-# SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE one-letter keys → SEND_MESSAGE names (RocketMQ's SendMessageRequestHeaderV2).
-V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
-           "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
-           "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
-
-_V2_LONG_NAMES = frozenset(V2_KEYS.values())
 
 PUT_STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -75,72 +68,6 @@ PUT_STATUS_CODES = {
 ResponseBuilder = Callable[[PutMessageResult, int], RemotingCommand]
 STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
                           ResponseCode.SLAVE_NOT_AVAILABLE})
-
-
-def _truthy(v: str | None) -> bool:
-    """Booleans as Java ("true") and the C++ client ("1") write them."""
-    return v is not None and v.lower() in ("true", "1")
-
-
-@dataclass(slots=True)
-class SendMessageRequestHeader:
-    producer_group: str
-    topic: str
-    default_topic: str
-    default_topic_queue_nums: int
-    queue_id: int
-    sys_flag: int
-    born_timestamp: int
-    flag: int
-    properties: str
-    reconsume_times: int
-    batch: bool
-    max_reconsume_times: int | None
-
-    def __post_init__(self) -> None:
-        # Java declares these int (bornTimestamp long): a value past that is refused before it reaches a record.
-        for name, value, bits in (("queueId", self.queue_id, 32), ("sysFlag", self.sys_flag, 32),
-                                  ("flag", self.flag, 32), ("reconsumeTimes", self.reconsume_times, 32),
-                                  ("bornTimestamp", self.born_timestamp, 64)):
-            if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-                raise BadRequestError(f"header field {name!r} is {value}, not a {bits}-bit integer")
-
-    @classmethod
-    def parse(cls, req: RemotingCommand, v2: bool, batch: bool) -> SendMessageRequestHeader:
-        if not v2:
-            return cls._parse(req, batch)
-        e = req.ext_fields
-        if e.keys() & _V2_LONG_NAMES:  # a header mixing long names in: the general parse maps them
-            return cls._parse_mapped(req, batch)
-        try:  # the usual V2 header, every value a plain decimal where one is expected
-            mrt = e.get("l")
-            return cls(e.get("a") or "DEFAULT_PRODUCER", e["b"], e.get("c", ""), int(e.get("d") or 4), int(e["e"]),
-                       int(e.get("f") or 0), int(e.get("g") or 0), int(e.get("h") or 0), e.get("i") or "",
-                       int(e.get("j") or 0), batch or _truthy(e.get("m")),
-                       parse_long(mrt))
-        except (KeyError, ValueError):
-            return cls._parse_mapped(req, batch)  # missing or malformed: the general parse names the field
-
-    @classmethod
-    def _parse_mapped(cls, req: RemotingCommand, batch: bool) -> SendMessageRequestHeader:
-        try:
-            return cls._parse(RemotingCommand(req.code, {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()}),
-                              batch)
-        except BadRequestError as exc:  # name the key the request used: 'e' (queueId), not queueId alone
-            text = str(exc)
-            for key, name in V2_KEYS.items():
-                text = text.replace(f"{name!r}", f"{key!r} ({name})")
-            raise BadRequestError(text) from None
-
-    @classmethod
-    def _parse(cls, req: RemotingCommand, batch: bool) -> SendMessageRequestHeader:
-        mrt = req.ext_fields.get("maxReconsumeTimes")
-        return cls(req.ext_str("producerGroup", "DEFAULT_PRODUCER"), req.ext_str("topic"),
-                   req.ext_str("defaultTopic", ""), req.ext_int("defaultTopicQueueNums", 4), req.ext_int("queueId"),
-                   req.ext_int("sysFlag", 0), req.ext_int("bornTimestamp", 0), req.ext_int("flag", 0),
-                   req.ext_fields.get("properties") or "", req.ext_int("reconsumeTimes", 0),
-                   batch or _truthy(req.ext_fields.get("batch")),
-                   parse_long(mrt))
 
 
 @lru_cache(maxsize=4096)
@@ -203,21 +130,22 @@ class SendMessageProcessor:
 
     # == handlers ====================================================================================
     def send_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | DeferredResponse:
-        return self._send(conn, req, SendMessageRequestHeader.parse(req, v2=False, batch=False))
+        return self._send(conn, req, SendMessageRequestHeader.decode(req.ext_fields))
 
     def send_message_v2(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | DeferredResponse:
-        return self._send(conn, req, SendMessageRequestHeader.parse(req, v2=True, batch=False))
+        return self._send(conn, req, SendMessageRequestHeader.decode_v2(req.ext_fields))
 
     def send_batch_message(self, conn: Connection,
                            req: RemotingCommand) -> RemotingCommand | DeferredResponse:
-        return self._send(conn, req, SendMessageRequestHeader.parse(req, v2=True, batch=True))
+        h = SendMessageRequestHeader.decode_v2(req.ext_fields)
+        h.batch = True  # whatever its 'm' says
+        return self._send(conn, req, h)
 
     def consumer_send_msg_back(self, conn: Connection,
                                req: RemotingCommand) -> RemotingCommand | DeferredResponse:
         """Store a copy of a message a consumer failed on into ``%RETRY%<group>``, delayed; DLQ when exhausted."""
-        group = req.ext_str("group")
-        offset = req.ext_int("offset")
-        delay_level = req.ext_int("delayLevel", 0)
+        h = ConsumerSendMsgBackRequestHeader.decode(req.ext_fields)
+        group, offset, delay_level = h.group, h.offset, h.delay_level
         sub = self.subscription_group_manager.find(group)
         if sub is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
@@ -230,8 +158,7 @@ class SendMessageProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
-        mrt_raw = req.ext_fields.get("maxReconsumeTimes")
-        max_times = parse_long(mrt_raw)
+        max_times = h.max_reconsume_times
         if max_times is None:
             max_times = sub.retry_max_times
         levels = len(self.config.delay_levels)
@@ -246,7 +173,7 @@ class SendMessageProcessor:
             queue_id = random.randrange(sub.retry_queue_nums)
             level = 3 + msg.reconsume_times if delay_level == 0 else delay_level
             props[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, levels))
-        origin = req.ext_fields.get("originMsgId") or msg.msg_id
+        origin = h.origin_msg_id or msg.msg_id
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin)
         props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         inner = MessageExtBrokerInner(topic, msg.body, queue_id, msg.flag, props, msg.sys_flag, msg.born_timestamp,
@@ -424,7 +351,7 @@ class SendMessageProcessor:
         return deferred
 
 
-__all__ = ["SendMessageProcessor", "SendMessageRequestHeader"]
+__all__ = ["SendMessageProcessor"]
 
 
 def _is_half(msg: MessageExtBrokerInner) -> bool:

@@ -35,6 +35,7 @@ from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import RemotingError
+from sluice.remoting.headers import PullMessageRequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,6 @@ class ConsumerBase:
         self.strategy = get_strategy(allocate) if isinstance(allocate, str) else allocate
         self.client = MQClientInstance(config)
         self.subscriptions: dict[str, SubscriptionData] = {}
-        self._pull_headers: dict[tuple[str, int, int, str, int, str], dict[str, str]] = {}
         # Queue → the broker id its last pull's answer suggested for the next (RocketMQ pullFromWhichNodeTable).
         self._pull_from: dict[MessageQueue, int] = {}
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore
@@ -274,20 +274,9 @@ class ConsumerBase:
         if commit_offset > 0:
             sys_flag |= PULL_FLAG_COMMIT_OFFSET
         cfg = self.config
-        key = (mq.topic, mq.queue_id, max_nums, sub.sub_string, sub.sub_version, sub.expression_type)
-        base = self._pull_headers.get(key)
-        if base is None:  # what stays the same from one pull of a queue to the next, made once
-            if len(self._pull_headers) >= 4096:
-                self._pull_headers.clear()
-            base = self._pull_headers[key] = {
-                "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": "",
-                "maxMsgNums": str(max_nums), "sysFlag": "", "commitOffset": "",
-                "suspendTimeoutMillis": str(cfg.broker_suspend_max_time_millis), "subscription": sub.sub_string,
-                "subVersion": str(sub.sub_version), "expressionType": sub.expression_type}
-        ext = base.copy()
-        ext["queueOffset"] = str(offset)
-        ext["sysFlag"] = str(sys_flag)
-        ext["commitOffset"] = str(commit_offset)
+        ext = PullMessageRequestHeader(self.group, mq.topic, mq.queue_id, offset, max_nums, sys_flag, commit_offset,
+                                       cfg.broker_suspend_max_time_millis, sub.sub_string, sub.sub_version,
+                                       sub.expression_type).encode()
         timeout = cfg.consumer_timeout_millis_when_suspend if suspend else cfg.consumer_pull_timeout_millis
         return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), sub, timeout
 

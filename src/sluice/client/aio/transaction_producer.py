@@ -31,6 +31,7 @@ from sluice.common.sysflag import TRANSACTION_PREPARED_TYPE
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
+from sluice.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,10 @@ class TransactionProducer(Producer):
                                      "committed")
         system = "".join(f"{PROPERTY_SEPARATOR}{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in (
             (PROPERTY_TRANSACTION_PREPARED, "true"), (PROPERTY_PRODUCER_GROUP, self.group))).encode()
-        uniq, request = self._single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)
-        resp, mq = await self._send_with_retries(msg.topic, request, msg, None, None, None, None, timeout, False)
+        uniq, request = self.sender.single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)
+        resp, mq = await self.sender.send_with_retries(msg.topic, request, msg, None, None, None, None, timeout, False)
         assert resp is not None
-        result = self._result(resp, mq, [uniq])
+        result = self.sender.result(resp, mq, [uniq])
         if result.transaction_id is None:
             result.transaction_id = uniq
         return result
@@ -108,12 +109,10 @@ class TransactionProducer(Producer):
             log.warning("no master of broker %s to end transaction %s: it will be checked back",
                         result.queue.broker_name, result.msg_id)
             return
-        req = RemotingCommand.request(RequestCode.END_TRANSACTION, {
-            "producerGroup": self.group, "tranStateTableOffset": str(result.queue_offset),
-            "commitLogOffset": str(commit_log_offset), "commitOrRollback": str(state.value),
-            "fromTransactionCheck": "false", "msgId": result.msg_id,
-            "transactionId": result.transaction_id or result.msg_id, "bname": result.queue.broker_name},
-            oneway=True)
+        header = EndTransactionRequestHeader(self.group, result.queue_offset, commit_log_offset, state.value, False,
+                                             result.msg_id, result.transaction_id or result.msg_id,
+                                             broker_name=result.queue.broker_name)
+        req = RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode(), oneway=True)
         req.remark = error
         try:
             await self.client.remoting.invoke_oneway(addr, req)
@@ -121,7 +120,7 @@ class TransactionProducer(Producer):
             log.warning("cannot end transaction %s at %s (%s): it will be checked back", result.msg_id, addr, exc)
 
     # == checks from brokers =========================================================================
-    def _on_check(self, broker_addr: str, header: dict[str, str], msg: MessageExt) -> None:
+    def _on_check(self, broker_addr: str, header: CheckTransactionStateRequestHeader, msg: MessageExt) -> None:
         """CHECK_TRANSACTION_STATE from ``broker_addr`` about ``msg``: answered by a task of its own."""
         if len(self._checks) >= MAX_PENDING_CHECKS:
             log.warning("%d transaction checks pending: the check of %s is dropped (the broker asks again)",
@@ -131,15 +130,15 @@ class TransactionProducer(Producer):
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
 
-    async def _answer_check(self, broker_addr: str, header: dict[str, str], msg: MessageExt) -> None:
+    async def _answer_check(self, broker_addr: str, header: CheckTransactionStateRequestHeader,
+                            msg: MessageExt) -> None:
         fn = self.listener.check_local_transaction
         # A plain function may block on a database: it runs in a thread, not on the event loop.
         state, error = await _decide(fn, (msg,), in_thread=not inspect.iscoroutinefunction(fn))
-        req = RemotingCommand.request(RequestCode.END_TRANSACTION, {
-            "producerGroup": self.group, "tranStateTableOffset": header.get("tranStateTableOffset", ""),
-            "commitLogOffset": header.get("commitLogOffset", ""), "commitOrRollback": str(state.value),
-            "fromTransactionCheck": "true", "msgId": msg.uniq_key or header.get("msgId", ""),
-            "transactionId": header.get("transactionId", ""), "bname": header.get("bname", "")}, oneway=True)
+        answer = EndTransactionRequestHeader(self.group, header.tran_state_table_offset, header.commit_log_offset,
+                                             state.value, True, msg.uniq_key or header.msg_id, header.transaction_id,
+                                             broker_name=header.broker_name)
+        req = RemotingCommand.request(RequestCode.END_TRANSACTION, answer.encode(), oneway=True)
         req.remark = error
         try:
             await self.client.remoting.invoke_oneway(broker_addr, req)

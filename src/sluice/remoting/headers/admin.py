@@ -1,0 +1,145 @@
+"""The headers of a broker's admin requests: topics (UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER,
+GET_TOPIC_CONFIG, GET_TOPIC_STATS_INFO, QUERY_TOPIC_CONSUME_BY_WHO) and groups (GET_CONSUME_STATS,
+GET_CONSUMER_CONNECTION_LIST, INVOKE_BROKER_TO_RESET_OFFSET)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Self
+
+from sluice.common.sysflag import PERM_READ, PERM_WRITE
+from sluice.remoting.headers._base import RequestHeader, field_bool, field_int, field_str, text_bool
+
+
+class CreateTopicRequestHeader(RequestHeader):
+    """UPDATE_AND_CREATE_TOPIC: a topic's config, created or replaced."""
+
+    __slots__ = ("topic", "default_topic", "read_queue_nums", "write_queue_nums", "perm", "topic_filter_type",
+                 "topic_sys_flag", "order")
+    TOPIC_FIELD = "topic"
+
+    def __init__(self, topic: str, default_topic: str = "TBW102", read_queue_nums: int = 16,
+                 write_queue_nums: int = 16, perm: int = PERM_READ | PERM_WRITE, topic_filter_type: str = "SINGLE_TAG",
+                 topic_sys_flag: int = 0, order: bool = False) -> None:
+        self.topic = topic
+        self.default_topic = default_topic
+        self.read_queue_nums = read_queue_nums
+        self.write_queue_nums = write_queue_nums
+        self.perm = perm
+        self.topic_filter_type = topic_filter_type
+        self.topic_sys_flag = topic_sys_flag
+        self.order = order
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> CreateTopicRequestHeader:
+        return cls(field_str(ext, "topic"), ext.get("defaultTopic") or "TBW102", field_int(ext, "readQueueNums", 16),
+                   field_int(ext, "writeQueueNums", 16), field_int(ext, "perm", PERM_READ | PERM_WRITE),
+                   ext.get("topicFilterType") or "SINGLE_TAG", field_int(ext, "topicSysFlag", 0),
+                   field_bool(ext, "order"))
+
+    def encode(self) -> dict[str, str]:
+        return {"topic": self.topic, "defaultTopic": self.default_topic, "readQueueNums": str(self.read_queue_nums),
+                "writeQueueNums": str(self.write_queue_nums), "perm": str(self.perm),
+                "topicFilterType": self.topic_filter_type, "topicSysFlag": str(self.topic_sys_flag),
+                "order": text_bool(self.order)}
+
+
+class _TopicRequestHeader(RequestHeader):
+    """A request about one topic, and nothing more."""
+
+    __slots__ = ("topic",)
+    TOPIC_FIELD = "topic"
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> Self:
+        return cls(field_str(ext, "topic"))
+
+    def encode(self) -> dict[str, str]:
+        return {"topic": self.topic}
+
+
+class DeleteTopicRequestHeader(_TopicRequestHeader):
+    __slots__ = ()
+
+
+class GetTopicConfigRequestHeader(_TopicRequestHeader):
+    __slots__ = ()
+
+
+class GetTopicStatsInfoRequestHeader(_TopicRequestHeader):
+    __slots__ = ()
+
+
+class QueryTopicConsumeByWhoRequestHeader(_TopicRequestHeader):
+    __slots__ = ()
+
+
+class GetConsumeStatsRequestHeader(RequestHeader):
+    """GET_CONSUME_STATS: a group's offsets against its topics' (``topic``: one of them only)."""
+
+    __slots__ = ("consumer_group", "topic")
+    TOPIC_FIELD = "topic"
+    GROUP_FIELD = "consumer_group"
+
+    def __init__(self, consumer_group: str, topic: str = "") -> None:
+        self.consumer_group = consumer_group
+        self.topic = topic
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> GetConsumeStatsRequestHeader:
+        return cls(field_str(ext, "consumerGroup"), ext.get("topic") or "")
+
+    def encode(self) -> dict[str, str]:
+        ext = {"consumerGroup": self.consumer_group}
+        if self.topic:
+            ext["topic"] = self.topic
+        return ext
+
+
+class GetConsumerConnectionListRequestHeader(RequestHeader):
+    __slots__ = ("consumer_group",)
+    GROUP_FIELD = "consumer_group"
+
+    def __init__(self, consumer_group: str) -> None:
+        self.consumer_group = consumer_group
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> GetConsumerConnectionListRequestHeader:
+        return cls(field_str(ext, "consumerGroup"))
+
+    def encode(self) -> dict[str, str]:
+        return {"consumerGroup": self.consumer_group}
+
+
+class ResetOffsetRequestHeader(RequestHeader):
+    """INVOKE_BROKER_TO_RESET_OFFSET: a group's offsets on a topic moved to a time (-1: the end) or, for one
+    queue, to an offset (-1: none given; Java's admin writes "null" for that)."""
+
+    __slots__ = ("topic", "group", "queue_id", "timestamp", "offset")
+    TOPIC_FIELD = "topic"
+    GROUP_FIELD = "group"
+
+    def __init__(self, topic: str, group: str, queue_id: int = -1, timestamp: int = -1, offset: int = -1) -> None:
+        self.topic = topic
+        self.group = group
+        self.queue_id = queue_id
+        self.timestamp = timestamp
+        self.offset = offset
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> ResetOffsetRequestHeader:
+        return cls(field_str(ext, "topic"), field_str(ext, "group"), field_int(ext, "queueId", -1),
+                   field_int(ext, "timestamp", -1),
+                   field_int(ext, "offset", -1) if ext.get("offset") not in (None, "", "null") else -1)
+
+    def encode(self) -> dict[str, str]:
+        return {"topic": self.topic, "group": self.group, "queueId": str(self.queue_id),
+                "timestamp": str(self.timestamp), "offset": str(self.offset)}
+
+
+__all__ = ["CreateTopicRequestHeader", "DeleteTopicRequestHeader", "GetConsumeStatsRequestHeader",
+           "GetConsumerConnectionListRequestHeader", "GetTopicConfigRequestHeader", "GetTopicStatsInfoRequestHeader",
+           "QueryTopicConsumeByWhoRequestHeader", "ResetOffsetRequestHeader"]
