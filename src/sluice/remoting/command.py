@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, SerializeType
@@ -31,7 +32,7 @@ class RemotingCommand:
     version: int = SLUICE_VERSION
     serialize_type: SerializeType = SerializeType.JSON
     # Extra body parts sent after ``body`` without being joined (pull responses: views of the commit log).
-    body_parts: list[memoryview] | None = None
+    body_parts: Sequence[bytes | memoryview] | None = None
 
     @property
     def is_response(self) -> bool:

@@ -153,7 +153,7 @@ class AckMessageProcessor:
         """A JSON body ``{"brokerName", "acks": [{c, t, r, so, q, rq, pt, it, b}]}``: per checkpoint, the offsets
         ``so + i`` for each bit i of ``b`` (a base64 java.util.BitSet)."""
         try:
-            body = json.loads(req.body) if req.body else {}
+            body = json.loads(bytes(req.body)) if req.body else {}
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequestError(f"the batch ack body is not valid JSON: {exc}") from None
         items = body.get("acks", []) if isinstance(body, dict) else None

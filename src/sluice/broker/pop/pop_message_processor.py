@@ -176,7 +176,8 @@ class PopMessageProcessor:
                 return req.response(ResponseCode.SYSTEM_ERROR,
                                     f"The broker does not support consumer to filter message by {h.exp_type}")
             else:
-                record_filter = ExpressionMessageFilter(compile_expression(h.exp_type, h.exp))
+                compiled = compile_expression(h.exp_type, h.exp)
+                record_filter = None if compiled is None else ExpressionMessageFilter(compiled)
         except (SubscriptionParseError, InvalidSubscriptionError) as exc:
             return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                 f"parse the consumer's subscription failed: {str(exc).splitlines()[0]}")
@@ -324,10 +325,12 @@ class PopMessageProcessor:
         """One try: the answer with what was found, or None when nothing was."""
         rand = random.randrange(100)
         first = [h.queue_id] if h.queue_id >= 0 else [(rand + i) % queue_nums for i in range(queue_nums)]
-        plan = [(h.topic, q, codes, record_filter) for q in first]
+        plan: list[tuple[str, int, frozenset[int] | None, RecordFilter | None]] = [
+            (h.topic, q, codes, record_filter) for q in first]
         retry_tc = self.topic_config_manager.get(retry)
         if retry_tc is not None:
-            retry_plan = [(retry, q, None, None) for q in range(retry_tc.read_queue_nums)]
+            retry_plan: list[tuple[str, int, frozenset[int] | None, RecordFilter | None]] = [
+                (retry, q, None, None) for q in range(retry_tc.read_queue_nums)]
             plan = retry_plan + plan if rand < self.config.pop_from_retry_probability else plan + retry_plan
         budget = h.max_msg_nums
         reads: list[_Read] = []

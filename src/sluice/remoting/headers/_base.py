@@ -77,7 +77,7 @@ class RequestHeader:
         return tuple(getattr(self, name) for name in self._names())
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+        return isinstance(other, RequestHeader) and type(other) is type(self) and self._values() == other._values()
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclasses it replaces
 
