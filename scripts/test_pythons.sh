@@ -5,6 +5,7 @@
 #   scripts/test_pythons.sh [VERSION ...]     default: 3.11 3.12 3.13
 #   PYTHON_TESTS="tests/unit" scripts/...     what pytest runs (default: the unit and integration tests)
 # An interpreter is python3.X on the PATH, else pyenv's (`pyenv install 3.X` adds one); a missing one fails the run.
+# Every version runs even when one fails; the exit status says whether all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 versions=("$@")
@@ -23,6 +24,7 @@ interpreter() {
     fi
 }
 
+failed=()
 for v in "${versions[@]}"; do
     venv=".venv-$v"
     stamp="$venv/.installed-test"
@@ -36,5 +38,9 @@ for v in "${versions[@]}"; do
         touch "$stamp"
     fi
     echo "== Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())'): ${tests[*]}"
-    "$venv/bin/python" -m pytest -q -n 2 --dist loadgroup "${tests[@]}"
+    "$venv/bin/python" -m pytest -q -n 2 --dist loadgroup "${tests[@]}" || failed+=("$v")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "test_pythons: tests failed on Python ${failed[*]}" >&2
+    exit 1
+fi

@@ -1,6 +1,6 @@
 """Run Python code in a child interpreter that lacks what only Linux (or only POSIX) has, as on Windows: the
 modules ``fcntl``, ``resource``, ``termios``, ``pwd``, ``grp`` and uvloop cannot be imported, and ``os`` has no
-``pwrite``, ``pread``, ``posix_fallocate``, ``fdatasync``, ``O_DSYNC`` or ``register_at_fork``.
+``pwrite``, ``pread``, ``posix_fallocate``, ``fdatasync``, ``O_DSYNC``, ``fork`` or ``register_at_fork``.
 
 The interpreter stays a Linux one (asyncio's Windows loop cannot be had here), so this shows what the code
 imports and calls, not how Windows behaves: enough to keep a POSIX-only call from creeping into the client.
@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 BLOCKED_MODULES = ("fcntl", "resource", "termios", "pwd", "grp", "uvloop")
-REMOVED_OS_NAMES = ("pwrite", "pread", "posix_fallocate", "posix_fadvise", "fdatasync", "O_DSYNC", "O_DIRECT",
+REMOVED_OS_NAMES = ("pwrite", "pread", "posix_fallocate", "posix_fadvise", "fdatasync", "O_DSYNC", "O_DIRECT", "fork",
                     "register_at_fork")
 
 PRELUDE = f"""

@@ -64,8 +64,9 @@ def test_remoting_runs_without_rlimits():
 
 @pytest.mark.parametrize("command", [["dev"], ["broker", "--namesrv", "127.0.0.1:1"], ["namesrv"], ["proxy"]])
 def test_the_servers_refuse_windows_in_one_line(command: list[str], tmp_path: Path):
-    # asyncio picks its Windows loop by sys.platform at import: everything is imported before the platform changes.
-    code = ("import atexit, sys\nfrom sluice.cli.main import main\n"
+    # Modules that pick their Windows half by sys.platform at import (asyncio, shutil: argparse imports it on first
+    # use) are imported before the platform changes.
+    code = ("import atexit, shutil, sys\nfrom sluice.cli.main import main\n"
             "atexit.register(lambda: print(sorted(m for m in sys.modules if m.startswith(('sluice.store', "
             "'sluice.broker', 'sluice.namesrv')))))\n"
             "sys.platform = 'win32'\nsys.exit(main(sys.argv[1:]))")
