@@ -4,7 +4,8 @@
 # (beside the others' in src/sluice: each has its own ABI tag).
 #   scripts/test_pythons.sh [VERSION ...]     default: 3.11 3.12 3.13
 #   PYTHON_TESTS="tests/unit" scripts/...     what pytest runs (default: the unit and integration tests)
-# An interpreter is python3.X on the PATH, else pyenv's (`pyenv install 3.X` adds one); a missing one fails the run.
+# An interpreter is python3.X on the PATH, else pyenv's (`pyenv install 3.X` adds one, found with or without pyenv on
+# the PATH); a missing one fails the run.
 # Every version runs even when one fails; the exit status says whether all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,11 +14,14 @@ versions=("$@")
 read -r -a tests <<< "${PYTHON_TESTS:-tests/unit tests/integration}"
 
 interpreter() {
-    local v=$1 prefix
+    local v=$1 prefix installed
+    installed=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$v".*/bin/"python$v" 2>/dev/null | sort -V | tail -1)
     if command -v "python$v" >/dev/null 2>&1 && "python$v" -c "" 2>/dev/null; then
         command -v "python$v"
     elif command -v pyenv >/dev/null 2>&1 && prefix=$(pyenv prefix "$v" 2>/dev/null); then
         echo "$prefix/bin/python$v"
+    elif [ -n "$installed" ]; then  # pyenv's versions, pyenv itself not on the PATH
+        echo "$installed"
     else
         echo "test_pythons: no Python $v (install it, e.g. pyenv install $v)" >&2
         return 1
