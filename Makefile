@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
 
-.PHONY: setup dev test lint fuzz fuzz-ci bench-store bench-reference clean
+.PHONY: setup dev test test-pythons lint fuzz fuzz-ci bench-store bench-reference clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,14 @@ test: $(FULL)
 	# built sluice._speedups): the list is scripts/pure_python_tests.py's, which traces tests/unit for them.
 	SLUICE_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -n 2 @tests/unit/pure_python_fallback.txt
 
+# The unit and integration tests on each Python Sluice supports, in a virtualenv each (.venv-3.12, ...: the compiled
+# codecs are built per interpreter). PYTHONS and PYTHON_TESTS narrow it; CI runs the unit tests on 3.12 and 3.13.
+PYTHONS ?= 3.11 3.12 3.13
+PYTHON_TESTS ?= tests/unit tests/integration
+
+test-pythons:
+	PYTHON_TESTS="$(PYTHON_TESTS)" bash scripts/test_pythons.sh $(PYTHONS)
+
 lint: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz
 	$(BIN)/python -m mypy
@@ -59,4 +67,4 @@ bench-reference: $(FULL)
 	$(BIN)/python bench/reference.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache build src/*.egg-info
+	rm -rf $(VENV) .venv-* .pytest_cache .mypy_cache build src/*.egg-info

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite needs a Java 17+ JDK and Maven: Spark (the sluice[spark] extra) runs on Java, and the interop and
+# The test suite needs a Java 17+ JDK and Maven: Spark (the sluice-mq[spark] extra) runs on Java, and the interop and
 # reference tests build their Java programs with Maven. Whatever of `java`, `javac` and `mvn` is missing is
 # installed with apt; `make dev` never calls this.
 set -euo pipefail

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 import uvloop
+from hypothesis import settings
 
 from sluice.broker.broker_controller import BrokerController
 from sluice.client.mq_client_api import MQClientAPI
@@ -31,6 +32,11 @@ _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "cras
 # clusters whose timings they check (failover, partitions, a slow disk); the rest go wherever there is room.
 _XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "jvm", "ha": "clusters", "fault": "clusters"}
 TESTS_DIR = Path(__file__).resolve().parent
+
+# Hypothesis' deadline (200 ms an example) measures the machine, not the code: on a loaded box (CI's two cores, shared)
+# one slow example fails a test as flaky, on any Python. A hang is still pytest-timeout's to catch.
+settings.register_profile("sluice", deadline=None)
+settings.load_profile("sluice")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-pa = pytest.importorskip("pyarrow", reason="needs the sluice[spark] extra")
+pa = pytest.importorskip("pyarrow", reason="needs the sluice-mq[spark] extra")
 
 from sluice import Message, Producer, PullConsumer  # noqa: E402
 from sluice.common.structs import MessageQueue  # noqa: E402

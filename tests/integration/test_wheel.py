@@ -1,4 +1,5 @@
-"""A wheel built from the sources holds the compiled codecs, and Sluice imported from it uses them."""
+"""A wheel built from the sources is named sluice-mq, holds the compiled codecs with their stub and the typed
+marker, and Sluice imported from it uses the codecs."""
 
 from __future__ import annotations
 
@@ -20,15 +21,20 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_wheel_holds_the_compiled_module_and_uses_it(tmp_path):
     src = tmp_path / "src-copy"  # built from a copy: pip builds in the tree it is given
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
     out = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
                     str(src)], check=True, timeout=240, capture_output=True)
-    (wheel,) = out.glob("sluice-*.whl")
+    (wheel,) = out.glob("sluice_mq-*.whl")  # the distribution's name: "sluice" on PyPI is another project
     assert f"-cp{sys.version_info.major}{sys.version_info.minor}-" in wheel.name  # a binary wheel, not pure
     with zipfile.ZipFile(wheel) as z:
-        assert [n for n in z.namelist() if n.startswith("sluice/_speedups") and n.endswith(".so")]
+        names = z.namelist()
+        assert [n for n in names if n.startswith("sluice/_speedups") and n.endswith(".so")]
+        assert {"sluice/py.typed", "sluice/_speedups.pyi"} <= set(names)
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        headers = z.read(metadata).decode().split("\n\n")[0].splitlines()
+        assert {"Name: sluice-mq", "License-Expression: Apache-2.0", "Classifier: Typing :: Typed"} <= set(headers)
         z.extractall(tmp_path / "site")
     code = ("import sluice, sluice.common.message_codec as m; from sluice.common.speedups import speedups; "
             "print(sluice.__file__, speedups.__file__, m.decode_records is m._c_decode_records)")

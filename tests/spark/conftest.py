@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark", reason="the Spark tests need the sluice[spark] extra")
+pyspark = pytest.importorskip("pyspark", reason="the Spark tests need the sluice-mq[spark] extra")
 if shutil.which("java") is None:  # pragma: no cover - `make setup` installs a JRE when java is missing
     pytest.skip("the Spark tests need java on PATH", allow_module_level=True)
 

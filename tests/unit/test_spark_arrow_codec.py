@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pa = pytest.importorskip("pyarrow", reason="needs the sluice[spark] extra")
+pa = pytest.importorskip("pyarrow", reason="needs the sluice-mq[spark] extra")
 np = pytest.importorskip("numpy")
 
 from sluice.client.message import RESERVED_PROPERTY_KEYS  # noqa: E402

@@ -13,7 +13,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "sluice"
 
 
 def test_offset_option_codec_source_and_sink_modules_do_not_import_pyspark():
-    pytest.importorskip("pyarrow", reason="needs the sluice[spark] extra")
+    pytest.importorskip("pyarrow", reason="needs the sluice-mq[spark] extra")
     code = ("import sys, sluice, sluice.spark, sluice.spark.offsets, sluice.spark.options, "
             "sluice.spark.arrow_codec, sluice.spark.source, sluice.spark.sink, sluice.spark.queue_client\n"
             "assert not [m for m in sys.modules if m.startswith('pyspark')], 'pyspark was imported'")

@@ -63,7 +63,7 @@ def _cmd_bench_spark(args: argparse.Namespace) -> int:
     try:
         from sluice.bench.spark_bench import SparkBenchOptions, run_spark_bench
     except ImportError as exc:
-        raise SystemExit(f"sluice: the Spark benchmarks need pyspark: pip install 'sluice[spark]' ({exc})") from None
+        raise SystemExit(f"sluice: the Spark benchmarks need pyspark: pip install 'sluice-mq[spark]' ({exc})") from None
     if args.broker_max_pull and not args.embedded:
         raise SystemExit("sluice: --broker-max-pull configures the --embedded broker only")
     opts = SparkBenchOptions(namesrv=args.namesrv, topic=args.topic, count=args.count, size=args.size,

@@ -1,5 +1,5 @@
 """``sluice pipeline demo``: run the example Spark pipeline (``examples/revenue_pipeline.py``) against a
-running cluster (``sluice dev``). Needs the ``sluice[spark]`` extra and a source checkout (examples/)."""
+running cluster (``sluice dev``). Needs the ``sluice-mq[spark]`` extra and a source checkout (examples/)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        raise SystemExit("sluice: the pipeline needs pyspark: pip install 'sluice[spark]'") from None
+        raise SystemExit("sluice: the pipeline needs pyspark: pip install 'sluice-mq[spark]'") from None
     return int(load_example(EXAMPLES[args.pipeline_command]).main(list(args.args)))
 
 

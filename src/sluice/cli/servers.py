@@ -13,6 +13,7 @@ from typing import Any
 
 from sluice.common.config import BrokerConfig, NamesrvConfig
 from sluice.common.config_loader import ConfigError, load, load_toml, server_tables
+from sluice.common.platform import server_platform_error
 from sluice.common.runtime import tune_gc_for_throughput
 
 DEV_STORE = ".sluice"
@@ -24,6 +25,13 @@ FLUSH_HELP = "sync: fsync before each ack; async: flush in the background (defau
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def require_server_platform(command: str) -> None:
+    """Exit with one line where the servers cannot run, before anything is imported or created for them."""
+    reason = server_platform_error()
+    if reason is not None:
+        raise SystemExit(f"sluice {command}: {reason}")
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -135,6 +143,7 @@ def broker_config(args: argparse.Namespace, data: dict[str, Any], where: str) ->
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
+    require_server_platform("namesrv")
     from sluice.namesrv import NamesrvController
 
     setup_logging(args.log_level)
@@ -148,6 +157,7 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
+    require_server_platform("broker")
     from sluice.broker.broker_runner import BrokerRunner
 
     setup_logging(args.log_level)
@@ -169,6 +179,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     """Name server and broker in one process, on 127.0.0.1, with the store in ./.sluice."""
+    require_server_platform("dev")
     from sluice.broker.broker_controller import BrokerController
     from sluice.namesrv import NamesrvController
 
@@ -276,6 +287,7 @@ def _dev_ha(args: argparse.Namespace, nscfg: NamesrvConfig, bcfg: BrokerConfig, 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
     """The gRPC front for RocketMQ 5 clients, in front of the brokers a name server routes to."""
+    require_server_platform("proxy")
     from sluice.proxy.messaging_service import serve, stop
 
     setup_logging(args.log_level)

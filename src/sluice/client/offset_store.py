@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from sluice.common.errors import OffsetStoreError
+from sluice.common.files import fsync_dir
+from sluice.common.platform import fsync
 from sluice.common.structs import MessageQueue
 
 DEFAULT_LOCAL_OFFSET_DIR = os.path.join(os.path.expanduser("~"), ".rocketmq_offsets")
@@ -185,25 +187,14 @@ class LocalFileOffsetStore:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
-                os.fsync(f.fileno())
+                fsync(f.fileno())
             if self.path.exists():
                 # Copy, never move: at every instant the file holds a complete version.
                 shutil.copyfile(self.path, self.bak_path)
             os.replace(tmp, self.path)
-            _fsync_dir(directory)
+            fsync_dir(str(directory))
         except OSError as exc:
             raise OffsetStoreError(f"cannot write offset file {self.path}: {exc}") from exc
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. Windows: directories cannot be opened; rename durability is best effort there
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["DEFAULT_LOCAL_OFFSET_DIR", "OFFSETS_FILE", "LocalFileOffsetStore", "OffsetTable"]

@@ -8,21 +8,25 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from sluice.common.errors import StoreConfigError
+from sluice.common.platform import fsync
 
 log = logging.getLogger(__name__)
 
 
 def fsync_dir(path: str) -> None:
     """Make a directory entry (a created, renamed or deleted file) durable."""
+    if sys.platform == "win32":  # a directory cannot be opened to sync it: a rename is as durable as NTFS makes it
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 
@@ -62,7 +66,7 @@ def write_json_atomic(path: str, data: dict[str, Any]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
-        os.fsync(f.fileno())
+        fsync(f.fileno())
     if os.path.exists(path):
         # Copy, never move: at every instant ``path`` holds a complete version.
         shutil.copyfile(path, path + ".bak")

@@ -8,7 +8,6 @@ codec keeps its pure-Python twin as the reference and the fallback; the two give
 
 from __future__ import annotations
 
-import importlib
 import os
 from types import ModuleType
 
@@ -21,7 +20,7 @@ def _load() -> ModuleType | None:
     if os.environ.get(NO_EXTENSIONS_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         return None
     try:
-        _speedups = importlib.import_module("sluice._speedups")
+        from sluice import _speedups
     except ImportError:
         return None
     _speedups.configure(MessageFormatError)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 import socket
 import time
 from collections.abc import Callable
@@ -33,6 +32,10 @@ RESERVED_FILES = 256
 
 def connection_limit(configured: int) -> int:
     """``configured``, but never so many that connections could take the descriptors the process needs."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit to stay under
+        return configured
     try:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (OSError, ValueError):

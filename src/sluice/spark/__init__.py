@@ -1,6 +1,6 @@
 """The ``sluice`` PySpark data source: ``from sluice.spark import SluiceDataSource, register``.
 
-Install with ``pip install 'sluice[spark]'`` (pyspark 4.3, Java 17+). Only ``sluice.spark.datasource``
+Install with ``pip install 'sluice-mq[spark]'`` (pyspark 4.3, Java 17+). Only ``sluice.spark.datasource``
 imports pyspark, and only when ``SluiceDataSource`` / ``register`` are first used; ``offsets``, ``options``,
 ``arrow_codec``, ``source`` and ``sink`` are plain Python.
 """

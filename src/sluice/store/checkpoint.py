@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluice.common.files import fsync_dir
+from sluice.common.platform import fdatasync
 
 CHECKPOINT_SIZE: Final = 4096
 _LAYOUT: Final = struct.Struct(">qqqqqqq")
@@ -68,7 +69,7 @@ class StoreCheckpoint:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, data, 0)
-            os.fdatasync(fd)
+            fdatasync(fd)
         finally:
             os.close(fd)
         if created:

@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from sluice.common.files import fsync_dir
+from sluice.common.platform import MAPPED_WRITES_NEED_MSYNC, fdatasync, fsync
 from sluice.common.speedups import speedups
 
 log = logging.getLogger(__name__)
@@ -61,12 +62,13 @@ def _create_file(tmp: str, file_size: int, final: str | None) -> None:
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, file_size)
-        try:
-            os.posix_fallocate(fd, 0, file_size)
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot reserve: sparse
-                raise
-        os.fsync(fd)
+        if hasattr(os, "posix_fallocate"):  # not on macOS: a segment stays sparse there (the warm service fills it)
+            try:
+                os.posix_fallocate(fd, 0, file_size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot reserve: sparse
+                    raise
+        fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):
@@ -112,7 +114,7 @@ class MappedFile:
                 # Only a crash inside ``truncate_tail`` leaves this: the missing tail is zeros anyway.
                 log.warning("%s is %d bytes, short of %d: extending it with zeros", path, size, file_size)
                 os.ftruncate(self._fd, file_size)
-                os.fsync(self._fd)
+                fsync(self._fd)
             elif size > file_size:
                 raise ValueError(f"{path} is {size} bytes, larger than the configured {file_size}")
             self._mm = mmap.mmap(self._fd, file_size)
@@ -206,7 +208,9 @@ class MappedFile:
             if self._dir_unsynced:
                 fsync_dir(os.path.dirname(self.path) or ".")
                 self._dir_unsynced = False
-            os.fdatasync(self._fd)
+            if MAPPED_WRITES_NEED_MSYNC:
+                self._mm.flush()
+            fdatasync(self._fd)
         self.flushed_position = target
         return target
 
@@ -224,7 +228,7 @@ class MappedFile:
         self._release_map()
         os.ftruncate(self._fd, pos)
         os.ftruncate(self._fd, self.file_size)
-        os.fsync(self._fd)
+        fsync(self._fd)
         self._mm = mmap.mmap(self._fd, self.file_size)
         self.buf = memoryview(self._mm)
         self.wrote_position = min(self.wrote_position, pos)

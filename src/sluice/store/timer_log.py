@@ -19,6 +19,7 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from sluice.common.files import fsync_dir
+from sluice.common.platform import fsync
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class TimerLog:
             for start in sorted(dirty):
                 fd = self._fds.get(start)
                 if fd is not None:
-                    os.fsync(fd)
+                    fsync(fd)
         self.flushed = max(self.flushed, end)
         return end
 

@@ -12,6 +12,7 @@ import os
 from typing import NamedTuple
 
 from sluice.common.files import fsync_dir
+from sluice.common.platform import fsync
 
 
 class EpochEntry(NamedTuple):
@@ -85,6 +86,6 @@ class EpochFile:
         with open(tmp, "w") as f:
             json.dump([list(e) for e in self.entries], f)
             f.flush()
-            os.fsync(f.fileno())
+            fsync(f.fileno())
         os.replace(tmp, self.path)
         fsync_dir(os.path.dirname(self.path))

@@ -1,0 +1,46 @@
+"""Sluice's per-message codecs in C (``src/sluice/_speedups.c``); each has a pure-Python twin that is the reference
+(``sluice.common.speedups`` loads the module, or None where it was not built)."""
+
+from collections.abc import Callable
+from typing import final
+
+from _typeshed import ReadableBuffer, WriteableBuffer
+
+from sluice.common.message import MessageExt
+
+def configure(error: type[Exception], /) -> None:
+    """What the decoders raise (``MessageFormatError``)."""
+
+def message_type(ext: type[MessageExt], host_text: Callable[[bytes], str], /) -> None:
+    """What ``decode_records`` builds (a class of slots only), and how it names an 8-byte host field."""
+
+def decode_records(buf: ReadableBuffer, hosts: dict[bytes, str], /) -> list[MessageExt]:
+    """A concatenation of whole v1 records; ``hosts`` caches the text of each 8-byte host field."""
+
+def check_record(buf: ReadableBuffer, pos: int, limit: int, check_crc: bool = True, /) -> int:
+    """The size of the record at ``pos`` (0: a clean end, -1: BLANK filler)."""
+
+def scan_batch(body: ReadableBuffer, /) -> tuple[bytes, bytes, bytes, bytes]:
+    """Each record of a batch body: (body_start, props_len_pos, end, flag), columns of native int64."""
+
+def body_crcs(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, /) -> bytes:
+    """The BODYCRC of every span ``data[starts[i]:ends[i]]`` (native int64 columns in and out)."""
+
+def encode_batch_record(body: ReadableBuffer, properties: ReadableBuffer, flag: int = 0) -> bytes:
+    """One record of a batch body."""
+
+def store_spans(buf: WriteableBuffer, spans: list[tuple[int, ReadableBuffer]], positions: ReadableBuffer = b"",
+                values: ReadableBuffer = b"", width: int = 4, /) -> None:
+    """Copy each (offset, bytes) of ``spans`` into ``buf``, and value i of ``values`` (``width`` bytes each) at
+    ``positions[i]`` (native int64), with the GIL released; every span is checked before anything is written."""
+
+@final
+class UniqIdClock:
+    """``MessageIdGenerator``'s clock and counter."""
+
+    counter: int
+    def __init__(self, prefix: str, month_bounds: Callable[[int], tuple[int, int]]) -> None: ...
+    def create(self, now_ms: int | None = None, /) -> str:
+        """A new id: the prefix, ms since the month's start (8 hex), the counter (4 hex)."""
+    def create_many(self, n: int, /) -> list[str]:
+        """``n`` ids from one clock read."""
