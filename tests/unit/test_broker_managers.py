@@ -232,8 +232,11 @@ def test_held_pull_answer_leaves_no_reference_cycles(end):
                     hold.notify_message_arriving("T", 0, 1)
                 elif end == "cancel":
                     deferred.cancel()
-                answers = 0 if end == "cancel" else i + 1
-                await until(lambda n=answers: hold.count == 0 and len(conn.sent) == n, "the held pull's end")
+
+                def ended(answers: int = 0 if end == "cancel" else i + 1) -> bool:
+                    return hold.count == 0 and len(conn.sent) == answers
+
+                await until(ended, "the held pull's end")
             del req, deferred, held
             # Only this test's objects count: other threads (a client loop left by an earlier test) may make
             # garbage of their own meanwhile.
