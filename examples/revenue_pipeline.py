@@ -3,8 +3,10 @@
     sluice dev                       # in one terminal: a name server and broker on 127.0.0.1
     sluice pipeline demo             # in another: generate orders and run the Spark job (Ctrl-C stops)
 
-or ``python examples/revenue_pipeline.py --help``. Stop it and start it again: the job resumes from its
-checkpoints (in ``--dir``), so every order is counted once and no minute is written twice to parquet.
+or ``python examples/revenue_pipeline.py --help``. A stop (Ctrl-C or ``--duration``) ends the generator first
+and lets the job process every order sent before it stops the queries, between two micro-batches. Start it
+again: the job resumes from its checkpoints (in ``--dir``), so every order is counted once and no minute is
+written twice to parquet.
 
 The pieces:
 
