@@ -3,8 +3,10 @@
     sluice dev                       # in one terminal: a name server and broker on 127.0.0.1
     sluice pipeline demo             # in another: generate orders and run the Spark job (Ctrl-C stops)
 
-or ``python examples/revenue_pipeline.py --help``. Stop it and start it again: the job resumes from its
-checkpoints (in ``--dir``), so every order is counted once and no minute is written twice to parquet.
+or ``python examples/revenue_pipeline.py --help``. A stop (Ctrl-C or ``--duration``) ends the generator first
+and lets the job process every order sent before it stops the queries, between two micro-batches. Start it
+again: the job resumes from its checkpoints (in ``--dir``), so every order is counted once and no minute is
+written twice to parquet.
 
 The pieces:
 
@@ -34,6 +36,7 @@ from sluice.common.structs import MessageQueue
 
 REGIONS = ("apac", "eu", "latam", "us")
 ORDER_SCHEMA = "order_id STRING, region STRING, amount DOUBLE, ts BIGINT"
+REVENUE_SCHEMA = "minute TIMESTAMP, region STRING, revenue DOUBLE, orders BIGINT"
 WATERMARK = "10 seconds"
 
 
@@ -111,6 +114,23 @@ def start_pipeline(spark: Any, namesrv: str, out_dir: Path, orders_topic: str = 
     return [to_parquet, to_topic]
 
 
+def stop_between_batches(query: Any, timeout: float) -> None:
+    """Stop ``query`` once it has processed what its source holds, not in the middle of a micro-batch: a stop
+    interrupts the batch in flight (Spark then aborts its write and logs the stack traces). Call it once nothing
+    more arrives (the order generator stopped), so that what there is to process is bounded; after ``timeout``
+    seconds the query is stopped wherever it is."""
+    if query.isActive and query.exception() is None:
+        # (processAllAvailable has no timeout of its own; a thread bounds it, and the stop ends it.)
+        drained = threading.Thread(target=query.processAllAvailable, name="drain", daemon=True)
+        drained.start()
+        drained.join(timeout)
+        # Idle now, until its next trigger finds nothing new: stop between two triggers, not during one.
+        deadline = time.monotonic() + timeout
+        while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+    query.stop()
+
+
 # == one command ==================================================================================
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="sluice pipeline demo", description=__doc__.split("\n\n")[0])
@@ -148,11 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        # The generator first, then each query once it has processed every order stored, then the session.
         stop.set()
-        for q in queries:
-            q.stop()
         generator.join(10)
-        rows = spark.read.parquet(str(out / "revenue")).count() if (out / "revenue").exists() else 0
+        for q in queries:
+            stop_between_batches(q, timeout=max(60.0, 6 * args.trigger))
+        # (with its schema: before the first finished minute, the directory holds no parquet file to infer from)
+        rows = spark.read.schema(REVENUE_SCHEMA).parquet(str(out / "revenue")).count() \
+            if (out / "revenue").exists() else 0
         print(f"stopped; {rows} (minute, region) rows in {out / 'revenue'}; run again to resume", flush=True)
         spark.stop()
     return 0

@@ -28,9 +28,10 @@ from tests.interop.java_clients import JavaBuild, ensure_java_build, java_requir
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark",
                   "fault": "fault"}
 # Run on two workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
-# turn: the JVM-heavy ones (one Spark session, one Java build, one RocketMQ node at a time) and the multi-process
-# clusters whose timings they check (failover, partitions, a slow disk); the rest go wherever there is room.
-_XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "jvm", "ha": "clusters", "fault": "clusters"}
+# turn: the Spark tests (one Spark session, built once), the Java ones (one Java build, one RocketMQ node at a
+# time) and the multi-process clusters whose timings they check (failover, partitions, a slow disk); the rest go
+# wherever there is room. The Spark and the Java groups share nothing, so the two workers can run them at once.
+_XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "spark", "ha": "clusters", "fault": "clusters"}
 TESTS_DIR = Path(__file__).resolve().parent
 
 # Hypothesis' deadline (200 ms an example) measures the machine, not the code: on a loaded box (CI's two cores, shared)

@@ -44,6 +44,7 @@ from tests.crash.crash_tool import (
     uniq_key,
     walk_commit_log,
 )
+from tests.integration.helpers import wait_until
 
 pytestmark = pytest.mark.crash
 
@@ -358,7 +359,7 @@ def test_second_open_is_refused_while_locked(tmp_path, spawn):
     _wait_started(writer, ack_file, tmp_path / "writer-2.err")
     with pytest.raises(StoreLockedError):
         open_store(store_dir)
-    time.sleep(0.1)
+    wait_until(lambda: bool(read_acks(ack_file)[1]), 60, "the writer's first acknowledged put")  # killed mid-stream
     _sigkill(writer, tmp_path / "writer-2.err")
     acked = _acked_of((0, [(0, 0, 0), (0, 1, 1)]), (2, read_acks(ack_file)[1]))
     store = open_store(store_dir)

@@ -35,6 +35,12 @@ def ha_cluster(tmp_path: Path) -> Iterator[HACluster]:
         cluster.close()
 
 
+async def _request_on_the_wire(remoting: RemotingClient, addr: str) -> None:
+    """Until a request to ``addr`` has left: written to its socket, its answer awaited."""
+    while (conn := remoting._conns.get(addr)) is None or not conn._pending or conn._out:
+        await asyncio.sleep(0.01)
+
+
 def _cpp_acked(records: list[dict]) -> set[str]:
     # (the wheel's SendStatus.OK is RocketMQ's SEND_OK)
     return {r["body"] for r in records if r.get("event") == "sent" and r.get("status") == "OK"}
@@ -107,7 +113,7 @@ def test_a_hung_master_is_replaced_and_once_resumed_cannot_acknowledge_a_write(h
             py.wait_acked(before, 30)  # the new master takes the load
             # This write waits in the hung master's socket: the first thing it reads once it runs again.
             pending = loop.create_task(send_to_old())
-            loop.run_until_complete(asyncio.sleep(0.2))
+            loop.run_until_complete(asyncio.wait_for(_request_on_the_wire(remoting, c.address(old)), 30))
             c.resume(old)
             code, remark = loop.run_until_complete(pending)
             loop.run_until_complete(remoting.close())

@@ -156,7 +156,8 @@ def test_cancelled_send_async_holds_its_slot_until_its_request_is_answered(clust
             try:
                 fut = p.send_async(Message(topic, b"cancelled"))
                 fut.cancel()
-                await asyncio.sleep(0.1)  # the cancellation's callbacks have run (they need a loop turn)
+                # Done once the future's callbacks have run: the producer's own, added before wait()'s, first.
+                await asyncio.wait([fut], timeout=60)
                 held = p.in_flight.count  # the request is on the wire: it counts until its answer comes
             finally:
                 release.set()

@@ -24,6 +24,8 @@ def test_new_group_starts_at_first_last_or_a_timestamp(cluster):
     with Producer("starts-p", namesrv=cluster.namesrv_addr) as p:
         for i in range(20):
             p.send(Message("Starts", b"old-%d" % i))
+        # The boundary falls strictly between the two waves' store times (milliseconds): a clock interval is
+        # what a timestamp start is about, not a wait for something to settle.
         time.sleep(0.05)
         boundary = int(time.time() * 1000)
         time.sleep(0.05)

@@ -198,7 +198,7 @@ class Flow:
                 self.sent.append(body)
                 i += 1
                 if i % 20 == 0:
-                    time.sleep(0.005)
+                    time.sleep(0.005)  # (pacing: a steady stream while the group changes, not a flood)
         except BaseException as exc:  # reported by the test
             self.error = exc
 

@@ -650,9 +650,12 @@ def test_caller_giving_up_on_a_connect_does_not_cancel_the_others(run):
             # A connect timeout long enough that the two callers are surely waiting on it when the first leaves.
             async with client_of(RemotingConfig(connect_timeout_millis=3000)) as client:
                 first = asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO), 30_000))
-                await asyncio.sleep(0.02)
+                await wait_until(lambda: addr in client._connecting, what="the first caller's connect")
                 second = asyncio.ensure_future(client.invoke(addr, RemotingCommand.request(ECHO), 30_000))
-                await asyncio.sleep(0.02)
+                # One loop turn: the second task's first step runs, and with no await before it, reaches the
+                # wait on the connect under way.
+                await asyncio.sleep(0)
+                assert not second.done()
                 first.cancel()
                 with pytest.raises(RemotingConnectError, match="timed out"):
                     await second  # the shared connect ran on and timed out: not a CancelledError

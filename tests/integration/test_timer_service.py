@@ -71,7 +71,7 @@ def test_messages_already_due_are_delivered_when_taking_the_queue_fails_half_way
     async def go() -> None:
         broker.store.put([timer_message(broker, b"past", now + 200)])
         broker.store.put([timer_message(broker, b"future", now + 60_000)])
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.4)  # (the clock passes "past"'s due time and slot: the behaviour under test)
         await ts.deliver_due()  # the wheel is past "past"'s time before it is taken
         append = ts.timer_log.append
 

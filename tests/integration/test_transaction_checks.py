@@ -22,6 +22,13 @@ def half(broker: BrokerController, body: bytes, **props: str) -> MessageExtBroke
     return broker.transaction_service.prepare(msg)
 
 
+async def clock_past(stored_ms: int) -> None:
+    """Until the wall clock has left millisecond ``stored_ms``: a round started later sees what was stored then as
+    older than itself (it leaves anything stored in its own millisecond to the next round)."""
+    while int(time.time() * 1000) <= stored_ms:
+        await asyncio.sleep(0.001)
+
+
 def test_a_late_end_transaction_during_a_check_round_is_refused(empty_cluster: Cluster):
     broker = empty_cluster.start_broker("broker-a", transaction_timeout=0, transaction_check_interval=86_400_000)
     broker.ensure_system_topic("T", 1)
@@ -32,8 +39,8 @@ def test_a_late_end_transaction_during_a_check_round_is_refused(empty_cluster: C
         first, decision = ts.check_end("g", r.queue_offset, r.wrote_offset)
         assert first is not None and (await ts.end(first, True)).ok
         for i in range(3000):  # a round long enough to pause (it yields every few ms)
-            broker.store.put([half(broker, b"h%d" % i)])
-        await asyncio.sleep(0.01)
+            last = broker.store.put([half(broker, b"h%d" % i)])
+        await clock_past(last.store_timestamp)
         round_ = asyncio.get_running_loop().create_task(ts.check_round())
         accepted = []
         while not round_.done():
@@ -61,8 +68,7 @@ def test_producer_set_properties_neither_stall_the_checks_nor_the_brokers_start(
 
     async def go() -> int:
         broker.store.put([half(broker, b"odd", **{prop: value})])
-        broker.store.put([half(broker, b"plain")])
-        await asyncio.sleep(0.01)
+        await clock_past(broker.store.put([half(broker, b"plain")]).store_timestamp)
         return await ts.check_round()
 
     assert empty_cluster.loop.run(go()) == 2  # both checked back (nobody online to ask: still counted)
@@ -80,8 +86,8 @@ def test_an_immune_half_message_is_put_back_and_holds_up_nobody(empty_cluster: C
     async def go() -> int:
         broker.store.put([half(broker, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="3600")])
         for i in range(5):
-            broker.store.put([half(broker, b"h%d" % i)])
-        await asyncio.sleep(0.01)
+            last = broker.store.put([half(broker, b"h%d" % i)])
+        await clock_past(last.store_timestamp)
         return await ts.check_round()
 
     assert empty_cluster.loop.run(go()) == 5

@@ -47,7 +47,7 @@ def test_batch_read_by_timestamps_returns_exactly_the_messages_stored_in_range(s
     spark_cluster.create_topic(topic_name, 4)
     for wave in range(3):
         produce(ns, topic_name, 1_000, 4, body=lambda i, w=wave: b"%d-%d" % (w, i), batch=50)
-        time.sleep(0.05)
+        time.sleep(0.05)  # (the waves' store times apart: the timestamp range below splits them)
     msgs = read_all(ns, topic_name, 3_000)
     assert len(msgs) == 3_000
     stamps = sorted({m.store_timestamp for m in msgs})

@@ -4,6 +4,8 @@ topic, resumed from its checkpoints on the next run. A short form of ``sluice pi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,3 +104,18 @@ def test_pipeline_demo_command_shows_the_demos_options(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "--namesrv" in out and "--duration" in out and "revenue per region per minute" in out
+
+
+def test_the_demo_stopped_after_its_duration_finishes_its_batch_and_prints_no_error(spark_cluster, tmp_path: Path):
+    """A normal stop: the generator stops, the micro-batch in flight finishes, then the queries and the session
+    stop; no ERROR line and no stack trace (a stop in the middle of a batch aborts its write, which Spark logs
+    with both). Triggers every second at 200 orders a second keep a batch in flight most of the time."""
+    demo = subprocess.run([sys.executable, "-m", "sluice.cli.main", "pipeline", "demo",
+                           "--namesrv", spark_cluster.namesrv_addr, "--dir", str(tmp_path / "demo"),
+                           "--duration", "8", "--trigger", "1", "--rate", "200"],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = demo.stdout + demo.stderr
+    assert demo.returncode == 0, out[-5000:]
+    assert "stopped; " in demo.stdout, out[-5000:]
+    for word in ("ERROR", "Exception", "Traceback"):
+        assert word not in out, out[-5000:]

@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -23,6 +24,14 @@ class FakeConn:
 
     def close(self) -> None:
         self.closed = True
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``cond`` while the running loop runs its callbacks; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
 
 
 MQ0 = MessageQueue("T", "b", 0)
@@ -130,7 +139,7 @@ def test_held_pull_sees_a_message_that_landed_before_it_was_registered():
         hold = PullRequestHoldService(max_held=10)
         woken: list[bool] = []
         hold.hold("T", 0, 0, 5.0, woken.append, arrived=lambda: True)
-        await asyncio.sleep(0.01)
+        await until(lambda: hold.count == 0, "the pull woken")
         return woken
 
     assert asyncio.run(scenario()) == [True]
@@ -143,6 +152,7 @@ def test_dropped_held_pull_is_forgotten_and_never_woken():
         pull = hold.hold("T", 0, 0, 0.02, woken.append)
         pull.drop()
         hold.notify_message_arriving("T", 0, 1)
+        # Longer than the pull's 20 ms timeout: neither the arrival nor the timer may wake it in this window.
         await asyncio.sleep(0.05)
         return woken, hold.count, hold.held_queues("T")
 
@@ -211,7 +221,7 @@ def test_held_pull_answer_leaves_no_reference_cycles(end):
         gc.collect()
         gc.disable()
         try:
-            for _ in range(50):
+            for i in range(50):
                 req = RemotingCommand.request(11)
                 deferred = DeferredResponse()
                 deferred.bind(conn, req)  # type: ignore[arg-type]
@@ -222,7 +232,11 @@ def test_held_pull_answer_leaves_no_reference_cycles(end):
                     hold.notify_message_arriving("T", 0, 1)
                 elif end == "cancel":
                     deferred.cancel()
-                await asyncio.sleep(0.005)
+
+                def ended(answers: int = 0 if end == "cancel" else i + 1) -> bool:
+                    return hold.count == 0 and len(conn.sent) == answers
+
+                await until(ended, "the held pull's end")
             del req, deferred, held
             # Only this test's objects count: other threads (a client loop left by an earlier test) may make
             # garbage of their own meanwhile.
@@ -252,7 +266,7 @@ def test_a_failing_held_pull_answer_does_not_stop_the_others():
         hold.hold("T", 0, 0, 5.0, lambda _a: woken.append(2))
         hold.hold("T", 1, 0, 5.0, lambda _a: woken.append(3))
         hold.notify_message_arriving("T", 0, 1)
-        await asyncio.sleep(0.01)
+        await until(lambda: hold.count == 1, "queue 0's pulls woken")  # the failing one and the next
         hold.wake_all()  # at broker stop: the rest answer, whatever the first did
         return woken, hold.count
 
