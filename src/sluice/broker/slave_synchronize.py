@@ -93,12 +93,8 @@ class SlaveSynchronize:
             m.persist()
             b.trigger_register()
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        com = b.store.consumer_offsets
         fresh = {k: {int(q): int(o) for q, o in v.items()} for k, v in (offsets.get("offsetTable") or {}).items()}
-        with com._lock:
-            if fresh != com.offset_table:
-                com.offset_table = fresh
-                com._dirty = True
+        b.store.consumer_offsets.replace_offsets(fresh)
         delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         table = {str(int(k)): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
         if table != self._delay_offsets and self._delay_writer is not None:
