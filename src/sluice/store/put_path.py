@@ -314,8 +314,8 @@ class PutPath:
             self._await_durability([put], stored, lambda _i, r: answers.append(r), None)
         return answers[0]
 
-    def _append_puts(self, puts: Sequence[Put], checked: bool = False) -> tuple[Stored,
-                                                                            list[tuple[int, PutMessageResult]]]:
+    def _append_puts(self, puts: Sequence[Put],
+                     checked: bool = False) -> tuple[Stored, list[tuple[int, PutMessageResult]]]:
         """Check and append ``puts`` (on the store thread, or a caller's own thread): the puts stored, each with
         its records and how many, and the answers of those refused. ``checked``: their contents were checked
         already, only the store's state is."""
@@ -398,8 +398,7 @@ class PutPath:
         self.group_commit.submit(waiter)
         flushed(waiter.wait(self.config.sync_flush_timeout / 1000))
 
-    def _append_run(self, puts: Sequence[Put], run: list[int], stored: Stored,
-                    done: PutDone) -> None:
+    def _append_run(self, puts: Sequence[Put], run: list[int], stored: Stored, done: PutDone) -> None:
         """Append the checked puts ``run`` together (messages) or alone (a raw batch) and note each one's
         records in ``stored``; a put that fails is answered. If a joint append is refused before it writes,
         each put is made on its own, so that each hears its own answer; if it fails after writing (in
@@ -521,8 +520,7 @@ class _PutJob(Job):
             base = end
         self._post(_appended_all, path, shares, path.dispatcher.take_arrivals())
 
-    def _appended(self, stored: Stored,
-                  refused: list[tuple[int, PutMessageResult]]) -> None:
+    def _appended(self, stored: Stored, refused: list[tuple[int, PutMessageResult]]) -> None:
         """On the loop."""
         for i, r in refused:
             self.answer(i, r)
@@ -552,8 +550,7 @@ class _PutJob(Job):
             pass  # the loop is closed: nobody waits for the answer any more
 
 
-def _appended_all(path: PutPath, shares: list[tuple[_PutJob, Stored,
-                                                        list[tuple[int, PutMessageResult]]]],
+def _appended_all(path: PutPath, shares: list[tuple[_PutJob, Stored, list[tuple[int, PutMessageResult]]]],
                   arrivals: dict[tuple[str, int], int]) -> None:
     """On the loop: what the store thread made of several jobs' puts."""
     if arrivals:
