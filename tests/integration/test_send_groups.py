@@ -141,7 +141,7 @@ def test_a_group_whose_append_fails_after_writing_is_answered_and_never_stored_t
     empty_cluster.create_topic("dup-a", 1)
     empty_cluster.create_topic("dup-b", 1)
     store = broker.store
-    real = store._dispatch_requests
+    real = store.dispatcher._dispatch_requests
     failed: list[object] = []
 
     def dispatch_failing_once(reqs):  # a ConsumeQueue file that cannot be opened (EMFILE)
@@ -150,7 +150,7 @@ def test_a_group_whose_append_fails_after_writing_is_answered_and_never_stored_t
             raise OSError(errno.EMFILE, "Too many open files")
         return real(reqs)
 
-    monkeypatch.setattr(store, "_dispatch_requests", dispatch_failing_once)
+    monkeypatch.setattr(store.dispatcher, "_dispatch_requests", dispatch_failing_once)
     reqs = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_v2(t, 0), b"m-%d" % i)
             for i, t in enumerate(["dup-a", "dup-b", "dup-a"])]
     answers = exchange(broker.broker_addr, reqs)

@@ -8,7 +8,7 @@ from sluice.common.config import MessageStoreConfig
 from sluice.common.hashing import tag_hash_code
 from sluice.common.message_codec import decode_records
 from sluice.store import GetMessageStatus, MessageStore
-from sluice.store.message_store import BULK_READ_MIN_ENTRIES
+from sluice.store.message_reader import BULK_READ_MIN_ENTRIES
 
 from .helpers import msg, read_queue
 

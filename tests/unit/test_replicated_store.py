@@ -169,7 +169,7 @@ def test_a_failed_bulk_dispatch_does_not_skip_records(tmp_path, monkeypatch):
     end = m.commit_log.max_offset
     s = MessageStore(_cfg(tmp_path / "slave")).start()
     chunks = list(_segments(m, 0, end, random.Random(2)))
-    real = s._dispatch_requests
+    real = s.dispatcher._dispatch_requests
     calls = {"n": 0}
 
     def flaky(reqs):
@@ -179,7 +179,7 @@ def test_a_failed_bulk_dispatch_does_not_skip_records(tmp_path, monkeypatch):
                 raise OSError("no space left on device")
         return real(reqs)
 
-    monkeypatch.setattr(s, "_dispatch_requests", flaky)
+    monkeypatch.setattr(s.dispatcher, "_dispatch_requests", flaky)
     try:
         for off, data in chunks:
             try:

@@ -100,12 +100,8 @@ class SlaveSynchronize(AsyncService):
             m.persist()
             self.trigger_register()
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        com = self.store.consumer_offsets
         fresh = {k: {int(q): int(o) for q, o in v.items()} for k, v in (offsets.get("offsetTable") or {}).items()}
-        with com._lock:
-            if fresh != com.offset_table:
-                com.offset_table = fresh
-                com._dirty = True
+        self.store.consumer_offsets.replace_offsets(fresh)
         delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         delay_table = {str(int(k)): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
         if delay_table != self._delay_offsets and self._delay_writer is not None:

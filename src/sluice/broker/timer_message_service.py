@@ -400,6 +400,11 @@ class TimerMessageService(ConfigManager, AsyncService):
                 await asyncio.sleep(1)
 
     # == checkpoint ==================================================================================
+    @property
+    def checkpoint(self) -> tuple[int, int, int]:
+        """(enqueue offset, timer-log end, dequeue ms), consistent with one another (a slave copies it)."""
+        return self._checkpoint
+
     async def _checkpoint_loop(self) -> None:
         interval = max(0.2, self.store.config.flush_interval_consume_queue / 1000)
         while True:

@@ -8,7 +8,8 @@ from sluice._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
     from sluice.store.commit_log import RawBatch
-    from sluice.store.message_store import MessageStore, Put, PutDone
+    from sluice.store.message_store import MessageStore
+    from sluice.store.put_path import Put, PutDone
     from sluice.store.results import (
         GetMessageResult,
         GetMessageStatus,
@@ -20,8 +21,8 @@ _EXPORTS = {
     "GetMessageResult": "sluice.store.results",
     "GetMessageStatus": "sluice.store.results",
     "MessageStore": "sluice.store.message_store",
-    "Put": "sluice.store.message_store",
-    "PutDone": "sluice.store.message_store",
+    "Put": "sluice.store.put_path",
+    "PutDone": "sluice.store.put_path",
     "PutMessageResult": "sluice.store.results",
     "PutMessageStatus": "sluice.store.results",
     "RawBatch": "sluice.store.commit_log",

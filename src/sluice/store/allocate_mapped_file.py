@@ -14,20 +14,32 @@ from __future__ import annotations
 import errno
 import logging
 import shutil
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sluice.store.commit_log import CommitLog
 from sluice.store.service_thread import ServiceThread
 
-if TYPE_CHECKING:
-    from sluice.store.message_store import MessageStore
-
 log = logging.getLogger(__name__)
+
+
+class AllocatingStore(Protocol):
+    """What the service uses of the store: its log, and the disk's room."""
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def no_space(self) -> str: ...
+
+    def room_needed(self) -> int: ...
+
+    def note_no_space(self, what: str, exc: OSError) -> None: ...
 
 
 class AllocateMappedFileService(ServiceThread):
     name = "allocate-mapped-file"
 
-    def __init__(self, store: MessageStore, interval: float = 1.0) -> None:
+    def __init__(self, store: AllocatingStore, interval: float = 1.0) -> None:
         super().__init__(interval)
         self.store = store
         self.made = 0  # segments made ahead so far (for tests and stats)

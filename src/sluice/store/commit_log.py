@@ -13,6 +13,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Final, NamedTuple
 
@@ -105,7 +106,8 @@ class BatchDispatch(NamedTuple):
     store_timestamp: int
 
 
-class RawBatch(NamedTuple):
+@dataclass(slots=True)
+class RawBatch:
     """A SEND_BATCH_MESSAGE body on its way into the store, stored without decoding it into messages.
 
     Every record goes to ``queue_id`` of ``topic`` with the request's born timestamp / host, sys flag and
@@ -512,7 +514,7 @@ def _with_extra_properties(batch: RawBatch) -> RawBatch:
             raise PropertiesTooLarge(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_SIZE} bytes")
         parts.append(encode_batch_record(data[body_start:props_pos], props, flag))
     out = b"".join(parts)
-    return batch._replace(data=out, columns=scan_batch_columns(out))
+    return replace(batch, data=out, columns=scan_batch_columns(out))
 
 
 def split_keys(keys: str | None) -> list[str]:

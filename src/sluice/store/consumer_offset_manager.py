@@ -64,6 +64,19 @@ class ConsumerOffsetManager(ConfigManager):
                 del self.reset_offset_table[key]
             return offset
 
+    def offset_table_json(self) -> dict[str, dict[str, int]]:
+        """Every group's committed offsets, as consumerOffset.json holds them (a slave copies them)."""
+        with self._lock:
+            return {k: {str(q): o for q, o in v.items()} for k, v in self.offset_table.items()}
+
+    def replace_offsets(self, table: dict[str, dict[int, int]]) -> None:
+        """Take ``table`` as every group's committed offsets (a slave copying its master's), persisted at the next
+        ``persist`` if it changed anything."""
+        with self._lock:
+            if table != self.offset_table:
+                self.offset_table = table
+                self._dirty = True
+
     def groups_of_topic(self, topic: str) -> set[str]:
         with self._lock:  # (a topic is deleted on the store thread)
             keys = list(self.offset_table)

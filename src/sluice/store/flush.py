@@ -10,12 +10,13 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sluice.common.config import MessageStoreConfig
+from sluice.store.checkpoint import StoreCheckpoint
+from sluice.store.commit_log import CommitLog
+from sluice.store.consumer_offset_manager import ConsumerOffsetManager
 from sluice.store.service_thread import ServiceThread
-
-if TYPE_CHECKING:
-    from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,44 @@ class FlushStats:
             n, total, mx = self.count, self.total_s, self.max_s
             self.count, self.total_s, self.max_s = 0, 0.0, 0.0
         return n, (total / n if n else 0.0), mx
+
+
+class FlushedStore(Protocol):
+    """What the commit-log flushers use of the store: the log, where its flushes are counted and timed, where a
+    failed one is reported, and (SYNC_FLUSH) the dispatch of what a flush made durable."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def checkpoint(self) -> StoreCheckpoint: ...
+
+    @property
+    def flush_stats(self) -> FlushStats: ...
+
+    def fail_writes(self, what: str, exc: BaseException) -> None: ...
+
+    def drain(self) -> int: ...
+
+
+class LogicsFlushedStore(Protocol):
+    """What the consume-queue flusher uses of the store."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    @property
+    def held_bytes(self) -> int: ...
+
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetManager: ...
+
+    def drain(self) -> int: ...
+
+    def flush_logics_and_checkpoint(self, least_pages: int) -> None: ...
 
 
 class FlushWaiter:
@@ -150,7 +189,7 @@ class GroupCommitService(ServiceThread):
 
     name = "group-commit"
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: FlushedStore) -> None:
         super().__init__(store.config.group_commit_max_wait / 1000)
         self.store = store
         self._requests: list[FlushWaiter] = []
@@ -238,7 +277,7 @@ class FlushRealTimeService(ServiceThread):
 
     name = "flush-commit-log"
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: FlushedStore) -> None:
         super().__init__(store.config.flush_interval_commit_log / 1000)
         self.store = store
         self._thorough = ThoroughInterval()
@@ -269,7 +308,7 @@ class FlushConsumeQueueService(ServiceThread):
 
     name = "flush-consume-queue"
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: LogicsFlushedStore) -> None:
         super().__init__(store.config.flush_interval_consume_queue / 1000)
         self.store = store
         self._thorough = ThoroughInterval()

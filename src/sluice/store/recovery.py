@@ -11,20 +11,45 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from sluice.store.commit_log import DispatchRequest, dispatch_request_of, no_queue_offset
-
-if TYPE_CHECKING:
-    from sluice.store.message_store import MessageStore
+from sluice.common.config import MessageStoreConfig
+from sluice.store.checkpoint import StoreCheckpoint
+from sluice.store.commit_log import CommitLog, DispatchRequest, dispatch_request_of, no_queue_offset
+from sluice.store.consume_queue import ConsumeQueue
+from sluice.store.index_file import IndexService
 
 log = logging.getLogger(__name__)
+
+
+class RecoveringStore(Protocol):
+    """What recovery uses of the store: its files, and where to dispatch the records it reads back."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    @property
+    def checkpoint(self) -> StoreCheckpoint: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def index_service(self) -> IndexService: ...
+
+    @property
+    def consume_queues(self) -> dict[tuple[str, int], ConsumeQueue]: ...
+
+    def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None: ...
+
+    def recovered(self, end: int, held: list[DispatchRequest]) -> None: ...
 
 # A restarted slave in controller mode holds at most this much of its log's end until its master confirms it.
 HOLD_MAX_BYTES = 64 * 1024 * 1024
 
 
-def recover(store: MessageStore, abnormal: bool, truncate_at: int | None = None, hold_from: int | None = None) -> None:
+def recover(store: RecoveringStore, abnormal: bool, truncate_at: int | None = None,
+            hold_from: int | None = None) -> None:
     """``truncate_at``: make the log end there at the latest (a slave whose log diverged from its master's keeps
     only the common part), whatever the checkpoint says; a record that would cross it goes too. ``hold_from``:
     records ending past it are not dispatched but held until confirmed (``MessageStore.drain``), and consume

@@ -12,14 +12,35 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sluice.common.config import MessageStoreConfig
+from sluice.store.commit_log import CommitLog
+from sluice.store.consume_queue import ConsumeQueue
+from sluice.store.consumer_offset_manager import ConsumerOffsetManager
 from sluice.store.service_thread import ServiceThread
 
-if TYPE_CHECKING:
-    from sluice.store.message_store import MessageStore
-
 log = logging.getLogger(__name__)
+
+
+class RetainedStore(Protocol):
+    """What retention uses of the store: its log and queues, the consumers' offsets, and the disk's state."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def consume_queues(self) -> dict[tuple[str, int], ConsumeQueue]: ...
+
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetManager: ...
+
+    def check_disk_space(self) -> float: ...
+
+    def clean_logics(self, commit_log_min_offset: int) -> None: ...
 
 
 def disk_usage_ratio(path: str) -> float:
@@ -30,7 +51,7 @@ def disk_usage_ratio(path: str) -> float:
 class CleanCommitLogService(ServiceThread):
     name = "clean-commit-log"
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: RetainedStore) -> None:
         super().__init__(store.config.clean_resource_interval / 1000)
         self.store = store
 

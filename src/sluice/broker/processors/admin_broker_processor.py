@@ -266,9 +266,7 @@ class AdminBrokerProcessor:
 
     def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Every group's committed offsets, as consumerOffset.json holds them (a slave copies them)."""
-        com = self.store.consumer_offsets
-        with com._lock:
-            table = {k: {str(q): o for q, o in v.items()} for k, v in com.offset_table.items()}
+        table = self.store.consumer_offsets.offset_table_json()
         return req.response(ResponseCode.SUCCESS, body=json_body({"offsetTable": table}))
 
     def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -284,7 +282,7 @@ class AdminBrokerProcessor:
         t = self.timer_service
         if t is None:
             return req.response(ResponseCode.SYSTEM_ERROR, "this broker runs no timer service (a slave)")
-        enqueue_offset, _, dequeue_ms = t._checkpoint
+        enqueue_offset, _, dequeue_ms = t.checkpoint
         return req.response(ResponseCode.SUCCESS,
                             body=json_body({"enqueueOffset": enqueue_offset, "dequeueMs": dequeue_ms}))
 

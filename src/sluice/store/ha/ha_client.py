@@ -15,11 +15,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.service import AsyncService
-from sluice.store.commit_log import CommitLogClosed
+from sluice.store.commit_log import CommitLog, CommitLogClosed, ReplicationGap
 from sluice.store.ha.epoch_file import EpochEntry, EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
     Handshake,
@@ -31,7 +32,6 @@ from sluice.store.ha.ha_protocol import (
     encode_handshake,
     encode_report,
 )
-from sluice.store.message_store import MessageStore, ReplicationGap
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,27 @@ MAX_TRANSFER = 64 * 1024 * 1024
 RETRY_INTERVAL = 1.0
 
 
+class SlaveStore(Protocol):
+    """What a slave's HA client uses of its store: the log it appends the master's bytes to, and (controller
+    mode) the bound that holds records until the master confirms them."""
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def sync_flush(self) -> bool: ...
+
+    replica_bound: Callable[[], int | None] | None
+
+    async def append_replicated_async(self, offset: int, data: memoryview | bytes) -> int: ...
+
+    def request_drain(self) -> None: ...
+
+
 class HAClient(AsyncService):
     """Keep this slave's log a copy of its master's; ``start()``, ``await stop()``."""
 
-    def __init__(self, store: MessageStore, epochs: EpochFile, config: BrokerConfig,
+    def __init__(self, store: SlaveStore, epochs: EpochFile, config: BrokerConfig,
                  master_address: Callable[[], str], on_cut: Callable[[int], Awaitable[None]]) -> None:
         super().__init__()
         self.store = store

@@ -116,7 +116,7 @@ class _Reader(abc.ABC):
 
     def feed(self, data: bytes) -> list:
         self.buf += data
-        out = []
+        out: list = []
         while True:
             frame = self._next()
             if frame is None:

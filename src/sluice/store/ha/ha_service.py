@@ -21,8 +21,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from sluice.common.config import BrokerConfig
+from sluice.common.config import BrokerConfig, MessageStoreConfig
+from sluice.store.commit_log import CommitLog
+from sluice.store.dispatcher import MessageArrivalListener
 from sluice.store.ha.epoch_file import EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
     Handshake,
@@ -35,10 +38,32 @@ from sluice.store.ha.ha_protocol import (
     encode_transfer_header,
     encode_welcome,
 )
-from sluice.store.message_store import MessageStore, ReplicaOutcome
+from sluice.store.put_path import ReplicaOutcome
 from sluice.store.results import PutMessageStatus
 
 log = logging.getLogger(__name__)
+
+
+class MasterStore(Protocol):
+    """What the master's HA service uses of its store: the log it serves, how far it is dispatched, and the
+    listeners that tell it the log grew."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def dispatched_offset(self) -> int: ...
+
+    @property
+    def arrival_listeners(self) -> list[MessageArrivalListener]: ...
+
+    @property
+    def append_listeners(self) -> list[Callable[[], None]]: ...
+
+    def request_drain(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -75,7 +100,7 @@ class HAService:
     """Serve the slaves of this master; ``await start()``, ``await stop()``; the store's ``replication`` on a
     SYNC_MASTER."""
 
-    def __init__(self, store: MessageStore, epochs: EpochFile, config: BrokerConfig) -> None:
+    def __init__(self, store: MasterStore, epochs: EpochFile, config: BrokerConfig) -> None:
         self.store = store
         self.epochs = epochs
         self.config = config
@@ -127,8 +152,8 @@ class HAService:
             self._server = None
         if self._timer is not None:
             self._timer.cancel()
-        for w in self._by_end:
-            self._settle(w, (PutMessageStatus.FLUSH_SLAVE_TIMEOUT, "the broker is shutting down"))
+        for waiter in self._by_end:
+            self._settle(waiter, (PutMessageStatus.FLUSH_SLAVE_TIMEOUT, "the broker is shutting down"))
         self._by_end.clear()
         self._by_deadline.clear()
         if self._on_arrival in self.store.arrival_listeners:
