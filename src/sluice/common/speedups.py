@@ -20,7 +20,7 @@ def _load() -> ModuleType | None:
     if os.environ.get(NO_EXTENSIONS_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         return None
     try:
-        from sluice import _speedups
+        import sluice._speedups as _speedups
     except ImportError:
         return None
     _speedups.configure(MessageFormatError)
