@@ -164,3 +164,13 @@ def test_every_header_says_its_topic_and_group_the_same_way() -> None:
 def test_headers_are_slotted() -> None:
     for _, h in EXAMPLES:
         assert not hasattr(h, "__dict__"), type(h).__name__
+
+
+def test_a_batch_send_decodes_as_a_batch_whatever_its_flag_says():
+    from sluice.remoting.codes import RequestCode
+    from sluice.remoting.headers import DECODERS, SendMessageRequestHeader
+
+    ext = {"a": "g", "b": "t", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0", "j": "0",
+           "k": "false", "m": "false"}
+    assert SendMessageRequestHeader.decode_v2(ext).batch is False
+    assert DECODERS[RequestCode.SEND_BATCH_MESSAGE](ext).batch is True

@@ -192,7 +192,10 @@ class LocalFileOffsetStore:
                 # Copy, never move: at every instant the file holds a complete version.
                 shutil.copyfile(self.path, self.bak_path)
             os.replace(tmp, self.path)
-            fsync_dir(str(directory))
+            try:
+                fsync_dir(str(directory))
+            except OSError:  # best effort, as it was: the file itself is synced, a directory may not open
+                pass
         except OSError as exc:
             raise OffsetStoreError(f"cannot write offset file {self.path}: {exc}") from exc
 

@@ -52,11 +52,19 @@ from sluice.remoting.headers.send import (
     SendMessageRequestHeader,
 )
 
+
+def _decode_batch(ext: Mapping[str, str]) -> SendMessageRequestHeader:
+    """SEND_BATCH_MESSAGE's header: a V2 header whose body is a batch, whatever its ``m`` says."""
+    header = SendMessageRequestHeader.decode_v2(ext)
+    header.batch = True
+    return header
+
+
 # Request code → the decoder of its header.
 DECODERS: dict[int, Callable[[Mapping[str, str]], RequestHeader]] = {
     RequestCode.SEND_MESSAGE: SendMessageRequestHeader.decode,
     RequestCode.SEND_MESSAGE_V2: SendMessageRequestHeader.decode_v2,
-    RequestCode.SEND_BATCH_MESSAGE: SendMessageRequestHeader.decode_v2,
+    RequestCode.SEND_BATCH_MESSAGE: _decode_batch,
     RequestCode.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader.decode,
     RequestCode.END_TRANSACTION: EndTransactionRequestHeader.decode,
     RequestCode.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader.decode,

@@ -77,7 +77,9 @@ class RequestHeader:
         return tuple(getattr(self, name) for name in self._names())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RequestHeader) and type(other) is type(self) and self._values() == other._values()
+        if not isinstance(other, RequestHeader):
+            return NotImplemented
+        return type(other) is type(self) and self._values() == other._values()
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclasses it replaces
 
