@@ -106,6 +106,8 @@ def test_pipeline_demo_command_shows_the_demos_options(capsys):
     assert "--namesrv" in out and "--duration" in out and "revenue per region per minute" in out
 
 
+# A JVM of its own (the command's), not the shared session: under pytest-xdist it runs beside the Spark group.
+@pytest.mark.xdist_group("spark-demo")
 def test_the_demo_stopped_after_its_duration_finishes_its_batch_and_prints_no_error(spark_cluster, tmp_path: Path):
     """A normal stop: the generator stops, the micro-batch in flight finishes, then the queries and the session
     stop; no ERROR line and no stack trace (a stop in the middle of a batch aborts its write, which Spark logs
