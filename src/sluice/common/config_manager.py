@@ -5,6 +5,7 @@ atomically with a ``.bak``, off the caller's thread (``ConfigWriter``); ``close`
 
 from __future__ import annotations
 
+import abc
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -13,7 +14,7 @@ from sluice.common.errors import StoreConfigError
 from sluice.common.files import ConfigWriter, load_json
 
 
-class ConfigManager:
+class ConfigManager(abc.ABC):
     # What the error says of a file that parses but that ``decode`` cannot take ("store config file <path> ...").
     malformed = "is malformed"
 
@@ -22,14 +23,14 @@ class ConfigManager:
         self._lock = threading.Lock()  # held by changes to the table and by ``encode``
         self.writer = ConfigWriter(path, self._snapshot, retry_after)
 
+    @abc.abstractmethod
     def encode(self) -> dict[str, Any]:
         """The file's JSON object, made of the table (under ``_lock``, in the writer's thread)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def decode(self, data: dict[str, Any]) -> None:
         """Take the table from the file's JSON object (``KeyError``, ``TypeError``, ``ValueError`` or
         ``AttributeError`` for one it cannot take: ``load`` names the file)."""
-        raise NotImplementedError
 
     def load(self) -> None:
         """Read the file, if there is one."""

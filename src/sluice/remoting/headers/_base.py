@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
@@ -42,7 +43,7 @@ def text_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-class RequestHeader:
+class RequestHeader(abc.ABC):
     """One request's custom header (RocketMQ's ``CommandCustomHeader``): ``decode`` from ext fields, ``encode`` to
     them, under RocketMQ's field names.
 
@@ -56,11 +57,13 @@ class RequestHeader:
     GROUP_FIELD: ClassVar[str | None] = None
 
     @classmethod
+    @abc.abstractmethod
     def decode(cls, ext: Mapping[str, str]) -> Self:
-        raise NotImplementedError
+        """The header in ``ext``; ``BadRequestError`` naming a missing or malformed field."""
 
+    @abc.abstractmethod
     def encode(self) -> dict[str, str]:
-        raise NotImplementedError
+        """The ext fields of this header."""
 
     @property
     def resource_topic(self) -> str | None:
