@@ -4,6 +4,7 @@
 # (beside the others' in src/sluice: each has its own ABI tag).
 #   scripts/test_pythons.sh [VERSION ...]     default: 3.11 3.12 3.13
 #   PYTHON_TESTS="tests/unit" scripts/...     what pytest runs (default: the unit and integration tests)
+#   PYTHON_SETUP_ONLY=1 scripts/...           make the virtualenvs, run nothing (CI makes them while the suite runs)
 # An interpreter is python3.X on the PATH, else pyenv's (`pyenv install 3.X` adds one, found with or without pyenv on
 # the PATH); a missing one fails the run.
 # Every version runs even when one fails; the exit status says whether all passed.
@@ -41,6 +42,7 @@ for v in "${versions[@]}"; do
         "$venv/bin/python" -m pip install -q -e '.[test]'
         touch "$stamp"
     fi
+    [ -z "${PYTHON_SETUP_ONLY:-}" ] || continue
     echo "== Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())'): ${tests[*]}"
     "$venv/bin/python" -m pytest -q -n 2 --dist loadgroup "${tests[@]}" || failed+=("$v")
 done

@@ -27,11 +27,12 @@ from tests.interop.java_clients import JavaBuild, ensure_java_build, java_requir
 
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark",
                   "fault": "fault"}
-# Run on two workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
-# turn: the Spark tests (one Spark session, built once), the Java ones (one Java build, one RocketMQ node at a
-# time) and the multi-process clusters whose timings they check (failover, partitions, a slow disk); the rest go
-# wherever there is room. The Spark and the Java groups share nothing, so the two workers can run them at once.
+# Run on three workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
+# turn: the Spark tests (one Spark session, built once), the Java ones (one Java build, one RocketMQ node at a time)
+# and the multi-process clusters whose timings they check (failover, partitions, a slow disk); the rest go wherever
+# there is room. The groups start first (_GROUP_ORDER), longest first, so that none is left for the end.
 _XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "spark", "ha": "clusters", "fault": "clusters"}
+_GROUP_ORDER = {"reference": 0, "interop": 0, "spark": 1, "ha": 2, "fault": 2}
 TESTS_DIR = Path(__file__).resolve().parent
 
 # Hypothesis' deadline (200 ms an example) measures the machine, not the code: on a loaded box (CI's two cores, shared)
@@ -40,6 +41,8 @@ settings.register_profile("sluice", deadline=None)
 settings.load_profile("sluice")
 
 
+# tryfirst: pytest-xdist reads the xdist_group markers in its own pytest_collection_modifyitems.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test directory's tests carry its marker (``-m "not interop"`` deselects the real-client tests), and,
     under pytest-xdist, their group.
@@ -47,17 +50,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Matched on the directory right under ``tests/``, not anywhere in the path: a checkout under ``.../spark/``
     must not mark every test ``spark``."""
     xdist = config.pluginmanager.hasplugin("xdist")
+    tops: dict[str, str] = {}
     for item in items:
         try:
             top = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]
         except (ValueError, IndexError):
             continue
+        tops[item.nodeid] = top
         marker = _GROUP_MARKERS.get(top)
         if marker is not None:
             item.add_marker(marker)
         group = _XDIST_GROUPS.get(top)
-        if xdist and group is not None:
+        if xdist and group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
+    if xdist:
+        items.sort(key=lambda item: _GROUP_ORDER.get(tops.get(item.nodeid, ""), len(_GROUP_ORDER)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``--dist loadgroup`` keeps each group on one worker by writing the group into the node id's ``_nodeid``
+    (pytest-xdist 3.8); pytest 9.2 keeps the id elsewhere, and the groups are then silently spread over the workers
+    (two Spark sessions, Java builds side by side). Say so instead."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", None) == "loadgroup" \
+            and not hasattr(pytest.Item, "_nodeid"):
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup cannot group tests under pytest {pytest.__version__}: "
+            "install the pytest that pyproject.toml's test extra names")
 
 
 @pytest.fixture(scope="session")
