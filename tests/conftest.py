@@ -16,6 +16,7 @@ import pytest
 import uvloop
 from hypothesis import settings
 
+from sluice.auth.credentials import signing_hook
 from sluice.broker.broker_controller import BrokerController
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.config import BrokerConfig, MessageStoreConfig, NamesrvConfig
@@ -144,6 +145,8 @@ class Cluster:
             setattr(cfg, k, v)
         self.namesrv = loop.run(NamesrvController(cfg).start())
         self.brokers: list[BrokerController] = []
+        # Signs what the fixture itself sends (create_topic), for brokers with authentication on.
+        self.credentials: tuple[str, str] | None = None
 
     @property
     def namesrv_addr(self) -> str:
@@ -172,7 +175,7 @@ class Cluster:
         """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
 
         async def go() -> None:
-            remoting = RemotingClient()
+            remoting = RemotingClient(request_hook=signing_hook(self.credentials))
             api = MQClientAPI(remoting, [self.namesrv_addr])
             try:
                 for b in self.brokers:

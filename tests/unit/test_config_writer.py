@@ -39,11 +39,11 @@ def test_a_failed_write_fails_its_waiters_is_logged_once_and_is_retried(tmp_path
     real = files_module.write_json_atomic
     failures = {"left": 3}
 
-    def flaky(path: str, data: dict) -> None:
+    def flaky(path: str, data: dict, mode: int = 0o644) -> None:
         if failures["left"]:
             failures["left"] -= 1
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(path, data)
+        real(path, data, mode)
 
     monkeypatch.setattr(files_module, "write_json_atomic", flaky)
     writer = ConfigWriter(str(tmp_path / "t.json"), lambda: {"v": 1}, retry_after=0.01)

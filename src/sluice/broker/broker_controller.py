@@ -10,6 +10,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sluice.auth.audit import AuditLog
+from sluice.auth.auth_metadata_manager import AuthMetadataManager
+from sluice.auth.credentials import is_loopback, signing_hook
+from sluice.auth.evaluator import Authenticator, Authorizer, parse_whitelist
+from sluice.auth.remoting_auth_pipeline import RemotingAuthPipeline
 from sluice.broker.broker_outer_api import BrokerOuterAPI
 from sluice.broker.broker_stats import BrokerStats, format_stats_line
 from sluice.broker.broker_stats import log as stats_log
@@ -22,6 +27,7 @@ from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
 from sluice.broker.pop.pop_message_processor import PopMessageProcessor
 from sluice.broker.pop.pop_revive_service import PopReviveService
 from sluice.broker.processors.admin_broker_processor import AdminBrokerProcessor
+from sluice.broker.processors.auth_admin_processor import AuthAdminProcessor
 from sluice.broker.processors.client_manage_processor import ClientManageProcessor
 from sluice.broker.processors.consumer_manage_processor import ConsumerManageProcessor
 from sluice.broker.processors.end_transaction_processor import EndTransactionProcessor
@@ -75,6 +81,8 @@ SLAVE_REFUSED = frozenset({
     RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.PEEK_MESSAGE,
     RequestCode.NOTIFICATION, RequestCode.POLLING_INFO, RequestCode.SET_MESSAGE_REQUEST_MODE,
     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.AUTH_CREATE_USER, RequestCode.AUTH_UPDATE_USER, RequestCode.AUTH_DELETE_USER,
+    RequestCode.AUTH_CREATE_ACL, RequestCode.AUTH_UPDATE_ACL, RequestCode.AUTH_DELETE_ACL,
 })
 
 
@@ -109,7 +117,12 @@ class BrokerController(AsyncService):
         self.dispatcher = RequestDispatcher()
         self.server = RemotingServer(self.dispatcher, config.remoting, f"broker {config.broker_name}",
                                      on_close=self._on_connection_closed)
-        self.client = RemotingClient(config.remoting)
+        # ACL 2.0: the users and rules, and (when on) the check of every request; the inner credentials sign what
+        # this broker sends (registrations, a slave's copying).
+        self.auth_metadata = AuthMetadataManager(os.path.join(config.store.store_path_config, "auth.json"))
+        inner = config.inner_client_authentication_credentials
+        self.client = RemotingClient(config.remoting, request_hook=signing_hook(
+            None if inner is None else (inner.access_key, inner.secret_key)))
         self.outer_api = BrokerOuterAPI(self.client, config.register_broker_timeout_mills)
         self.schedule_service: ScheduleMessageService = None  # type: ignore[assignment]
         self.transaction_service: TransactionalMessageService = None  # type: ignore[assignment]
@@ -187,6 +200,9 @@ class BrokerController(AsyncService):
             self._spawn(self._stats_loop())
         log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,
                  c.store.store_path_root_dir, c.store.flush_disk_type.value)
+        if not c.authentication_enabled and not is_loopback(c.listen_host):
+            log.warning("broker %s listens on %s with authentication off: anyone who reaches the port may do "
+                        "anything (authentication_enabled, docs/security.md)", c.broker_name, c.listen_host)
         return self
 
     async def _open_store(self, port: int, truncate_at: int | None) -> None:
@@ -233,6 +249,7 @@ class BrokerController(AsyncService):
         self.subscription_group_manager.load()
         self.request_modes.load()
         self.order_info.load()
+        await self._load_auth()
         self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
         self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
         self.store.arrival_listeners.append(self.pop_polling.notify_message_arriving)
@@ -243,6 +260,32 @@ class BrokerController(AsyncService):
         self.store.write_failure_listeners.append(store_failed)
         if not self.role.is_master:  # the timer wheel is rebuilt from the log if this broker becomes master
             await loop.run_in_executor(None, _forget_timer_state, c.store)
+
+    async def _load_auth(self) -> None:
+        """Users and ACLs; the first super users (a master's: a slave copies its master's); the request check."""
+        c = self.config
+        self.auth_metadata.load()
+        if self.role.is_master:
+            firsts = [(u.username, u.password) for u in (c.init_authentication_user,) if u is not None]
+            inner = c.inner_client_authentication_credentials
+            if inner is not None:
+                firsts.append((inner.access_key, inner.secret_key))
+            for username, password in firsts:
+                created = self.auth_metadata.ensure_super_user(username, password)
+                if created is not None:
+                    await asyncio.wrap_future(created)
+                    log.info("super user %s created", username)
+        if c.authentication_enabled or c.authorization_enabled:
+            audit = AuditLog()
+            self.dispatcher.refusal = RemotingAuthPipeline(
+                Authenticator(self.auth_metadata, audit, parse_whitelist(c.authentication_whitelist))
+                if c.authentication_enabled else None,
+                Authorizer(self.auth_metadata, audit, parse_whitelist(c.authorization_whitelist))
+                if c.authorization_enabled else None,
+                c.broker_cluster_name).refusal
+            if not self.auth_metadata.users:
+                log.warning("authentication is on and there is no user: every request will be refused (set "
+                            "init_authentication_user)")
 
     async def _load_master_services(self) -> None:
         """A master's delayed, timer, transaction and POP services, their state loaded (a slave's work of theirs
@@ -282,7 +325,8 @@ class BrokerController(AsyncService):
             PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
                                 self.pop_polling, self.order_info, self.swapped_out),
             AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info),
-            QueryAssignmentProcessor(c, self.outer_api, self.request_modes, topics, groups, self.consumer_manager))
+            QueryAssignmentProcessor(c, self.outer_api, self.request_modes, topics, groups, self.consumer_manager),
+            AuthAdminProcessor(self.auth_metadata))
         for processor in processors:
             self.dispatcher.register_processor(processor)
         if not self.role.is_master:
@@ -317,7 +361,7 @@ class BrokerController(AsyncService):
         self.ha_client.start()
         self.slave_sync = SlaveSynchronize(c, self.client, self.store, self.topic_config_manager,
                                            self.subscription_group_manager, self.trigger_register,
-                                           lambda: self.master_address)
+                                           lambda: self.master_address, self.auth_metadata)
         self.slave_sync.start()
 
     async def stop(self) -> None:
@@ -351,6 +395,7 @@ class BrokerController(AsyncService):
         await loop.run_in_executor(None, self.subscription_group_manager.close)
         await loop.run_in_executor(None, self.request_modes.close)
         await loop.run_in_executor(None, self.order_info.close)
+        await loop.run_in_executor(None, self.auth_metadata.close)
         await loop.run_in_executor(None, self.store.shutdown)
         if self.timer_service is not None:
             await loop.run_in_executor(None, self.timer_service.close)

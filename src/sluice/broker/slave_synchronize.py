@@ -1,8 +1,8 @@
 """A slave's copy of its master's metadata (RocketMQ SlaveSynchronize): topic configs, consumer offsets,
-delay-level offsets, the timer service's progress and subscription groups, fetched every ``SYNC_INTERVAL``
-seconds with GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET, GET_TIMER_CHECK_POINT and
-GET_ALL_SUBSCRIPTIONGROUP_CONFIG, and kept in the slave's own config files, so that a slave made master goes on
-from where its master was."""
+delay-level offsets, the timer service's progress, subscription groups, and ACL 2.0's users and rules, fetched
+every ``SYNC_INTERVAL`` seconds with GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET,
+GET_TIMER_CHECK_POINT, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, AUTH_LIST_USER and AUTH_LIST_ACL, and kept in the slave's
+own config files, so that a slave made master goes on from where its master was."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
 
 if TYPE_CHECKING:
+    from sluice.auth.auth_metadata_manager import AuthMetadataManager
     from sluice.broker.subscription_group_manager import SubscriptionGroupManager
     from sluice.broker.topic_config_manager import TopicConfigManager
     from sluice.common.config import BrokerConfig
@@ -38,8 +39,10 @@ class SlaveSynchronize(AsyncService):
 
     def __init__(self, config: BrokerConfig, client: RemotingClient, store: MessageStore,
                  topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
-                 trigger_register: Callable[[], None], master_addr: Callable[[], str]) -> None:
+                 trigger_register: Callable[[], None], master_addr: Callable[[], str],
+                 auth_metadata: AuthMetadataManager | None = None) -> None:
         super().__init__()
+        self.auth_metadata = auth_metadata
         self.config = config
         self.client = client
         self.store = store
@@ -88,6 +91,25 @@ class SlaveSynchronize(AsyncService):
             raise ValueError(f"{code.name} answered {type(data).__name__}, not an object")
         return data
 
+    async def _get_list(self, addr: str, code: RequestCode) -> list[Any]:
+        resp = await self.client.invoke(addr, RemotingCommand.request(code), self.config.register_broker_timeout_mills)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ValueError(f"{code.name} answered {resp.code} {resp.remark}")
+        data = fastjson.loads(resp.body or b"[]")
+        if not isinstance(data, list):
+            raise ValueError(f"{code.name} answered {type(data).__name__}, not a list")
+        return data
+
+    async def sync_auth(self, addr: str) -> None:
+        """The master's users and ACLs (AUTH_LIST_USER, AUTH_LIST_ACL: the inner credentials are a super user's)."""
+        if self.auth_metadata is None:
+            return
+        users = await self._get_list(addr, RequestCode.AUTH_LIST_USER)
+        acls = await self._get_list(addr, RequestCode.AUTH_LIST_ACL)
+        data = {"users": {u["username"]: {k: v for k, v in u.items() if k != "username"} for u in users},
+                "acls": {a["subject"]: {"policies": a["policies"]} for a in acls}}
+        await asyncio.wrap_future(self.auth_metadata.replace_all(data))
+
     async def sync_all(self, addr: str) -> None:
         topics = await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         m = self.topic_config_manager
@@ -122,4 +144,5 @@ class SlaveSynchronize(AsyncService):
                 sg.table = gtable
                 sg.data_version = version
             sg.persist()
+        await self.sync_auth(addr)
         self.synced_at = asyncio.get_running_loop().time()

@@ -19,12 +19,14 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from sluice.auth.credentials import Credentials, credentials_from_environment
 from sluice.client.admin import DEFAULT_NAMESRV, LONG_MAX, Admin, AdminError, parse_perm
 from sluice.common.message import MessageExt
 from sluice.common.structs import perm_to_string
 
 NAMESRV_ENV = "SLUICE_NAMESRV"
-ADMIN_COMMANDS = ("topic", "group", "msg")
+CREDENTIALS_FILE_ENV = "SLUICE_CREDENTIALS_FILE"
+ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl")
 TEXT_BODY_LIMIT = 4096  # characters of a text body shown by get-by-id (--body-only prints it all)
 BINARY_BODY_LIMIT = 256  # bytes of a binary body shown as hex
 PREVIEW = 32  # characters of a body shown in a get-by-key row
@@ -33,6 +35,34 @@ PREVIEW = 32  # characters of a body shown in a get-by-key row
 # == running ======================================================================================
 def namesrv_of(args: argparse.Namespace) -> str:
     return args.namesrv or os.environ.get(NAMESRV_ENV) or DEFAULT_NAMESRV
+
+
+def default_credentials_file() -> str:
+    return os.environ.get(CREDENTIALS_FILE_ENV) or os.path.join(os.path.expanduser("~"), ".sluice", "credentials")
+
+
+def cli_credentials() -> Credentials | None:
+    """What the CLI signs its requests with (brokers with authentication on): $SLUICE_ACCESS_KEY and
+    $SLUICE_SECRET_KEY, else the file $SLUICE_CREDENTIALS_FILE or ~/.sluice/credentials (TOML: ``access_key``
+    and ``secret_key``; readable by its owner only), else none."""
+    from_env = credentials_from_environment()
+    if from_env is not None:
+        return from_env
+    path = default_credentials_file()
+    if not os.path.exists(path):
+        return None
+    if sys.platform != "win32" and os.stat(path).st_mode & 0o077:
+        raise AdminError(f"credentials file {path} is readable by others: chmod 600 it")
+    import tomllib
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise AdminError(f"credentials file {path}: {exc}") from None
+    ak, sk = data.get("access_key"), data.get("secret_key")
+    if not isinstance(ak, str) or not isinstance(sk, str) or not ak or not sk:
+        raise AdminError(f"credentials file {path}: needs access_key and secret_key, both non-empty strings")
+    return Credentials(ak, sk)
 
 
 def run(coro: Coroutine[Any, Any, int]) -> int:
@@ -53,7 +83,7 @@ def command(fn: Callable[[Admin, argparse.Namespace], Coroutine[Any, Any, int]])
             logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="sluice: %(levelname)s: %(message)s")
 
         async def main() -> int:
-            async with Admin(namesrv_of(args)) as admin:
+            async with Admin(namesrv_of(args), credentials=cli_credentials()) as admin:
                 return await fn(admin, args)
 
         return run(main())
@@ -434,7 +464,10 @@ async def msg_get_by_key(admin: Admin, args: argparse.Namespace) -> int:
 
 # == parser =======================================================================================
 def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``sluice topic``, ``sluice cluster``, ``sluice group`` and ``sluice msg`` with their verbs."""
+    """``sluice topic``, ``sluice cluster``, ``sluice group``, ``sluice msg``, ``sluice user`` and ``sluice acl``
+    with their verbs."""
+    from sluice.cli.auth_commands import add_auth_commands
+
     ns = argparse.ArgumentParser(add_help=False)
     ns.add_argument("--namesrv", metavar="ADDR",
                     help=f"name server host:port[;host:port] (default ${NAMESRV_ENV} or {DEFAULT_NAMESRV})")
@@ -500,3 +533,4 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--max", type=int, default=64, help="at most this many messages (default 64)")
     p.add_argument("--begin", help="stored at or after (ms since the epoch, or e.g. 2024-05-01T12:00)")
     p.add_argument("--end", help="stored at or before (ms since the epoch, or a date / time)")
+    add_auth_commands(sub, verb)

@@ -18,6 +18,8 @@ from collections.abc import AsyncGenerator, Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sluice.auth.credentials import CredentialsLike, signing_hook
+from sluice.client.auth_admin import AuthAdminAPI, acl_info, user_info
 from sluice.client.message import Message, SendResult
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
@@ -164,14 +166,18 @@ class _AdminAPI(MQClientAPI):
 class Admin:
     """Administer a Sluice (or RocketMQ) cluster through its name server(s): ``"host:port;host:port"``."""
 
-    def __init__(self, namesrv: str = DEFAULT_NAMESRV, *, timeout_ms: int = 3_000) -> None:
+    def __init__(self, namesrv: str = DEFAULT_NAMESRV, *, timeout_ms: int = 3_000,
+                 credentials: CredentialsLike | None = None) -> None:
         self.namesrv = namesrv
+        self.credentials = credentials
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise AdminError("no name server address given (host:port)")
         self.remoting = RemotingClient(RemotingConfig(connect_timeout_millis=timeout_ms,
-                                                      default_timeout_millis=timeout_ms))
+                                                      default_timeout_millis=timeout_ms),
+                                       request_hook=signing_hook(credentials))
         self.api = _AdminAPI(self.remoting, self.namesrv_addrs)
+        self.auth = AuthAdminAPI(self.api, timeout_ms)
 
     async def __aenter__(self) -> Admin:
         return self
@@ -403,7 +409,7 @@ class Admin:
         """
         from sluice.client.aio.producer import Producer
 
-        async with Producer(group, self.namesrv) as producer:
+        async with Producer(group, self.namesrv, credentials=self.credentials) as producer:
             window: deque[asyncio.Future[SendResult]] = deque()
             try:
                 for _ in range(count):
@@ -416,6 +422,68 @@ class Admin:
                 for fut in window:
                     fut.cancel()
                 await asyncio.gather(*window, return_exceptions=True)
+
+    # == ACL 2.0: users and rules ===================================================================
+    async def _masters(self, cluster: str | None) -> list[str]:
+        targets = await self.brokers(cluster)
+        if not targets:
+            raise AdminError("no broker is registered with the name server" if cluster is None
+                             else f"cluster {cluster!r} has no master broker")
+        return list(targets.values())
+
+    async def _first_master(self, broker: str | None) -> str:
+        if broker is not None:
+            return broker
+        return (await self._masters(None))[0]
+
+    async def create_user(self, username: str, password: str, user_type: str = "Normal",
+                          cluster: str | None = None) -> None:
+        """A user on every master (of ``cluster``): ``user_type`` Normal or Super (only a super user makes one)."""
+        info = user_info(username, password, user_type)
+        await self._gather(self.auth.create_user(a, info) for a in await self._masters(cluster))
+
+    async def update_user(self, username: str, *, password: str | None = None, user_type: str | None = None,
+                          user_status: str | None = None, cluster: str | None = None) -> None:
+        """Change a user's password, type or status (``enable`` / ``disable``); what is None stays."""
+        info = user_info(username, password, user_type, user_status)
+        await self._gather(self.auth.update_user(a, info) for a in await self._masters(cluster))
+
+    async def delete_user(self, username: str, cluster: str | None = None) -> None:
+        """The user and its ACL."""
+        await self._gather(self.auth.delete_user(a, username) for a in await self._masters(cluster))
+
+    async def get_user(self, username: str, broker: str | None = None) -> dict[str, Any] | None:
+        """RocketMQ's ``UserInfo`` (its password included, as RocketMQ answers), from ``broker`` (host:port) or the
+        first master; None when there is no such user."""
+        return await self.auth.get_user(await self._first_master(broker), username)
+
+    async def list_users(self, name_filter: str | None = None, broker: str | None = None) -> list[dict[str, Any]]:
+        return await self.auth.list_users(await self._first_master(broker), name_filter)
+
+    async def create_acl(self, subject: str, entries: Iterable[dict[str, Any]], policy_type: str = "Custom",
+                         cluster: str | None = None) -> None:
+        """Rules for ``subject`` (``User:alice``), each made with ``policy_entry``; merged into its ACL by resource
+        (a rule for a resource it has replaces that one)."""
+        info = acl_info(subject, entries, policy_type)
+        await self._gather(self.auth.create_acl(a, info) for a in await self._masters(cluster))
+
+    async def update_acl(self, subject: str, entries: Iterable[dict[str, Any]], policy_type: str = "Custom",
+                         cluster: str | None = None) -> None:
+        info = acl_info(subject, entries, policy_type)
+        await self._gather(self.auth.update_acl(a, info) for a in await self._masters(cluster))
+
+    async def delete_acl(self, subject: str, resource: str | None = None, policy_type: str | None = None,
+                         cluster: str | None = None) -> None:
+        """The rule for ``resource``, or (None) the subject's whole ACL."""
+        await self._gather(self.auth.delete_acl(a, subject, resource, policy_type)
+                           for a in await self._masters(cluster))
+
+    async def get_acl(self, subject: str, broker: str | None = None) -> dict[str, Any] | None:
+        return await self.auth.get_acl(await self._first_master(broker), subject)
+
+    async def list_acls(self, subject_filter: str | None = None, resource_filter: str | None = None,
+                        broker: str | None = None) -> list[dict[str, Any]]:
+        return await self.auth.list_acls(await self._first_master(broker), subject_filter, resource_filter)
 
     # == helpers ====================================================================================
     @staticmethod

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from sluice.auth.credentials import CredentialsLike, signing_hook
 from sluice.client.broker_select import FoundBroker, admin_addr, publish_addr, subscribe_addr
 from sluice.client.message_id import local_ipv4
 from sluice.client.mq_client_api import MQClientAPI
@@ -80,10 +81,12 @@ ROUTE_REFRESH_MIN_INTERVAL = 1.0
 
 
 class MQClientInstance:
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, credentials: CredentialsLike | None = None) -> None:
         self.config = config
         self.client_id = build_client_id(config.instance_name)
-        self.remoting = RemotingClient(config.remoting, handler=self._handle_server_request)
+        # With credentials, every request is signed (ACL 2.0: brokers with authentication on need it).
+        self.remoting = RemotingClient(config.remoting, handler=self._handle_server_request,
+                                       request_hook=signing_hook(credentials))
         self.api = MQClientAPI(self.remoting, config.namesrv_addrs)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}

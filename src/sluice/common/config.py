@@ -229,6 +229,41 @@ class RemotingConfig(_Config):
             raise ValueError("reconnect_backoff_max_millis must be at least reconnect_backoff_millis")
 
 
+class AuthUser(_Config):
+    """``init_authentication_user = { username = "...", password = "..." }``."""
+
+    username: Annotated[str, Meta(min_length=1, max_length=256)]
+    password: Annotated[str, Meta(min_length=1, max_length=1024)]
+
+    def __repr__(self) -> str:
+        return f"AuthUser(username={self.username!r}, password=***)"
+
+
+class AuthCredentials(_Config):
+    """``inner_client_authentication_credentials = { access_key = "...", secret_key = "..." }``."""
+
+    access_key: Annotated[str, Meta(min_length=1, max_length=256)]
+    secret_key: Annotated[str, Meta(min_length=1, max_length=1024)]
+
+    def __repr__(self) -> str:
+        return f"AuthCredentials(access_key={self.access_key!r}, secret_key=***)"
+
+
+class AuthSettings(_Config):
+    """ACL 2.0 (docs/security.md; RocketMQ's AuthConfig in snake_case): off by default. With authentication on,
+    every request must be signed by an enabled user; with authorization on, a Normal user needs a rule allowing
+    what it asks. ``init_authentication_user`` is made a super user at first start, and so are the inner client
+    credentials, which Sluice's own components sign with (broker → name server, slave → master, the proxy).
+    A whitelist names request codes (``"10, 34"``, or gRPC message names) let through unchecked."""
+
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    init_authentication_user: AuthUser | None = None
+    inner_client_authentication_credentials: AuthCredentials | None = None
+    authentication_whitelist: str = ""
+    authorization_whitelist: str = ""
+
+
 class NamesrvConfig(_Config):
     """Settings of a name server."""
 
@@ -239,6 +274,11 @@ class NamesrvConfig(_Config):
     # A broker not heard from for this long is dropped from every route (RocketMQ: 120 s).
     broker_channel_expired_time: Millis = 120_000
     scan_not_active_broker_interval: Millis = 10_000
+    # With authentication on, the name server's writes (broker registration, KV config, topic deletion) must be
+    # signed with the inner client credentials its brokers have; route queries stay open to anyone, as in
+    # RocketMQ (whose name server has no ACL at all).
+    authentication_enabled: bool = False
+    inner_client_authentication_credentials: AuthCredentials | None = None
     remoting: RemotingConfig = field(default_factory=RemotingConfig)
 
 
@@ -289,7 +329,7 @@ class BrokerRole(enum.Enum):
         return self is not BrokerRole.SLAVE
 
 
-class BrokerConfig(_Config):
+class BrokerConfig(AuthSettings):
     """Settings of a broker (RocketMQ BrokerConfig), with its store and remoting settings inside."""
 
     broker_name: Name = "broker-a"

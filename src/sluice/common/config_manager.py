@@ -17,11 +17,13 @@ from sluice.common.files import ConfigWriter, load_json
 class ConfigManager(abc.ABC):
     # What the error says of a file that parses but that ``decode`` cannot take ("store config file <path> ...").
     malformed = "is malformed"
+    # The file's permissions (0o600 for one holding secrets).
+    file_mode = 0o644
 
     def __init__(self, path: str, retry_after: float = 1.0) -> None:
         self.path = path
         self._lock = threading.Lock()  # held by changes to the table and by ``encode``
-        self.writer = ConfigWriter(path, self._snapshot, retry_after)
+        self.writer = ConfigWriter(path, self._snapshot, retry_after, self.file_mode)
 
     @abc.abstractmethod
     def encode(self) -> dict[str, Any]:

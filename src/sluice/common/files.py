@@ -4,6 +4,7 @@ atomically with a ``.bak``, never silently reset; written off the event loop by 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -57,21 +58,37 @@ def load_json(path: str) -> dict[str, Any] | None:
     return data
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """Write via temp file + fsync + rename, keeping the previous version as ``path.bak``."""
+def write_json_atomic(path: str, data: dict[str, Any], mode: int = 0o644) -> None:
+    """Write via temp file + fsync + rename, keeping the previous version as ``path.bak``; both files get ``mode``
+    (0o600 for secrets: created so, never readable by others for an instant)."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     text = json.dumps(data, indent=2, sort_keys=True)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        fsync(f.fileno())
+    _write_new(tmp, text.encode("utf-8"), mode)
     if os.path.exists(path):
         # Copy, never move: at every instant ``path`` holds a complete version.
-        shutil.copyfile(path, path + ".bak")
+        if mode == 0o644:
+            shutil.copyfile(path, path + ".bak")
+        else:
+            with open(path, "rb") as f:
+                _write_new(path + ".bak", f.read(), mode, sync=False)
     os.replace(tmp, path)
     fsync_dir(directory)
+
+
+def _write_new(path: str, data: bytes, mode: int, sync: bool = True) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # (a leftover of a crash may have another mode: O_CREAT keeps an existing file's)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class ConfigWriter:
@@ -85,8 +102,10 @@ class ConfigWriter:
     (shutdown, or a file its owner writes in a thread of its own: the thread starts at the first ``request``).
     """
 
-    def __init__(self, path: str, snapshot: Callable[[], dict[str, Any]], retry_after: float = 1.0) -> None:
+    def __init__(self, path: str, snapshot: Callable[[], dict[str, Any]], retry_after: float = 1.0,
+                 mode: int = 0o644) -> None:
         self.path = path
+        self.mode = mode
         self.snapshot = snapshot
         self.retry_after = retry_after
         self.writes = 0  # (for tests and stats)
@@ -134,7 +153,7 @@ class ConfigWriter:
 
     def _write(self) -> OSError | None:
         try:
-            write_json_atomic(self.path, self.snapshot())
+            write_json_atomic(self.path, self.snapshot(), self.mode)
         except OSError as exc:
             if not self._failing:
                 log.error("cannot write %s (%s): the change stays in memory and is written once that works",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from sluice.auth.credentials import is_loopback
+from sluice.auth.inner_credentials_check import InnerCredentialsCheck
 from sluice.common.config import NamesrvConfig
 from sluice.common.service import AsyncService
 from sluice.namesrv.default_request_processor import DefaultRequestProcessor, monotonic_ms
@@ -29,6 +31,12 @@ class NamesrvController(AsyncService):
                                                  watch_connection=self._watch_connection)
         self.dispatcher = RequestDispatcher()
         self.dispatcher.register_processor(self.processor)
+        inner = self.config.inner_client_authentication_credentials
+        if self.config.authentication_enabled:
+            if inner is None:
+                raise ValueError("namesrv: authentication_enabled needs inner_client_authentication_credentials "
+                                 "(the access_key and secret_key its brokers sign with)")
+            self.dispatcher.refusal = InnerCredentialsCheck(inner.access_key, inner.secret_key).refusal
         self.server = RemotingServer(self.dispatcher, self.config.remoting, name="namesrv")
         self._watched: set[Connection] = set()
         self._started = False
@@ -48,6 +56,10 @@ class NamesrvController(AsyncService):
         self._started = True
         self._spawn(self._scan_loop(), name="namesrv-scan")
         log.info("name server listening on %s", self.address)
+        if not self.config.authentication_enabled and not is_loopback(self.config.host):
+            log.warning("name server listens on %s with authentication off: anyone who reaches the port may "
+                        "register brokers and change its KV config (authentication_enabled, docs/security.md)",
+                        self.config.host)
         return self
 
     async def stop(self) -> None:

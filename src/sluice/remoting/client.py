@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from sluice.common.backoff import Backoff
 from sluice.common.config import RemotingConfig
@@ -24,9 +25,12 @@ def split_addr(addr: str) -> tuple[str, int]:
 class RemotingClient:
     """Connections to name servers and brokers, made on first use and shared by every request."""
 
-    def __init__(self, config: RemotingConfig | None = None, handler: RequestHandler = no_handler) -> None:
+    def __init__(self, config: RemotingConfig | None = None, handler: RequestHandler = no_handler,
+                 request_hook: Callable[[RemotingCommand], None] | None = None) -> None:
         self.config = config or RemotingConfig()
         self.handler = handler
+        # Given every request sent (``sluice.auth.credentials.signing_hook``: the signature of ACL 2.0).
+        self.request_hook = request_hook
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._backoffs: dict[str, tuple[Backoff, float]] = {}  # addr → its failures, no connect before (loop time)
@@ -75,6 +79,7 @@ class RemotingClient:
             conn.close()
             raise RemotingConnectError("client is closed")
         conn.remote_addr = addr
+        conn.request_hook = self.request_hook
         self._conns[addr] = conn
         return conn
 

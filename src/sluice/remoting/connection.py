@@ -77,6 +77,8 @@ class Connection(asyncio.Protocol):
         self._out_frames = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self.close_listeners: list[Callable[[Connection], None]] = []
+        # Called with each request this side sends, last thing before it is encoded (a client's signature).
+        self.request_hook: Callable[[RemotingCommand], None] | None = None
 
     # == asyncio.Protocol =============================================================================
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -317,6 +319,8 @@ class Connection(asyncio.Protocol):
         return fut
 
     def _send_request(self, request: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+        if self.request_hook is not None:
+            self.request_hook(request)  # (first: a hook that raises leaves nothing pending)
         if request.opaque in self._pending:
             request.opaque = next_opaque()
         loop = self._loop or asyncio.get_running_loop()
@@ -381,6 +385,8 @@ class Connection(asyncio.Protocol):
         if self.closed:
             raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
         request.flag = (request.flag | ONEWAY_FLAG) & ~RESPONSE_FLAG
+        if self.request_hook is not None:
+            self.request_hook(request)
         self.write(request)
 
     def close(self) -> None:

@@ -25,6 +25,9 @@ class RequestDispatcher:
         # Called with the next request's code before its handler, while set: a handler holding work back for
         # the requests read with it (the send processor's group) finishes it before a request it must precede.
         self.before_next: Callable[[int], None] | None = None
+        # While set, asked of every request before its handler: None lets it through, a text refuses it with
+        # NO_PERMISSION and that remark (authentication and authorization, sluice.auth).
+        self.refusal: Callable[[str, RemotingCommand], str | None] | None = None
 
     def register(self, code: int, handler: RequestHandler) -> None:
         self.handlers[int(code)] = handler
@@ -42,6 +45,10 @@ class RequestDispatcher:
     def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
         if self.before_next is not None:
             self.before_next(request.code)
+        if self.refusal is not None:
+            remark = self.refusal(conn.remote_addr, request)
+            if remark is not None:
+                return None if request.is_oneway else request.response(ResponseCode.NO_PERMISSION, remark)
         handler = self.handlers.get(request.code)
         if handler is None:
             self.unsupported_seen[request.code] = self.unsupported_seen.get(request.code, 0) + 1

@@ -31,8 +31,14 @@ class QueryMessageProcessor:
         return resp
 
     def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        offset = ViewMessageRequestHeader.decode(req.ext_fields).offset
+        h = ViewMessageRequestHeader.decode(req.ext_fields)
+        offset = h.offset
         view = self.store.select_one_message_by_offset(offset, visible_only=True)
+        if view is not None and h.topic is not None:
+            # The topic named is the one authorization allowed: a message of another is not shown (as not found).
+            msg = self.store.look_message_by_offset(offset, visible_only=True)
+            if msg is None or msg.topic != h.topic:
+                view = None
         if view is None:
             return req.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
         resp = req.response(ResponseCode.SUCCESS)

@@ -154,7 +154,8 @@ class SendMessageProcessor:
         if sub.retry_queue_nums <= 0:
             return req.response(ResponseCode.SUCCESS)
         msg = self.store.look_message_by_offset(offset, visible_only=True)
-        if msg is None:
+        if msg is None or (h.origin_topic and msg.topic not in (h.origin_topic, retry_topic(group))):
+            # (the topic named is the one authorization allowed: another's message is not copied)
             return req.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from sluice.auth.credentials import CredentialsLike
 from sluice.client.message import PullResult, PullStatus
 from sluice.client.message_selector import MessageSelector
 from sluice.client.mq_client import MQClientInstance
@@ -73,7 +74,7 @@ class ConsumerBase:
 
     def __init__(self, group: str, config: ClientConfig, message_model: str | MessageModel,
                  consume_from: str | ConsumeFromWhere, consume_timestamp: int | None,
-                 allocate: str | AllocateStrategy) -> None:
+                 allocate: str | AllocateStrategy, credentials: CredentialsLike | None = None) -> None:
         validate_group(group)
         self.group = group
         self.config = config
@@ -83,7 +84,7 @@ class ConsumerBase:
             raise ValueError("consume_from='timestamp' needs consume_timestamp (ms since the epoch)")
         self.consume_timestamp = consume_timestamp or 0
         self.strategy = get_strategy(allocate) if isinstance(allocate, str) else allocate
-        self.client = MQClientInstance(config)
+        self.client = MQClientInstance(config, credentials)
         self.subscriptions: dict[str, SubscriptionData] = {}
         # Queue → the broker id its last pull's answer suggested for the next (RocketMQ pullFromWhichNodeTable).
         self._pull_from: dict[MessageQueue, int] = {}

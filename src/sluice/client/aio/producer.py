@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.in_flight import InFlight, OnWire, Place
 from sluice.client.aio.record_accumulator import BatchKey, PendingSend, ProducerBatch, RecordAccumulator, batchable
 from sluice.client.aio.sender import Sender, chain
@@ -33,12 +34,13 @@ class Producer:
     """Send messages to topics. Use ``async with Producer(...)`` or ``await start()`` / ``await shutdown()``."""
 
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv: str | None = None, *,
-                 config: ClientConfig | None = None, **settings: Any) -> None:
+                 config: ClientConfig | None = None, credentials: CredentialsLike | None = None,
+                 **settings: Any) -> None:
         validate_group(group)
         cfg = client_config(config, namesrv, settings, "producer")
         self.group = group
         self.config = cfg
-        self.client = MQClientInstance(cfg)
+        self.client = MQClientInstance(cfg, credentials)
         self.faults = LatencyFaultTolerance()
         self.router = QueueRouter(self.client, cfg, self.faults)
         self.accumulator = RecordAccumulator(cfg.batch_max_bytes)

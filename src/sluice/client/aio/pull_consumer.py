@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.consumer_base import ConsumerBase
 from sluice.client.message import PullStatus
 from sluice.client.message_selector import MessageSelector
@@ -49,9 +50,10 @@ class PullConsumer(ConsumerBase):
                  message_model: str | MessageModel = MessageModel.CLUSTERING,
                  consume_from: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: int | None = None, allocate: str | AllocateStrategy = "AVG",
-                 config: ClientConfig | None = None, **settings: Any) -> None:
+                 config: ClientConfig | None = None,
+                 credentials: CredentialsLike | None = None, **settings: Any) -> None:
         super().__init__(group, client_config(config, namesrv, settings, "consumer"), message_model, consume_from,
-                         consume_timestamp, allocate)
+                         consume_timestamp, allocate, credentials)
         self.auto_commit = auto_commit
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._assigned_manually = False

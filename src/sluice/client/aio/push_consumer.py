@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.consumer_base import ConsumerBase, StartedPull
 from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, PullStatus
 from sluice.client.message_selector import MessageSelector
@@ -50,9 +51,10 @@ class PushConsumer(ConsumerBase):
                  message_model: str | MessageModel = MessageModel.CLUSTERING,
                  consume_from: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: int | None = None, allocate: str | AllocateStrategy = "AVG",
-                 orderly: bool = False, config: ClientConfig | None = None, **settings: Any) -> None:
+                 orderly: bool = False, config: ClientConfig | None = None,
+                 credentials: CredentialsLike | None = None, **settings: Any) -> None:
         super().__init__(group, client_config(config, namesrv, settings, "consumer"), message_model, consume_from,
-                         consume_timestamp, allocate)
+                         consume_timestamp, allocate, credentials)
         self.orderly = orderly
         self._listener: Listener | None = None
         self._listener_async = False

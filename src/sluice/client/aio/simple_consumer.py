@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sluice.auth.credentials import CredentialsLike
 from sluice.client.message_selector import MessageSelector
 from sluice.client.mq_client import MQClientInstance, client_config
 from sluice.client.subscription import build_subscription, matches
@@ -62,7 +63,8 @@ class SimpleConsumer:
 
     def __init__(self, group: str, namesrv: str | None = None, *, invisible_duration: float = 60.0,
                  await_duration: float = 15.0, consume_from_first: bool = False, orderly: bool = False,
-                 config: ClientConfig | None = None, **settings: Any) -> None:
+                 config: ClientConfig | None = None, credentials: CredentialsLike | None = None,
+                 **settings: Any) -> None:
         validate_group(group)
         _check_duration("invisible_duration", invisible_duration)
         if await_duration < 0:
@@ -73,7 +75,7 @@ class SimpleConsumer:
         self.await_duration = await_duration
         self.init_mode = 0 if consume_from_first else 1
         self.orderly = orderly
-        self.client = MQClientInstance(self.config)
+        self.client = MQClientInstance(self.config, credentials)
         self.subscriptions: dict[str, MessageSelector] = {}
         self._turn = itertools.count()
         self.started = False

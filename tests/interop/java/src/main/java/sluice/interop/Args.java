@@ -2,6 +2,9 @@ package sluice.interop;
 
 import java.util.HashMap;
 import java.util.Map;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /** {@code --key value} options; a {@code --flag} followed by another option (or nothing) is "true". */
 final class Args {
@@ -49,5 +52,13 @@ final class Args {
 
     boolean flag(String key) {
         return Boolean.parseBoolean(values.getOrDefault(key, "false"));
+    }
+
+    /** ACL 2.0: {@code --access-key AK --secret-key SK} sign every request ({@code AclClientRPCHook}); else none. */
+    RPCHook rpcHook() {
+        if (!values.containsKey("access-key")) {
+            return null;
+        }
+        return new AclClientRPCHook(new SessionCredentials(get("access-key"), get("secret-key")));
     }
 }

@@ -41,7 +41,7 @@ final class Produce {
         String prefix = a.get("prefix", mode);
         String[] tags = a.get("tags", "TagA,TagB,TagC").split(",");
         try (Journal out = new Journal(a.get("out"))) {
-            DefaultMQProducer producer = new DefaultMQProducer(a.get("group"));
+            DefaultMQProducer producer = new DefaultMQProducer(a.get("group"), a.rpcHook());
             producer.setNamesrvAddr(a.get("namesrv"));
             producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));
             producer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
@@ -83,6 +83,9 @@ final class Produce {
                 record.put("event", "send-failed");
                 record.put("code", code);
                 record.put("error", String.valueOf(e.getMessage()).split("\n")[0]);
+                if (e.getCause() != null) {
+                    record.put("cause", String.valueOf(e.getCause().getMessage()).split("\n")[0]);
+                }
                 out.write(record);
                 pending.clear();
                 pendingRecords.clear();

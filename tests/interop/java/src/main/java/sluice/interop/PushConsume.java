@@ -46,7 +46,7 @@ final class PushConsume {
         int failBelow = later.equals("always") ? Integer.MAX_VALUE : Integer.parseInt(later);
         Set<String> bodies = ConcurrentHashMap.newKeySet();
         try (Journal out = new Journal(a.get("out"))) {
-            DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(a.get("group"));
+            DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(a.get("group"), a.rpcHook());
             consumer.setNamesrvAddr(a.get("namesrv"));
             consumer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
             consumer.setPollNameServerInterval(a.getInt("poll-namesrv-ms", 1000));

@@ -1,0 +1,330 @@
+"""ACL 2.0 from Sluice's own clients' side: a broker with authentication and authorization on, users and rules made
+over the admin requests, sends and consumption allowed and refused with RocketMQ's answers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.aio import Producer, PullConsumer
+from sluice.client.admin import Admin
+from sluice.client.auth_admin import policy_entry
+from sluice.client.message import Message
+from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.remoting.codes import ResponseCode
+from tests.conftest import Cluster, ServerLoop
+
+ROOT = ("root", "root-secret")
+
+
+@pytest.fixture
+def acl_cluster(tmp_path: Path, server_loop: ServerLoop) -> Iterator[Cluster]:
+    """A name server and broker-a with authentication and authorization on, and the super user root."""
+    c = Cluster(tmp_path, server_loop)
+    c.credentials = ROOT
+    try:
+        c.start_broker(authentication_enabled=True, authorization_enabled=True,
+                       init_authentication_user=_auth_user(*ROOT))
+        yield c
+    finally:
+        c.close()
+
+
+def _auth_user(username: str, password: str) -> object:
+    from sluice.common.config import AuthUser
+    return AuthUser(username=username, password=password)
+
+
+def run(cluster: Cluster, coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def send_one(ns: str, topic: str, credentials: object, body: bytes = b"x") -> object:
+    async with Producer("acl-pg", ns, credentials=credentials, retry_times_when_send_failed=0) as p:
+        return await p.send(Message(topic, body), timeout=5)
+
+
+def refusal(ns: str, topic: str, credentials: object) -> BrokerResponseError:
+    with pytest.raises(ClientError) as err:
+        asyncio.run(send_one(ns, topic, credentials))
+    exc = err.value
+    while not isinstance(exc, BrokerResponseError) and exc.__cause__ is not None:
+        exc = exc.__cause__  # type: ignore[assignment]
+    assert isinstance(exc, BrokerResponseError), repr(err.value)
+    assert exc.code == ResponseCode.NO_PERMISSION
+    return exc
+
+
+async def max_offset(ns: str, topic: str) -> int:
+    async with Admin(ns, credentials=ROOT) as admin:
+        return sum(q.max_offset for q in await admin.topic_status(topic))
+
+
+def test_sends_are_refused_with_rocketmqs_remarks_unless_signed_by_an_enabled_user_with_a_rule(
+        acl_cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    ns = acl_cluster.namesrv_addr
+    acl_cluster.create_topic("orders", 2)
+    acl_cluster.create_topic("payments", 2)
+
+    async def setup() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("alice", "alice-secret")
+            await admin.create_user("carol", "carol-secret")
+            await admin.create_acl("User:alice", [policy_entry("Topic:orders", "Pub")])
+            await admin.update_user("carol", user_status="disable")
+    asyncio.run(setup())
+
+    caplog.set_level(logging.INFO, logger="sluice.auth.audit")
+    assert refusal(ns, "orders", None).remark == "username cannot be null."
+    assert refusal(ns, "orders", ("alice", "wrong")).remark == "check signature failed."
+    assert refusal(ns, "orders", ("bob", "whatever")).remark == "User:bob is not found."
+    assert refusal(ns, "orders", ("carol", "carol-secret")).remark == "User:carol is disabled."
+    assert refusal(ns, "payments", ("alice", "alice-secret")).remark == \
+        "User:alice has no permission to access Topic:payments from 127.0.0.1, no matched policies."
+    assert asyncio.run(max_offset(ns, "orders")) == 0 and asyncio.run(max_offset(ns, "payments")) == 0
+
+    result = asyncio.run(send_one(ns, "orders", ("alice", "alice-secret")))
+    assert result.status.name == "SEND_OK"  # type: ignore[attr-defined]
+    assert asyncio.run(max_offset(ns, "orders")) == 1
+
+    audit = [r.getMessage() for r in caplog.records if r.name == "sluice.auth.audit"]
+    assert "[AUTHENTICATION] User:alice is authenticated failed with Signature = " in "\n".join(audit)
+    assert ("[AUTHORIZATION] Subject = User:alice is Deny Action = Pub from sourceIp = 127.0.0.1 on resource = "
+            "Topic:payments for request = 310.") in audit
+    assert not any("alice-secret" in line or "root-secret" in line for line in audit)
+
+
+def test_a_consumer_needs_sub_on_its_topic_and_its_group(acl_cluster: Cluster,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    ns = acl_cluster.namesrv_addr
+    acl_cluster.create_topic("events", 1)
+    asyncio.run(send_one(ns, "events", ROOT, b"hello"))
+    dave = ("dave", "dave-secret")
+    caplog.set_level(logging.INFO, logger="sluice.auth.audit")
+
+    async def consume(until: object) -> list[bytes]:
+        consumer = PullConsumer("readers", ns, credentials=dave, consume_from="CONSUME_FROM_FIRST_OFFSET")
+        consumer.subscribe("events")
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            async with asyncio.timeout(30):
+                while not until(got):  # type: ignore[operator]
+                    got += [m.body for m in await consumer.poll(timeout=0.2)]
+        finally:
+            await consumer.shutdown()
+        return got
+
+    async def grant(entries: list[dict[str, object]]) -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            if await admin.get_user("dave") is None:
+                await admin.create_user("dave", "dave-secret")
+            await admin.update_acl("User:dave", entries)
+
+    def refused_group(_: list[bytes]) -> bool:
+        return any("Subject = User:dave is Deny Action = Sub from sourceIp = 127.0.0.1 on resource = Group:readers"
+                   in r.getMessage() for r in caplog.records)
+
+    asyncio.run(grant([policy_entry("Topic:events", "Sub")]))
+    assert asyncio.run(consume(refused_group)) == []
+    asyncio.run(grant([policy_entry("Group:read*", "Sub")]))
+    assert asyncio.run(consume(lambda got: got)) == [b"hello"]
+
+
+def test_the_most_specific_rule_decides_and_deny_wins_between_equals(acl_cluster: Cluster) -> None:
+    ns = acl_cluster.namesrv_addr
+    for t in ("audit_a", "audit_b", "other"):
+        acl_cluster.create_topic(t, 1)
+    erin = ("erin", "erin-secret")
+
+    async def setup() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("erin", "erin-secret")
+            await admin.create_acl("User:erin", [policy_entry("*", "All"),
+                                                 policy_entry("Topic:*", "Pub", "Deny"),
+                                                 policy_entry("Topic:audit*", "Pub"),
+                                                 policy_entry("Topic:audit_b", "Pub", "Deny")])
+    asyncio.run(setup())
+    asyncio.run(send_one(ns, "audit_a", erin))
+    assert refusal(ns, "audit_b", erin).remark.endswith("the decision is deny.")
+    assert refusal(ns, "other", erin).remark.endswith("the decision is deny.")
+
+
+def test_users_and_rules_round_trip_survive_a_restart_and_sit_in_an_owner_only_file(acl_cluster: Cluster) -> None:
+    ns = acl_cluster.namesrv_addr
+    rule = policy_entry("Topic:orders*", ["Pub", "Sub"], source_ips=["10.0.0.0/8", "127.0.0.1"])
+    manage_users = policy_entry("Cluster:DefaultCluster", "Update")
+
+    async def write() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("frank", "frank-secret")
+            await admin.create_acl("User:frank", [rule, manage_users])
+            with pytest.raises(BrokerResponseError) as err:
+                await admin.create_user("frank", "again")
+            assert (err.value.code, err.value.remark) == (ResponseCode.NO_PERMISSION, "The user is existed")
+        async with Admin(ns, credentials=("frank", "frank-secret")) as admin:
+            with pytest.raises(BrokerResponseError) as err:
+                await admin.create_user("mallory", "m", user_type="Super")
+            assert (err.value.code, err.value.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                          "The super user can only be create by super user")
+            with pytest.raises(BrokerResponseError, match="no permission to access Cluster:DefaultCluster"):
+                await admin.list_users()
+    asyncio.run(write())
+
+    broker = acl_cluster.restart_broker(acl_cluster.brokers[0])
+    path = Path(broker.config.store.store_path_config) / "auth.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert b"frank-secret" in path.read_bytes()
+
+    async def read() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            assert await admin.get_user("frank") == {"password": "frank-secret", "userStatus": "enable",
+                                                     "userType": "Normal", "username": "frank"}
+            assert await admin.get_acl("User:frank") == {
+                "policies": [{"entries": [{"actions": ["Pub", "Sub"], "decision": "Allow",
+                                           "resource": "Topic:orders*", "sourceIps": ["10.0.0.0/8", "127.0.0.1"]},
+                                          {"actions": ["Update"], "decision": "Allow",
+                                           "resource": "Cluster:DefaultCluster", "sourceIps": []}],
+                              "policyType": "Custom"}],
+                "subject": "User:frank"}
+            assert [u["username"] for u in await admin.list_users()] == ["frank", "root"]
+            await admin.delete_user("frank")
+            assert await admin.get_user("frank") is None
+            assert await admin.list_acls() == []
+    asyncio.run(read())
+
+
+@pytest.mark.parametrize("body,remark", [
+    ({"subject": "User:gina", "policies": [{"entries": [{"resource": "Topic:t", "actions": ["Fly"],
+                                                         "decision": "Allow"}]}]}, "The actions is empty."),
+    ({"subject": "User:gina", "policies": [{"entries": [{"resource": "Queue:t", "actions": ["Pub"],
+                                                         "decision": "Allow"}]}]}, "The resource is null."),
+    ({"subject": "User:gina", "policies": [{"entries": [{"resource": "Topic:t", "actions": ["Pub"],
+                                                         "decision": "Maybe"}]}]},
+     "The decision is null or illegal."),
+    ({"subject": "User:gina", "policies": [{"entries": [{"resource": "Topic:t", "actions": ["Pub"],
+                                                         "sourceIps": ["300.1.1.1"], "decision": "Allow"}]}]},
+     "The source ip is invalid."),
+    ({"subject": "User:nobody", "policies": [{"entries": [{"resource": "Topic:t", "actions": ["Pub"],
+                                                           "decision": "Allow"}]}]},
+     "The subject of User:nobody is not exist."),
+])
+def test_a_bad_rule_is_refused_naming_the_problem_and_changes_nothing(acl_cluster: Cluster, body: dict[str, object],
+                                                                      remark: str) -> None:
+    ns = acl_cluster.namesrv_addr
+
+    async def go() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            if await admin.get_user("gina") is None:
+                await admin.create_user("gina", "gina-secret")
+                await admin.create_acl("User:gina", [policy_entry("Topic:kept", "Sub")])
+            addr = next(iter((await admin.brokers()).values()))
+            with pytest.raises(BrokerResponseError) as err:
+                await admin.auth.update_acl(addr, body)
+            assert (err.value.code, err.value.remark) == (ResponseCode.NO_PERMISSION, remark)
+            acl = await admin.get_acl("User:gina")
+            assert acl is not None and [e["resource"] for e in acl["policies"][0]["entries"]] == ["Topic:kept"]
+    asyncio.run(go())
+
+
+def test_the_name_server_takes_writes_only_with_the_inner_credentials_and_routes_for_anyone(
+        tmp_path: Path, server_loop: ServerLoop) -> None:
+    from sluice.common.config import AuthCredentials
+    inner = AuthCredentials(access_key="sluice-inner", secret_key="inner-secret")
+    c = Cluster(tmp_path, server_loop, {"authentication_enabled": True,
+                                        "inner_client_authentication_credentials": inner})
+    c.credentials = ROOT
+    try:
+        c.start_broker(authentication_enabled=True, init_authentication_user=_auth_user(*ROOT),
+                       inner_client_authentication_credentials=inner)  # registers: signed with the inner ones
+        c.create_topic("routed", 2)
+        ns = c.namesrv_addr
+
+        async def go() -> None:
+            async with Admin(ns) as anyone:
+                route = await anyone.topic_route("routed")
+                assert {q.broker_name for q in route.queue_datas} == {"broker-a"}
+                with pytest.raises(BrokerResponseError) as err:
+                    await anyone.api.put_kv_config("ORDER_TOPIC_CONFIG", "routed", "broker-a:2")
+                assert (err.value.code, err.value.remark) == (ResponseCode.NO_PERMISSION, "username cannot be null.")
+            async with Admin(ns, credentials=ROOT) as root:
+                with pytest.raises(BrokerResponseError, match="User:root is not found."):
+                    await root.api.put_kv_config("ORDER_TOPIC_CONFIG", "routed", "broker-a:2")
+            async with Admin(ns, credentials=("sluice-inner", "wrong")) as forged:
+                with pytest.raises(BrokerResponseError, match="check signature failed."):
+                    await forged.api.put_kv_config("ORDER_TOPIC_CONFIG", "routed", "broker-a:2")
+            async with Admin(ns, credentials=("sluice-inner", "inner-secret")) as operator:
+                await operator.api.put_kv_config("ORDER_TOPIC_CONFIG", "routed", "broker-a:2")
+        asyncio.run(go())
+        assert c.namesrv.kv_config.get("ORDER_TOPIC_CONFIG", "routed") == "broker-a:2"
+    finally:
+        c.close()
+
+
+def test_the_cli_manages_users_and_rules_signing_with_the_environments_credentials(
+        acl_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+    import json
+
+    from sluice.cli.main import main as cli_main
+    ns = acl_cluster.namesrv_addr
+    monkeypatch.setenv("SLUICE_CREDENTIALS_FILE", str(Path(acl_cluster.root) / "no-such-file"))
+    assert cli_main(["user", "list", "--namesrv", ns]) == 1
+    assert "username cannot be null." in capsys.readouterr().err
+    monkeypatch.setenv("SLUICE_ACCESS_KEY", ROOT[0])
+    monkeypatch.setenv("SLUICE_SECRET_KEY", ROOT[1])
+    monkeypatch.setattr("sys.stdin", io.StringIO("hank-secret\n"))
+    assert cli_main(["user", "create", "hank", "--password-stdin", "--namesrv", ns]) == 0
+    assert cli_main(["acl", "create", "User:hank", "--resource", "Topic:logs*", "--resource", "Group:g",
+                     "--actions", "Pub,Sub", "--source-ip", "127.0.0.1", "--namesrv", ns]) == 0
+    capsys.readouterr()
+    assert cli_main(["user", "list", "--json", "--namesrv", ns]) == 0
+    users = json.loads(capsys.readouterr().out)
+    assert {u["username"]: u["password"] for u in users} == {"hank": "***", "root": "***"}
+    assert cli_main(["acl", "get", "User:hank", "--json", "--namesrv", ns]) == 0
+    acl = json.loads(capsys.readouterr().out)
+    assert [(e["resource"], e["actions"], e["sourceIps"]) for e in acl["policies"][0]["entries"]] == [
+        ("Topic:logs*", ["Pub", "Sub"], ["127.0.0.1"]), ("Group:g", ["Pub", "Sub"], ["127.0.0.1"])]
+    assert cli_main(["acl", "delete", "User:hank", "--resource", "Group:g", "--namesrv", ns]) == 0
+    capsys.readouterr()
+    assert cli_main(["acl", "list", "--namesrv", ns]) == 0
+    listing = capsys.readouterr().out
+    assert "Topic:logs*" in listing and "Group:g " not in listing
+    assert cli_main(["user", "get", "nobody", "--namesrv", ns]) == 1
+    assert "no user 'nobody'" in capsys.readouterr().err
+
+
+def test_a_topic_a_user_may_read_does_not_open_another_topics_messages_by_offset(acl_cluster: Cluster) -> None:
+    from sluice.common.message import decode_message_id
+    from sluice.remoting.codes import RequestCode
+    ns = acl_cluster.namesrv_addr
+    acl_cluster.create_topic("mine", 1)
+    acl_cluster.create_topic("secret", 1)
+    mine = asyncio.run(send_one(ns, "mine", ROOT, b"mine"))
+    secret = asyncio.run(send_one(ns, "secret", ROOT, b"secret"))
+
+    async def go() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("ivan", "ivan-secret")
+            await admin.create_acl("User:ivan", [policy_entry("Topic:mine", "Get,Sub"),
+                                                 policy_entry("Group:ivan-g", "Sub")])
+            addr = next(iter((await admin.brokers()).values()))
+        async with Admin(ns, credentials=("ivan", "ivan-secret")) as ivan:
+            for result, code in ((mine, ResponseCode.SUCCESS), (secret, ResponseCode.SYSTEM_ERROR)):
+                offset = decode_message_id(result.offset_msg_id)[1]  # type: ignore[attr-defined]
+                resp = await ivan.api.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID,
+                                             {"topic": "mine", "offset": str(offset)})
+                assert resp.code == code, resp.remark
+                resp = await ivan.api.invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK,
+                                             {"group": "ivan-g", "offset": str(offset), "delayLevel": "1",
+                                              "originTopic": "mine", "originMsgId": result.msg_id})  # type: ignore[attr-defined]
+                assert (resp.code == ResponseCode.SUCCESS) == (code == ResponseCode.SUCCESS), resp.remark
+            resp = await ivan.api.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"})
+            assert resp.code == ResponseCode.NO_PERMISSION and "Cluster:DefaultCluster" in (resp.remark or "")
+    asyncio.run(go())

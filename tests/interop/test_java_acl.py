@@ -1,0 +1,80 @@
+"""ACL 2.0 from the Java remoting client's side (RocketMQ 5.5's ``AclClientRPCHook``): its signature is the one
+Sluice checks; a user with the right rules sends and consumes; wrong credentials and missing rules are refused with
+RocketMQ's code and remark, and nothing is stored."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.client.admin import Admin
+from sluice.client.auth_admin import policy_entry
+from sluice.common.config import AuthUser
+from tests.conftest import Cluster
+from tests.integration.helpers import wait_until
+from tests.interop.java_clients import JavaBuild, JavaClients
+
+ROOT = ("root", "root-secret")
+ALICE = {"access_key": "alice", "secret_key": "alice-secret"}
+
+
+@pytest.fixture
+def acl_sluice(empty_cluster: Cluster) -> Iterator[Cluster]:
+    empty_cluster.credentials = ROOT
+    empty_cluster.start_broker(authentication_enabled=True, authorization_enabled=True,
+                               init_authentication_user=AuthUser(username=ROOT[0], password=ROOT[1]))
+    empty_cluster.create_topic("java-acl", 2)
+    empty_cluster.create_topic("java-acl-other", 2)
+
+    async def setup() -> None:
+        async with Admin(empty_cluster.namesrv_addr, credentials=ROOT) as admin:
+            await admin.create_user("alice", "alice-secret")
+            await admin.create_acl("User:alice", [policy_entry("Topic:java-acl", "Pub,Sub"),
+                                                  policy_entry("Group:java-acl-*", "Sub")])
+    asyncio.run(setup())
+    yield empty_cluster
+
+
+@pytest.fixture
+def java_clients(java_build: JavaBuild, tmp_path: Path) -> Iterator[JavaClients]:
+    clients = JavaClients(java_build, tmp_path / "java")
+    try:
+        yield clients
+    finally:
+        clients.close()
+
+
+async def _stored(ns: str, topic: str) -> int:
+    async with Admin(ns, credentials=ROOT) as admin:
+        return sum(q.max_offset for q in await admin.topic_status(topic))
+
+
+def test_the_java_client_with_aclclientrpchook_is_allowed_and_refused_as_its_rules_say(
+        acl_sluice: Cluster, java_clients: JavaClients, tmp_path: Path) -> None:
+    ns = acl_sluice.namesrv_addr
+    sent = java_clients.run("produce", namesrv=ns, topic="java-acl", group="java-acl-pg", mode="sync", count=10,
+                            **ALICE)
+    assert [r["status"] for r in sent if r["event"] == "sent"] == ["SEND_OK"] * 10
+
+    for topic, creds, remark in [
+        ("java-acl-other", ALICE,
+         "User:alice has no permission to access Topic:java-acl-other from 127.0.0.1, no matched policies."),
+        ("java-acl", {"access_key": "alice", "secret_key": "wrong"}, "check signature failed."),
+        ("java-acl", {"access_key": "nobody", "secret_key": "x"}, "User:nobody is not found."),
+    ]:
+        records = java_clients.run("produce", namesrv=ns, topic=topic, group="java-acl-pg", mode="sync", count=1,
+                                   **creds)
+        [failed] = [r for r in records if r["event"] == "send-failed"]
+        assert failed["code"] == 16 and remark in failed["error"] + failed.get("cause", ""), failed
+    assert asyncio.run(_stored(ns, "java-acl")) == 10 and asyncio.run(_stored(ns, "java-acl-other")) == 0
+
+    stop = tmp_path / "stop"
+    consumer = java_clients.start("push-consume", namesrv=ns, topic="java-acl", group="java-acl-readers",
+                                  consume_from="CONSUME_FROM_FIRST_OFFSET", stop_file=stop, timeout=90, **ALICE)
+    wait_until(lambda: len(consumer.received()) >= 10, 45, "the Java consumer reading the ten messages")
+    stop.touch()
+    consumer.wait(30)
+    assert sorted(r["body"] for r in consumer.received()) == sorted(r["body"] for r in sent if r["event"] == "sent")
