@@ -398,6 +398,16 @@ def test_dev_refuses_a_bad_value_from_its_config_file_instead_of_replacing_it(tm
     assert f"{path} [broker]: listen_port: an integer from 0 to 65535 is allowed, got -5" in err
 
 
+def test_dev_with_acl_on_and_its_grpc_front_needs_the_inner_credentials_and_says_so(tmp_path: Path, capsys):
+    path = tmp_path / "dev.toml"
+    path.write_text("[broker]\nauthentication_enabled = true\n"
+                    "init_authentication_user = { username = 'admin', password = 'pw' }\n")
+    rc, out, err = sluice(capsys, "dev", "--config", str(path), "--store", str(tmp_path / "store"))
+    assert rc != 0 and "ready" not in out
+    assert f"{path} [broker]: authentication_enabled / authorization_enabled with the gRPC front need " \
+           "inner_client_authentication_credentials" in err
+
+
 def test_dev_takes_its_ports_and_host_from_the_config_file_unless_a_flag_says_otherwise(tmp_path: Path):
     from sluice.cli.main import build_parser
     from sluice.cli.servers import broker_config, namesrv_config

@@ -194,6 +194,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
     bcfg.auto_create_topic_enable = True
     if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
         raise ConfigError(f"--grpc-port {args.grpc_port}: a port is 0 to 65535")
+    secured = bcfg.authentication_enabled or bcfg.authorization_enabled
+    if secured and not args.no_grpc and bcfg.inner_client_authentication_credentials is None:
+        raise ConfigError(f"{where} [broker]: authentication_enabled / authorization_enabled with the gRPC front need "
+                          "inner_client_authentication_credentials = { access_key, secret_key } (what the front "
+                          "signs its requests to the broker with), or --no-grpc")
     if args.ha:
         return _dev_ha(args, nscfg, bcfg, store)
     ns = NamesrvController(nscfg)
@@ -212,7 +217,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
             if not args.no_grpc:
                 from sluice.proxy.messaging_service import serve
 
-                server, service, port = await serve(bcfg.namesrv_addr, nscfg.host, args.grpc_port)
+                auth, inner = _front_auth(bcfg, broker)
+                server, service, port = await serve(bcfg.namesrv_addr, nscfg.host, args.grpc_port, auth=auth,
+                                                    credentials=inner)
                 front[:] = [server, service]
                 grpc_line = f"\n  gRPC         {nscfg.host}:{port} (RocketMQ 5 clients)"
         except BaseException:
@@ -234,6 +241,26 @@ def cmd_dev(args: argparse.Namespace) -> int:
         await ns.stop()
 
     return run_until_signalled(start, stop)
+
+
+def _front_auth(bcfg: BrokerConfig, broker: Any) -> tuple[Any, tuple[str, str] | None]:
+    """The gRPC front's checks over the broker's own users and rules, and the inner credentials it signs with,
+    when the broker has ACL on; (None, None) when not."""
+    if not (bcfg.authentication_enabled or bcfg.authorization_enabled):
+        return None, None
+    from sluice.auth.audit import AuditLog
+    from sluice.auth.evaluator import Authenticator, Authorizer, parse_whitelist
+    from sluice.proxy.grpc_auth import GrpcAuth
+
+    audit = AuditLog()
+    metadata = broker.auth_metadata
+    auth = GrpcAuth(Authenticator(metadata, audit, parse_whitelist(bcfg.authentication_whitelist))
+                    if bcfg.authentication_enabled else None,
+                    Authorizer(metadata, audit, parse_whitelist(bcfg.authorization_whitelist))
+                    if bcfg.authorization_enabled else None)
+    inner = bcfg.inner_client_authentication_credentials
+    assert inner is not None
+    return auth, (inner.access_key, inner.secret_key)
 
 
 def _dev_ha(args: argparse.Namespace, nscfg: NamesrvConfig, bcfg: BrokerConfig, store: str) -> int:

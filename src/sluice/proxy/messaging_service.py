@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from sluice.auth.credentials import CredentialsLike
 from sluice.client.mq_client import MQClientInstance
 from sluice.client.queue_router import select_by_hash
 from sluice.common.config import ClientConfig
@@ -42,6 +43,7 @@ from sluice.common.sysflag import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from sluice.proxy.grpc_auth import GrpcAuth
 from sluice.proxy.grpc_converter import (
     MAX_BODY_SIZE,
     TRANSACTION,
@@ -133,9 +135,13 @@ def _remaining(context: Any, default: float) -> float:
 class MessagingService:
     """The RPCs, each an ``async def`` taking the request and the gRPC context."""
 
-    def __init__(self, namesrv: str, config: ClientConfig | None = None) -> None:
+    def __init__(self, namesrv: str, config: ClientConfig | None = None, auth: GrpcAuth | None = None,
+                 credentials: CredentialsLike | None = None) -> None:
         base = config or ClientConfig()
-        self.client = MQClientInstance(base.replace(namesrv_addr=namesrv, instance_name="sluice-proxy"))
+        # ``credentials`` (the inner client credentials) sign what the front sends to brokers with ACL on; ``auth``
+        # checks every RPC first (an unchecked front would lend those credentials to anyone).
+        self.client = MQClientInstance(base.replace(namesrv_addr=namesrv, instance_name="sluice-proxy"), credentials)
+        self.auth = auth
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
         self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
@@ -722,11 +728,69 @@ class MessagingService:
             log.warning("the Telemetry stream of a producer of %s is full: transaction check dropped", topic)
 
 
+def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, client_streams: bool,
+             server_streams: bool) -> Any:
+    """``fn`` behind ``service.auth``: a refused request is answered with its response type's UNAUTHORIZED status
+    (on the Telemetry stream: a command with that status, the stream going on), and never reaches ``fn``."""
+    auth = service.auth
+    assert auth is not None
+
+    def refusal(req: Any, context: Any) -> Any:
+        text = auth.refusal(name, req, dict(context.invocation_metadata() or ()), context.peer())
+        return None if text is None else resp_cls(status=status("UNAUTHORIZED", text))
+
+    if client_streams:
+        async def guarded_stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            out: asyncio.Queue[Any] = asyncio.Queue(maxsize=TELEMETRY_QUEUE)
+            done = object()
+
+            async def checked() -> AsyncIterator[Any]:
+                async for cmd in requests:
+                    refused = refusal(cmd, context)
+                    if refused is None:
+                        yield cmd
+                    else:
+                        await out.put(refused)
+
+            async def pump() -> None:
+                try:
+                    async for item in fn(checked(), context):
+                        await out.put(item)
+                finally:
+                    with contextlib.suppress(asyncio.QueueFull):
+                        out.put_nowait(done)
+
+            task = asyncio.get_running_loop().create_task(pump())
+            try:
+                while (item := await out.get()) is not done:
+                    yield item
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        return guarded_stream
+    if server_streams:
+        async def guarded_server_stream(req: Any, context: Any) -> AsyncIterator[Any]:
+            refused = refusal(req, context)
+            if refused is not None:
+                yield refused
+                return
+            async for item in fn(req, context):
+                yield item
+        return guarded_server_stream
+
+    async def guarded_unary(req: Any, context: Any) -> Any:
+        refused = refusal(req, context)
+        return refused if refused is not None else await fn(req, context)
+    return guarded_unary
+
+
 def handler(service: MessagingService) -> grpc.GenericRpcHandler:
     """The service's methods as a generic gRPC handler (no generated stubs: the protocol module's classes)."""
     methods: dict[str, grpc.RpcMethodHandler] = {}
     for name, (req, resp, client_streams, server_streams) in RPCS.items():
         fn = getattr(service, name)
+        if service.auth is not None:
+            fn = _guarded(service, name, fn, getattr(pb, resp), client_streams, server_streams)
         des, ser = getattr(pb, req).FromString, getattr(pb, resp).SerializeToString
         if client_streams and server_streams:
             methods[name] = grpc.stream_stream_rpc_method_handler(fn, des, ser)
@@ -737,11 +801,13 @@ def handler(service: MessagingService) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
-async def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8081,
-                config: ClientConfig | None = None) -> tuple[grpc.aio.Server, MessagingService, int]:
+async def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8081, config: ClientConfig | None = None,
+                auth: GrpcAuth | None = None,
+                credentials: CredentialsLike | None = None) -> tuple[grpc.aio.Server, MessagingService, int]:
     """Start the gRPC front on ``host:port`` (0: any free port); the server, its service and the port. ``OSError``
-    when the port is taken (gRPC's port sharing is off: two fronts never split one port's clients)."""
-    service = MessagingService(namesrv, config)
+    when the port is taken (gRPC's port sharing is off: two fronts never split one port's clients). With ``auth``,
+    every RPC is authenticated and authorized first; ``credentials`` sign what it sends to the brokers."""
+    service = MessagingService(namesrv, config, auth, credentials)
     await service.start()
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", MAX_BODY_SIZE + (4 << 20)),

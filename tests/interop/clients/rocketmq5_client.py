@@ -52,7 +52,11 @@ def produce(config: ClientConfiguration, a: argparse.Namespace) -> None:
                 m.message_group = a.group
             if a.delay_s:
                 m.delivery_timestamp = int(time.time()) + a.delay_s
-            r = producer.send(m)
+            try:
+                r = producer.send(m)
+            except Exception as exc:  # (the refusal the test looks at: its code and message)
+                emit(event="send-failed", body=m.body.decode(), error=str(exc))
+                continue
             emit(event="sent", body=m.body.decode(), message_id=r.message_id, offset=r.offset)
     finally:
         producer.shutdown()
@@ -157,6 +161,8 @@ def push(config: ClientConfiguration, a: argparse.Namespace) -> None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("endpoint")
+    p.add_argument("--ak", default="", help="ACL 2.0 credentials (none by default)")
+    p.add_argument("--sk", default="")
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("produce")
     pr.add_argument("topic")
@@ -184,7 +190,7 @@ def main() -> int:
     pu.add_argument("--poison", default="", help="a body that always fails")
     pu.add_argument("--timeout", type=float, default=60)
     a = p.parse_args()
-    config = ClientConfiguration(a.endpoint, Credentials(), request_timeout=5)
+    config = ClientConfiguration(a.endpoint, Credentials(a.ak, a.sk), request_timeout=5)
     {"produce": produce, "receive": receive, "transact": transact, "push": push}[a.cmd](config, a)
     return 0
 
