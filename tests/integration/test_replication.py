@@ -332,3 +332,45 @@ def test_a_master_whose_default_ha_port_is_taken_listens_on_another_and_its_slav
         _stop(ha, slave, master)
     finally:
         blocker.close()
+
+
+def test_with_acl_on_a_slave_copies_only_with_the_inner_credentials_and_takes_the_users_and_rules_along(
+        ha: Cluster) -> None:
+    from sluice.client.admin import Admin
+    from sluice.client.auth_admin import policy_entry
+    from sluice.common.config import AuthCredentials, AuthUser
+
+    inner = AuthCredentials(access_key="sluice-inner", secret_key="inner-secret")
+    root = AuthUser(username="root", password="root-secret")
+    secured = {"authentication_enabled": True, "authorization_enabled": True, "init_authentication_user": root,
+               "inner_client_authentication_credentials": inner}
+    master = _start(ha, "m", **secured)
+    impostor = _start(ha, "x", broker_role=BrokerRole.SLAVE, broker_id=2,
+                      **{**secured, "inner_client_authentication_credentials": AuthCredentials(
+                          access_key="sluice-inner", secret_key="guessed")})
+    slave = _start(ha, "s", broker_role=BrokerRole.SLAVE, broker_id=1, **secured)
+    assert master.broker is not None
+
+    async def write() -> None:
+        async with Admin(ha.namesrv_addr, credentials=("root", "root-secret")) as admin:
+            await admin.create_user("alice", "alice-secret")
+            await admin.create_acl("User:alice", [policy_entry("Topic:TopicAcl", "Pub")])
+    ha.loop.run(write())
+    with Producer("ha-acl-p", namesrv=ha.namesrv_addr, credentials=("root", "root-secret")) as producer:
+        for i in range(20):
+            producer.send(Message("TopicAcl", f"m-{i}".encode()))
+
+    def copied() -> bool:
+        b = slave.broker
+        return (b is not None and _caught_up(ha, master, slave) and b.auth_metadata.get_user("alice") is not None
+                and b.auth_metadata.get_acl("User:alice") is not None)
+
+    wait_until(copied, 30, "the slave to copy the log, the users and the rules")
+
+    def refused() -> bool:
+        client = impostor.broker.ha_client if impostor.broker is not None else None
+        return client is not None and "check signature failed." in (client.last_error or "")
+
+    wait_until(refused, 30, "the master to refuse the slave with the wrong inner secret")
+    assert impostor.broker is not None and impostor.broker.store.commit_log.max_offset == 0
+    _stop(ha, impostor, slave, master)

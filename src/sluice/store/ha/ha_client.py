@@ -29,6 +29,7 @@ from sluice.store.ha.ha_protocol import (
     SlaveReader,
     Transfer,
     Welcome,
+    encode_auth,
     encode_handshake,
     encode_report,
 )
@@ -129,6 +130,10 @@ class HAClient(AsyncService):
             reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 16)
         try:
             store = self.store
+            inner = self.config.inner_client_authentication_credentials
+            if inner is not None:  # (a master with authentication on takes no slave without them)
+                writer.write(encode_auth(inner.access_key, inner.secret_key,
+                                         time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
             writer.write(encode_handshake(Handshake(self.config.broker_id, store.commit_log.max_offset,
                                                     self.epochs.entries)))
             frames = SlaveReader(MAX_TRANSFER)

@@ -5,6 +5,9 @@ the bytes) with the handshake of its controller mode in front, so that a slave w
 where to cut it: every frame starts with a one-byte type.
 
 Slave to master:
+  AUTH       5 | akLen:2 | ak | dateTime:16 | mac:20   (first, when the master has authentication on: the inner
+             client credentials' access key, yyyyMMddTHHmmssZ in UTC, and HMAC-SHA1 under their secret of
+             "sluice-ha|<ak>|<dateTime>"; a master refuses a slave without it, or with a stale or wrong one)
   HANDSHAKE  4 | brokerId:8 | maxOffset:8 | count:4 | count × (epoch:8 startOffset:8)
              (4: this version, whose transfers carry a confirm offset; the first version's handshake, type 1, is
              refused with a REFUSE that says to upgrade)
@@ -21,12 +24,15 @@ Master to slave:
 from __future__ import annotations
 
 import abc
+import hashlib
+import hmac
 import struct
 from typing import Final, NamedTuple
 
 from sluice.store.ha.epoch_file import EpochEntry
 
 HANDSHAKE: Final = 4
+AUTH: Final = 5
 OLD_HANDSHAKE: Final = 1  # the first version's (its transfers had no confirm offset)
 REPORT: Final = 2
 WELCOME: Final = 1
@@ -39,6 +45,10 @@ _WELCOME = struct.Struct(">bqqqqi")
 _TRANSFER = struct.Struct(">bqqqi")
 _REFUSE = struct.Struct(">bi")
 _EPOCH = struct.Struct(">qq")
+_AUTH = struct.Struct(">bH")
+DATE_TIME_SIZE: Final = 16
+MAC_SIZE: Final = 20
+MAX_ACCESS_KEY: Final = 1024
 # Bounds on what a peer may make us hold: epochs in a handshake, bytes of a refusal.
 MAX_EPOCHS: Final = 1 << 16
 MAX_REASON: Final = 4096
@@ -60,6 +70,31 @@ class Handshake(NamedTuple):
 
 class Report(NamedTuple):
     ack_offset: int
+
+
+class Auth(NamedTuple):
+    access_key: str
+    date_time: str
+    mac: bytes
+
+
+def auth_mac(secret_key: str, access_key: str, date_time: str) -> bytes:
+    return hmac.new(secret_key.encode("utf-8"), f"sluice-ha|{access_key}|{date_time}".encode(),
+                    hashlib.sha1).digest()
+
+
+def auth_matches(auth: Auth, access_key: str, secret_key: str) -> bool:
+    """Constant-time: whether ``auth`` is signed with these credentials (its age is the caller's to check)."""
+    same_key = hmac.compare_digest(auth.access_key.encode("utf-8", "replace"), access_key.encode("utf-8"))
+    return hmac.compare_digest(auth.mac, auth_mac(secret_key, access_key, auth.date_time)) and same_key
+
+
+def encode_auth(access_key: str, secret_key: str, date_time: str) -> bytes:
+    raw = access_key.encode("utf-8")
+    stamp = date_time.encode("ascii")
+    if len(stamp) != DATE_TIME_SIZE:
+        raise ValueError(f"date time {date_time!r} is not yyyyMMddTHHmmssZ")
+    return _AUTH.pack(AUTH, len(raw)) + raw + stamp + auth_mac(secret_key, access_key, date_time)
 
 
 class Welcome(NamedTuple):
@@ -144,11 +179,26 @@ class MasterReader(_Reader):
     def __init__(self) -> None:
         super().__init__(0)
 
-    def _next(self) -> Handshake | Report | None:
+    def _next(self) -> Handshake | Report | Auth | None:
         buf = self.buf
         if not buf:
             return None
         kind = buf[0]
+        if kind == AUTH:
+            if len(buf) < _AUTH.size:
+                return None
+            _, size = _AUTH.unpack_from(buf)
+            if size > MAX_ACCESS_KEY:
+                raise HAProtocolError(f"an access key of {size} bytes")
+            end = _AUTH.size + size + DATE_TIME_SIZE + MAC_SIZE
+            if len(buf) < end:
+                return None
+            at = _AUTH.size + size
+            auth = Auth(bytes(buf[_AUTH.size:at]).decode("utf-8", "replace"),
+                        bytes(buf[at:at + DATE_TIME_SIZE]).decode("ascii", "replace"),
+                        bytes(buf[at + DATE_TIME_SIZE:end]))
+            del buf[:end]
+            return auth
         if kind == REPORT:
             if len(buf) < _REPORT.size:
                 return None

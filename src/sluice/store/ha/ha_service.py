@@ -14,6 +14,7 @@ master without losing an acknowledged message.
 from __future__ import annotations
 
 import asyncio
+import calendar
 import heapq
 import logging
 import threading
@@ -28,12 +29,14 @@ from sluice.store.commit_log import CommitLog
 from sluice.store.dispatcher import MessageArrivalListener
 from sluice.store.ha.epoch_file import EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
+    Auth,
     Handshake,
     HAProtocolError,
     HAVersionError,
     MasterReader,
     Report,
     Welcome,
+    auth_matches,
     encode_refuse,
     encode_transfer_header,
     encode_welcome,
@@ -42,6 +45,8 @@ from sluice.store.put_path import ReplicaOutcome
 from sluice.store.results import PutMessageStatus
 
 log = logging.getLogger(__name__)
+
+HA_AUTH_MAX_SKEW = 15 * 60.0  # s between a slave's sign-in time and this master's clock
 
 
 class MasterStore(Protocol):
@@ -287,13 +292,19 @@ class HAService:
         try:
             frames = MasterReader()
             try:
-                hs = await self._read_handshake(reader, frames)
+                auth, hs = await self._read_handshake(reader, frames)
             except HAVersionError as exc:
                 log.warning("slave at %s refused: %s", address, exc)
                 writer.write(encode_refuse(str(exc)))
                 await writer.drain()
                 return
             if hs is None:
+                return
+            unauthenticated = self._unauthenticated(auth)
+            if unauthenticated is not None:
+                log.warning("slave %d at %s refused: %s", hs.broker_id, address, unauthenticated)
+                writer.write(encode_refuse(unauthenticated))
+                await writer.drain()
                 return
             welcome = self._welcome(hs)
             if isinstance(welcome, str):
@@ -349,17 +360,43 @@ class HAService:
         for b in [b for b, s in self.slaves.items() if not s.connected and b not in keep]:
             del self.slaves[b]
 
-    async def _read_handshake(self, reader: asyncio.StreamReader, frames: MasterReader) -> Handshake | None:
+    async def _read_handshake(self, reader: asyncio.StreamReader,
+                              frames: MasterReader) -> tuple[Auth | None, Handshake | None]:
+        """The slave's credentials (if it sent them first) and its handshake."""
+        auth: Auth | None = None
         async with asyncio.timeout(self.config.ha_housekeeping_interval / 1000):
             while True:
                 data = await reader.read(1 << 16)
                 if not data:
-                    return None
-                got = frames.feed(data)
-                if got:
-                    if not isinstance(got[0], Handshake):
+                    return auth, None
+                for frame in frames.feed(data):
+                    if isinstance(frame, Auth) and auth is None:
+                        auth = frame
+                    elif isinstance(frame, Handshake):
+                        return auth, frame
+                    else:
                         raise HAProtocolError("a slave must start with a handshake")
-                    return got[0]
+
+    def _unauthenticated(self, auth: Auth | None) -> str | None:
+        """With authentication on, why a slave may not copy this master's log (None: it may): only the inner
+        client credentials, signed within 15 minutes of this master's clock."""
+        c = self.config
+        if not c.authentication_enabled:
+            return None
+        inner = c.inner_client_authentication_credentials
+        if inner is None:
+            return "authentication is on and this master has no inner client credentials for its slaves"
+        if auth is None:
+            return "authentication is on: a slave must sign in with the inner client credentials"
+        if not auth_matches(auth, inner.access_key, inner.secret_key):
+            return "the slave's credentials are not the inner client credentials (check signature failed.)"
+        try:
+            stamp = calendar.timegm(time.strptime(auth.date_time, "%Y%m%dT%H%M%SZ"))
+        except ValueError:
+            return "the slave's sign-in time is not yyyyMMddTHHmmssZ"
+        if abs(time.time() - stamp) > HA_AUTH_MAX_SKEW:
+            return "the slave's sign-in is more than 15 minutes from this master's clock"
+        return None
 
     def _welcome(self, hs: Handshake) -> Welcome | str:
         """Where the slave's log agrees with ours, or why it cannot copy from us."""
