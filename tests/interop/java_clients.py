@@ -251,12 +251,15 @@ class AdminError(Exception):
 class JavaAdmin:
     """``DefaultMQAdminExt`` in a child process: ``call("topicRoute", topic="t")`` → the result as JSON."""
 
-    def __init__(self, build: JavaBuild, namesrv: str, home: Path) -> None:
+    def __init__(self, build: JavaBuild, namesrv: str, home: Path,
+                 credentials: tuple[str, str] | None = None) -> None:
         home.mkdir(parents=True, exist_ok=True)
         self.home = home
         self._err = open(home / "stderr.txt", "wb")
         self._lock = threading.Lock()
-        self.proc = subprocess.Popen(build.argv("sluice.interop.Main", "admin", "--namesrv", namesrv, home=home),
+        signed = ("--access-key", credentials[0], "--secret-key", credentials[1]) if credentials else ()
+        self.proc = subprocess.Popen(build.argv("sluice.interop.Main", "admin", "--namesrv", namesrv, *signed,
+                                                home=home),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
                                      env=_env(home), cwd=home)
         first = self._read(120)

@@ -78,3 +78,41 @@ def test_the_java_client_with_aclclientrpchook_is_allowed_and_refused_as_its_rul
     stop.touch()
     consumer.wait(30)
     assert sorted(r["body"] for r in consumer.received()) == sorted(r["body"] for r in sent if r["event"] == "sent")
+
+
+def test_the_java_admins_acl_calls_round_trip_as_mqadmin_makes_them(acl_sluice: Cluster, java_build: JavaBuild,
+                                                                      tmp_path: Path) -> None:
+    """``mqadmin createUser`` … ``listAcl`` are these ``DefaultMQAdminExt`` calls."""
+    from tests.interop.java_clients import JavaAdmin
+    ns = acl_sluice.namesrv_addr
+    addr = acl_sluice.brokers[0].broker_addr
+    admin = JavaAdmin(java_build, ns, tmp_path / "admin", credentials=ROOT)
+    try:
+        admin.call("createUser", addr=addr, username="bob", password="bob-secret", userType="Normal")
+        assert admin.call("getUser", addr=addr, username="bob") == {
+            "password": "bob-secret", "userStatus": "enable", "userType": "Normal", "username": "bob"}
+        admin.call("updateUser", addr=addr, username="bob", password=None, userType=None, userStatus="disable")
+        assert admin.call("getUser", addr=addr, username="bob")["userStatus"] == "disable"
+        assert sorted(u["username"] for u in admin.call("listUser", addr=addr, filter="")) == ["alice", "bob",
+                                                                                                "root"]
+        admin.call("createAcl", addr=addr, subject="User:bob", resources=["Topic:t1", "Group:g*"],
+                   actions=["Pub", "Sub"], sourceIps=["10.0.0.0/8"], decision="Allow")
+        acl = admin.call("getAcl", addr=addr, subject="User:bob")
+        assert acl["subject"] == "User:bob"
+        [policy] = acl["policies"]
+        assert policy["policyType"] == "Custom"
+        assert [(e["resource"], e["actions"], e["sourceIps"], e["decision"]) for e in policy["entries"]] == [
+            ("Topic:t1", ["Pub", "Sub"], ["10.0.0.0/8"], "Allow"),
+            ("Group:g*", ["Pub", "Sub"], ["10.0.0.0/8"], "Allow")]
+        admin.call("updateAcl", addr=addr, subject="User:bob", resources=["Topic:t1"], actions=["Sub"],
+                   sourceIps=None, decision="Deny")
+        admin.call("deleteAcl", addr=addr, subject="User:bob", resource="Group:g*")
+        [acl] = admin.call("listAcl", addr=addr, subjectFilter="bob", resourceFilter=None)
+        assert [(e["resource"], e["actions"], e["decision"]) for e in acl["policies"][0]["entries"]] == [
+            ("Topic:t1", ["Sub"], "Deny")]
+        admin.call("deleteUser", addr=addr, username="bob")
+        assert admin.call("getUser", addr=addr, username="bob") is None
+        with pytest.raises(Exception, match="The user is existed"):
+            admin.call("createUser", addr=addr, username="alice", password="x", userType="Normal")
+    finally:
+        admin.close()

@@ -41,7 +41,8 @@ final class Admin {
     static int run(Args a) throws Exception {
         PrintStream answers = System.out;
         System.setOut(System.err);  // the client's logging prints its set-up notes on stdout
-        DefaultMQAdminExt admin = new DefaultMQAdminExt(a.getInt("timeout-ms", 10_000));
+        DefaultMQAdminExt admin = a.rpcHook() == null ? new DefaultMQAdminExt(a.getInt("timeout-ms", 10_000))
+            : new DefaultMQAdminExt(a.rpcHook(), a.getInt("timeout-ms", 10_000));
         admin.setNamesrvAddr(a.get("namesrv"));
         admin.setInstanceName("sluice-interop-admin-" + ProcessHandle.current().pid());
         admin.start();
@@ -143,9 +144,46 @@ final class Admin {
                 return null;
             case "raw":
                 return raw(admin, r);
+            // ACL 2.0 (mqadmin createUser ... listAcl)
+            case "createUser":
+                admin.createUser(r.getString("addr"), r.getString("username"), r.getString("password"),
+                    r.getString("userType"));
+                return null;
+            case "updateUser":
+                admin.updateUser(r.getString("addr"), r.getString("username"), r.getString("password"),
+                    r.getString("userType"), r.getString("userStatus"));
+                return null;
+            case "deleteUser":
+                admin.deleteUser(r.getString("addr"), r.getString("username"));
+                return null;
+            case "getUser":
+                return JSON.toJSON(admin.getUser(r.getString("addr"), r.getString("username")));
+            case "listUser":
+                return JSON.toJSON(admin.listUser(r.getString("addr"), r.getString("filter")));
+            case "createAcl":
+                admin.createAcl(r.getString("addr"), r.getString("subject"), strings(r, "resources"),
+                    strings(r, "actions"), strings(r, "sourceIps"), r.getString("decision"));
+                return null;
+            case "updateAcl":
+                admin.updateAcl(r.getString("addr"), r.getString("subject"), strings(r, "resources"),
+                    strings(r, "actions"), strings(r, "sourceIps"), r.getString("decision"));
+                return null;
+            case "deleteAcl":
+                admin.deleteAcl(r.getString("addr"), r.getString("subject"), r.getString("resource"));
+                return null;
+            case "getAcl":
+                return JSON.toJSON(admin.getAcl(r.getString("addr"), r.getString("subject")));
+            case "listAcl":
+                return JSON.toJSON(admin.listAcl(r.getString("addr"), r.getString("subjectFilter"),
+                    r.getString("resourceFilter")));
             default:
                 throw new IllegalArgumentException("unknown op " + r.getString("op"));
         }
+    }
+
+    private static List<String> strings(JSONObject r, String key) {
+        JSONArray a = r.getJSONArray(key);
+        return a == null ? null : a.toJavaList(String.class);
     }
 
     /** Any request, sent as the Java client sends it: {"addr", "code", "ext": {...}, "body": text}. */
