@@ -53,6 +53,9 @@ class ScheduleMessageService(ConfigManager, AsyncService):
         self.offsets: dict[int, int] = {}  # level -> next queue offset to deliver
         self._wake = asyncio.Event()
         self._dirty = False
+        # Deliveries under way: a stop that cancels the loop lets each finish and move its level's offset (else the
+        # stored copies would be delivered again after a restart).
+        self._delivering: set[asyncio.Future[bool]] = set()
         self.delivered = 0
 
     @property
@@ -104,6 +107,8 @@ class ScheduleMessageService(ConfigManager, AsyncService):
         if self._on_arrival in self.store.arrival_listeners:
             self.store.arrival_listeners.remove(self._on_arrival)
         await super().stop()
+        if self._delivering:
+            await asyncio.gather(*self._delivering, return_exceptions=True)
         self._persist_changes()
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
@@ -184,15 +189,22 @@ class ScheduleMessageService(ConfigManager, AsyncService):
     async def _deliver(self, level: int, msgs: list[MessageExtBrokerInner], offset: int) -> bool:
         """Store the due ``msgs`` of ``level`` (one append: a backlog goes out in a few writes, not one each) and
         move the level's offset to ``offset``; False when the store refused them (tried again later)."""
-        if msgs:
-            n = len(msgs)
-            r = await self.store.put_async(list(msgs))
-            msgs.clear()
+        batch = list(msgs)
+        msgs.clear()
+        # Shielded: a cancel (stop) does not part the stored copies from the offset that says they are delivered.
+        delivery = asyncio.ensure_future(self._store_and_advance(level, batch, offset))
+        self._delivering.add(delivery)
+        delivery.add_done_callback(self._delivering.discard)
+        return await asyncio.shield(delivery)
+
+    async def _store_and_advance(self, level: int, batch: list[MessageExtBrokerInner], offset: int) -> bool:
+        if batch:
+            r = await self.store.put_async(batch)
             if not r.stored:  # (stored but not yet flushed is delivered: sent again, it would come twice)
-                log.warning("cannot deliver %d delayed message(s): %s %s; trying again in a second", n,
+                log.warning("cannot deliver %d delayed message(s): %s %s; trying again in a second", len(batch),
                             r.status.name, r.remark)
                 return False
-            self.delivered += n
+            self.delivered += len(batch)
         if self.offsets.get(level, 0) != offset:
             self.offsets[level] = offset
             self._dirty = True
