@@ -31,9 +31,9 @@ _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "cras
 # Run on three workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
 # turn: the Spark tests (one Spark session, built once), the Java ones (one Java build, one RocketMQ node at a time)
 # and the multi-process clusters whose timings they check (failover, partitions, a slow disk); the rest go wherever
-# there is room. The groups start first (_GROUP_ORDER), longest first, so that none is left for the end.
+# there is room. xdist hands out the groups with the most tests first, one to a worker, and a worker busy with a
+# group gets nothing else meanwhile.
 _XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "spark", "ha": "clusters", "fault": "clusters"}
-_GROUP_ORDER = {"reference": 0, "interop": 0, "spark": 1, "ha": 2, "fault": 2}
 TESTS_DIR = Path(__file__).resolve().parent
 
 # Hypothesis' deadline (200 ms an example) measures the machine, not the code: on a loaded box (CI's two cores, shared)
@@ -51,21 +51,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Matched on the directory right under ``tests/``, not anywhere in the path: a checkout under ``.../spark/``
     must not mark every test ``spark``."""
     xdist = config.pluginmanager.hasplugin("xdist")
-    tops: dict[str, str] = {}
     for item in items:
         try:
             top = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]
         except (ValueError, IndexError):
             continue
-        tops[item.nodeid] = top
         marker = _GROUP_MARKERS.get(top)
         if marker is not None:
             item.add_marker(marker)
         group = _XDIST_GROUPS.get(top)
         if xdist and group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
-    if xdist:
-        items.sort(key=lambda item: _GROUP_ORDER.get(tops.get(item.nodeid, ""), len(_GROUP_ORDER)))
 
 
 def pytest_configure(config: pytest.Config) -> None:

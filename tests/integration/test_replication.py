@@ -44,8 +44,8 @@ def _stop(cluster: Cluster, *runners: BrokerRunner) -> None:
 
 def _end(cluster: Cluster, runner: BrokerRunner) -> int:
     async def get() -> int:
-        assert runner.broker is not None
-        return runner.broker.store.commit_log.max_offset
+        broker = runner.broker
+        return -1 if broker is None else broker.store.commit_log.max_offset  # (None: restarting, its log cut)
 
     return cluster.loop.run(get())
 
