@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from sluice.auth.model import Action
+from sluice.auth.model import Action, Resource
 
 log = logging.getLogger("sluice.auth.audit")
 
@@ -54,13 +54,15 @@ class AuditLog:
         else:
             self._refusal(f"[AUTHENTICATION] User:{username} is authenticated failed with Signature = {signature}.")
 
-    def authorization(self, subject: str, ok: bool, actions: Sequence[Action], source_ip: str, resource: str,
-                      rpc_code: str) -> None:
+    def authorization(self, subject: str, ok: bool, actions: Sequence[Action], source_ip: str,
+                      resource: Resource, rpc_code: str) -> None:
+        if ok and not self.log.isEnabledFor(logging.DEBUG):
+            return
         what = ",".join(a.label for a in actions)
         if ok:
             if self.log.isEnabledFor(logging.DEBUG):
                 self.log.debug("[AUTHORIZATION] Subject = %s is Allow Action = %s from sourceIp = %s on resource = %s "
-                               "for request = %s.", subject, what, source_ip, resource, rpc_code)
+                               "for request = %s.", subject, what, source_ip, resource.key, rpc_code)
         else:
             self._refusal(f"[AUTHORIZATION] Subject = {subject} is Deny Action = {what} from sourceIp = {source_ip} "
-                          f"on resource = {resource} for request = {rpc_code}.")
+                          f"on resource = {resource.key} for request = {rpc_code}.")

@@ -13,8 +13,7 @@ without its topic, needs no rule.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sluice.auth.model import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -31,8 +30,7 @@ G, S, P, U, CR, D, L = Action.GET, Action.SUB, Action.PUB, Action.UPDATE, Action
 T, GR, CL = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 
 
-@dataclass(frozen=True, slots=True)
-class AuthorizationContext:
+class AuthorizationContext(NamedTuple):
     resource: Resource
     actions: tuple[Action, ...]
 
@@ -162,12 +160,34 @@ class _Contexts:
         return list(dict.fromkeys(self.items))
 
 
+# The hot requests' checks depend on two fields only: kept per (code, field, field) (bounded), built once.
+_HOT_FIELDS: dict[int, tuple[str, str]] = {
+               C.SEND_MESSAGE_V2: ("b", "a"), C.SEND_BATCH_MESSAGE: ("b", "a"), C.SEND_MESSAGE: ("topic", "group"),
+               C.PULL_MESSAGE: ("topic", "consumerGroup"), C.LITE_PULL_MESSAGE: ("topic", "consumerGroup"),
+               C.POP_MESSAGE: ("topic", "consumerGroup"), C.ACK_MESSAGE: ("topic", "consumerGroup"),
+               C.CHANGE_MESSAGE_INVISIBLETIME: ("topic", "consumerGroup"),
+               C.UPDATE_CONSUMER_OFFSET: ("topic", "consumerGroup"),
+               C.QUERY_CONSUMER_OFFSET: ("topic", "consumerGroup"), C.GET_MAX_OFFSET: ("topic", "")}
+_HOT_CACHE: dict[tuple[int, str | None, str | None, str], list[AuthorizationContext]] = {}
+_HOT_CACHE_SIZE = 4096
+
+
 def build_remoting_contexts(code: int, ext: Mapping[str, str], body: bytes | memoryview | None,
                             cluster_name: str) -> list[AuthorizationContext]:
     """The checks a request needs; ``AuthorizationError("parse authorization context error.")`` when its fields or
     body cannot be read."""
     if not ext:
         ext = {}
+    hot = _HOT_FIELDS.get(code)
+    if hot is not None:
+        key = (code, ext.get(hot[0]), ext.get(hot[1]), cluster_name)
+        found = _HOT_CACHE.get(key)
+        if found is None:
+            found = _build(code, ext, body, cluster_name)
+            if len(_HOT_CACHE) >= _HOT_CACHE_SIZE:
+                _HOT_CACHE.clear()
+            _HOT_CACHE[key] = found
+        return found
     try:
         contexts = _build(code, ext, body, cluster_name)
     except AuthorizationError:

@@ -90,7 +90,7 @@ class Authorizer:
                 if len(self._cache) >= DECISION_CACHE_SIZE:
                     self._cache.clear()
                 self._cache[key] = refusal
-            self.audit.authorization(subject, refusal is None, ctx.actions, source_ip, ctx.resource.key, rpc_code)
+            self.audit.authorization(subject, refusal is None, ctx.actions, source_ip, ctx.resource, rpc_code)
             if refusal is not None:
                 raise AuthorizationError(refusal)
 

@@ -12,7 +12,7 @@ import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from sluice.common.errors import SluiceError
 
@@ -140,8 +140,7 @@ def subject_key(username: str) -> str:
     return f"User:{username}"
 
 
-@dataclass(frozen=True, slots=True)
-class Resource:
+class Resource(NamedTuple):
     type: ResourceType
     name: str | None
     pattern: ResourcePattern

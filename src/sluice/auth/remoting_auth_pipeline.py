@@ -4,6 +4,7 @@ the request goes no further."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 
@@ -16,6 +17,7 @@ from sluice.remoting.command import RemotingCommand
 log = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=4096)
 def source_ip(remote_addr: str) -> str:
     """``"10.0.0.5:51234"`` → ``"10.0.0.5"`` (RocketMQ: the text before the last colon); an IPv4 client of a
     dual-stack socket (``::ffff:10.0.0.5``) as its IPv4 address, which rules name."""

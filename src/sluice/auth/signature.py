@@ -33,19 +33,34 @@ ALGORITHM = "MQv2-HMAC-SHA1"
 Content = tuple[bytes | memoryview, ...]  # the parts signed, in order (not joined: a body is not copied)
 
 
+# Bodies up to this size are joined to the fields and hashed in one call (hmac.digest: C, no hmac object); larger
+# ones are fed to an hmac object part by part, not copied.
+_JOIN_BELOW = 64 * 1024
+
+
 def hmac_sha1_base64(secret: str, content: Content | bytes) -> str:
-    mac = hmac.new(secret.encode("utf-8"), None, hashlib.sha1)
-    for part in (content,) if isinstance(content, bytes) else content:
-        mac.update(part)
-    return base64.b64encode(mac.digest()).decode("ascii")
+    key = secret.encode("utf-8")
+    if isinstance(content, bytes):
+        digest = hmac.digest(key, content, "sha1")
+    elif len(content) == 1:
+        digest = hmac.digest(key, content[0], "sha1")
+    elif len(content[1]) < _JOIN_BELOW:
+        digest = hmac.digest(key, b"".join(content), "sha1")
+    else:
+        mac = hmac.new(key, None, hashlib.sha1)
+        for part in content:
+            mac.update(part)
+        digest = mac.digest()
+    return base64.b64encode(digest).decode("ascii")
 
 
 def remoting_content(ext_fields: Mapping[str, str], body: bytes | memoryview | None,
                      version: int | None = None) -> Content:
     """What a remoting request's signature covers."""
-    skip_unique = version is not None and version <= V4_9_3
-    text = "".join(v for k, v in sorted(ext_fields.items())
-                   if k != SIGNATURE and not (skip_unique and k == UNIQUE_KEY_QUERY))
+    if version is not None and version <= V4_9_3 and UNIQUE_KEY_QUERY in ext_fields:
+        text = "".join([ext_fields[k] for k in sorted(ext_fields) if k != SIGNATURE and k != UNIQUE_KEY_QUERY])
+    else:
+        text = "".join([ext_fields[k] for k in sorted(ext_fields) if k != SIGNATURE])
     head = text.encode("utf-8", "replace")  # (a lone surrogate: "?", as Java's getBytes writes it)
     return (head, body) if body else (head,)
 

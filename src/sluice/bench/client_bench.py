@@ -235,6 +235,7 @@ async def bench_pop(opts: BenchOptions) -> dict[str, Any]:
     progress = Progress("pop", opts.progress_every)
     t0 = t_last = 0.0
     consumer = SimpleConsumer(opts.group, namesrv=opts.namesrv, consume_from_first=True, await_duration=1.0,
+                              credentials=opts.extra.get("credentials"),
                               **opts.extra)
     consumer.subscribe(opts.topic)
     batch = max(1, min(opts.batch if opts.batch > 1 else 32, 32))
@@ -291,7 +292,8 @@ async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
         return ConsumeStatus.CONSUME_SUCCESS
 
     sent = 0
-    async with Producer("benchmark_producer", namesrv=opts.namesrv) as producer:
+    async with Producer("benchmark_producer", namesrv=opts.namesrv,
+                        credentials=opts.extra.get("credentials")) as producer:
         # Warm up every queue (the first message creates the topic; the rest make each queue's files) so the
         # run measures a steady state, not the creation of consume-queue files.
         await producer.send(Message(opts.topic, body))
@@ -317,6 +319,14 @@ async def bench_e2e(opts: BenchOptions) -> dict[str, Any]:
 
 
 # == embedded cluster ===============================================================================
+def _acl_config(directory: str) -> str:
+    path = os.path.join(directory, "acl.toml")
+    with open(path, "w") as f:
+        f.write("[broker]\nauthentication_enabled = true\nauthorization_enabled = true\n"
+                f"init_authentication_user = {{ username = '{ACL_ROOT[0]}', password = '{ACL_ROOT[1]}' }}\n")
+    return path
+
+
 @contextlib.contextmanager
 def embedded_cluster(flush: str = "async", config: str | None = None) -> Iterator[str]:
     """A name server + broker child process (``sluice dev``) on free ports with a temporary store
@@ -354,18 +364,43 @@ def embedded_cluster(flush: str = "async", config: str | None = None) -> Iterato
 BENCHES = {"produce": bench_produce, "consume": bench_consume, "pop": bench_pop, "e2e": bench_e2e}
 
 
-def run_bench(name: str, opts: BenchOptions, embedded: bool = False, flush: str = "async") -> dict[str, Any]:
+ACL_ROOT = ("bench-root", "bench-root-secret")
+ACL_USER = ("bench", "bench-secret")
+
+
+async def _grant_bench_user(opts: BenchOptions) -> None:
+    """A Normal user allowed the bench topic and any group: what a secured deployment's clients are."""
+    from sluice.client.admin import Admin
+    from sluice.client.auth_admin import policy_entry
+
+    async with Admin(opts.namesrv, credentials=ACL_ROOT) as admin:
+        await admin.create_user(*ACL_USER)
+        await admin.create_acl(f"User:{ACL_USER[0]}", [policy_entry(f"Topic:{opts.topic}", "Pub,Sub"),
+                                                       policy_entry("Group:*", "Sub")])
+
+
+def run_bench(name: str, opts: BenchOptions, embedded: bool = False, flush: str = "async",
+              acl: bool = False) -> dict[str, Any]:
+    """``acl``: the embedded broker with authentication and authorization on, the clients signing as a Normal
+    user with rules for the topic and its groups (the cost of ACL 2.0)."""
     import uvloop
 
     async def go() -> dict[str, Any]:
         tune_gc_for_throughput()
+        if acl:
+            await _grant_bench_user(opts)
+            opts.extra["credentials"] = ACL_USER
         return await BENCHES[name](opts)
 
+    if acl and not embedded:
+        raise SystemExit("sluice: --acl benchmarks the --embedded broker only")
     if embedded:
-        with embedded_cluster(flush) as addr:
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-acl-") as tmp, \
+                embedded_cluster(flush, _acl_config(tmp) if acl else None) as addr:
             opts.namesrv = addr
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 result = runner.run(go())
+            result["acl"] = acl
     else:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             result = runner.run(go())

@@ -46,7 +46,7 @@ def _cmd_bench_client(args: argparse.Namespace) -> int:
                         rate=args.rate, json=args.json)
     if opts.count is None and opts.duration is None:
         opts.duration = 10.0
-    run_bench(args.bench_command, opts, embedded=args.embedded, flush=args.flush)
+    run_bench(args.bench_command, opts, embedded=args.embedded, flush=args.flush, acl=args.acl)
     return 0
 
 
@@ -114,6 +114,8 @@ def _add_client_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]
         b.add_argument("--embedded", action="store_true", help="start a name server and broker in a child process")
         b.add_argument("--flush", default="async", choices=("sync", "async"),
                        help="the --embedded broker's flush mode (default async)")
+        b.add_argument("--acl", action="store_true", help="the --embedded broker with ACL 2.0 on, the clients "
+                                                          "signing as a user with rules (docs/security.md)")
         b.set_defaults(func=_cmd_bench_client)
     t = bench.add_parser("targets", help="the five performance-target cases, each on a fresh embedded broker: "
                                          "medians against the targets")
