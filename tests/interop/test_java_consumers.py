@@ -192,10 +192,13 @@ def test_messages_a_java_listener_never_consumes_end_in_the_dead_letter_queue(sl
     reader.start()
     dead: list[MessageExt] = []
     try:
-        wait_until(lambda: len(dead.__iadd__(reader.poll(timeout=0.2))) >= len(sent), 30, "the dead letters")
+        wait_until(lambda: len({m.body for m in dead.__iadd__(reader.poll(timeout=0.2))}) >= len(sent), 30,
+                   "the dead letters")
     finally:
         reader.shutdown()
-    assert sorted(m.body.decode() for m in dead) == sorted(sent)
+    # Each one there; twice is allowed: a send-back the client gives up waiting for (3 s, a loaded machine) is sent
+    # again by its producer, and both copies reach the dead-letter queue (RocketMQ's client does the same).
+    assert set(m.body.decode() for m in dead) == set(sent)
     for m in dead:  # the original id and topic stay with a dead letter
         assert m.msg_id == sent[m.body.decode()]["msg_id"] and m.properties["RETRY_TOPIC"] == topic
         assert m.reconsume_times == 3

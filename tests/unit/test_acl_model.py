@@ -258,3 +258,14 @@ def test_an_ipv4_client_of_a_dual_stack_socket_is_its_ipv4_address_and_odd_text_
     request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "\ud800", "AccessKey": "x",
                                                                    "Signature": "y"})
     assert pipeline.refusal("127.0.0.1:1", request) == "User:x is not found."
+
+
+def test_a_grpc_signature_is_fresh_within_a_day_wide_window_as_clients_stamp_local_time_marked_z() -> None:
+    from sluice.auth.signature import grpc_date_time_age
+    now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    assert grpc_date_time_age("20270115T080000Z", now) == 0  # a UTC client
+    assert grpc_date_time_age("20270115T160000Z", now) == 0  # UTC+8 (its local time, marked Z)
+    assert grpc_date_time_age("20270114T200000Z", now) == 0  # UTC-12
+    assert grpc_date_time_age("20270115T230000Z", now) == 3600  # an hour past UTC+14
+    assert grpc_date_time_age("20200101T000000Z", now) > 86_400
+    assert grpc_date_time_age("yesterday", now) is None

@@ -130,10 +130,17 @@ def parse_grpc_authorization(authorization: str | None, date_time: str | None) -
     return GrpcCredential(username, signature, date_time.encode("utf-8"))
 
 
+# RocketMQ's clients write their local time followed by a literal "Z" (Java's SimpleDateFormat with no zone, Python's
+# datetime.now()): a stamp is their clock shifted by their zone's offset, UTC-12 to UTC+14.
+_ZONE_BEHIND, _ZONE_AHEAD = 12 * 3600, 14 * 3600
+
+
 def grpc_date_time_age(date_time: str, now: float | None = None) -> float | None:
-    """Seconds between ``date_time`` and now (either way); None when it is not a date RocketMQ's clients write."""
+    """How far ``date_time`` lies outside the window a client's clock can write now (0: inside it); None when it
+    is not a date RocketMQ's clients write. The window is a day wide: the clients' zones."""
     try:
-        stamp = time.strptime(date_time, DATE_TIME_FORMAT)
+        stamp = calendar.timegm(time.strptime(date_time, DATE_TIME_FORMAT))
     except ValueError:
         return None
-    return abs((time.time() if now is None else now) - calendar.timegm(stamp))
+    now = time.time() if now is None else now
+    return max(0.0, now - _ZONE_BEHIND - stamp, stamp - now - _ZONE_AHEAD)

@@ -275,6 +275,12 @@ class BrokerController(AsyncService):
                 if created is not None:
                     await asyncio.wrap_future(created)
                     log.info("super user %s created", username)
+        if c.authorization_enabled and not c.authentication_enabled:
+            log.warning("authorization is on and authentication off: a request is checked as the user its AccessKey "
+                        "claims, unproven (as in RocketMQ); turn authentication_enabled on too")
+        if c.authorization_enabled and not c.authentication_enabled:
+            log.warning("authorization is on and authentication off: a request is checked as the user its AccessKey "
+                        "claims, unproven (as in RocketMQ); turn authentication_enabled on too")
         if c.authentication_enabled or c.authorization_enabled:
             audit = AuditLog()
             self.dispatcher.refusal = RemotingAuthPipeline(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _TURN = 0.005  # the longest the delivery of a backlog holds the event loop at once (s)
+STOP_WAIT = 10.0  # s a stop waits for deliveries under way
 _DELIVER_AT_ONCE = 64  # due messages stored in one append
 
 
@@ -107,8 +108,8 @@ class ScheduleMessageService(ConfigManager, AsyncService):
         if self._on_arrival in self.store.arrival_listeners:
             self.store.arrival_listeners.remove(self._on_arrival)
         await super().stop()
-        if self._delivering:
-            await asyncio.gather(*self._delivering, return_exceptions=True)
+        if self._delivering:  # (bounded: a put the store never answers must not hold the broker's stop)
+            await asyncio.wait(self._delivering, timeout=STOP_WAIT)
         self._persist_changes()
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 

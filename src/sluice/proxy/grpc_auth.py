@@ -6,8 +6,8 @@ What each RPC asks for, as RocketMQ's ``DefaultAuthorizationContextBuilder`` map
 ack, forward to DLQ, assignment: Sub on the group and the topic; a consumer's heartbeat and settings: Sub on its
 group and topics; a producer's settings: Pub on its topics). Beyond RocketMQ: every message of a send is checked
 (RocketMQ checks the first only), the user is the one authenticated (never a client's ``x-mq-authorization-ak``),
-and a request whose ``x-mq-date-time`` is further than ``max_clock_skew`` from now is refused (RocketMQ never
-checks its age).
+and a request whose ``x-mq-date-time`` is further than ``max_clock_skew`` from what any client's clock can write now is
+refused (RocketMQ never checks its age; its clients write local time marked Z, so the window is a day wide).
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def grpc_contexts(rpc: str, req: Any) -> list[AuthorizationContext]:
             _group(ctxs, req.group.name, s)
     elif rpc == "ChangeInvisibleDuration":
         _group(ctxs, req.group.name, s)
+        _topic(ctxs, req.topic.name, s)  # (beyond RocketMQ, which checks the group only)
     elif rpc == "QueryRoute":
         _topic(ctxs, req.topic.name, p, s)
     elif rpc == "Telemetry":
@@ -103,19 +104,20 @@ class GrpcAuth:
         self.authorizer = authorizer
         self.max_clock_skew = max_clock_skew
 
-    def refusal(self, rpc: str, req: Any, metadata: Mapping[str, str], peer: str) -> str | None:
-        """None when ``req`` may be served; else the message of the UNAUTHORIZED status."""
+    def refusal(self, rpc: str, req: Any, metadata: Mapping[str, str], peer: str, fresh: bool = True) -> str | None:
+        """None when ``req`` may be served; else the message of the UNAUTHORIZED status. ``fresh``: check the
+        signature's age (a stream's commands after its first carry the metadata it was opened with)."""
         rpc_code = f"{PACKAGE}.{type(req).__name__}"
         username: str | None = None
         try:
             cred = parse_grpc_authorization(metadata.get(AUTHORIZATION), metadata.get(DATE_TIME))
             username = cred.username
             if self.authenticator is not None:
-                if cred.username and self.max_clock_skew > 0:
+                if fresh and cred.username and self.max_clock_skew > 0:
                     age = grpc_date_time_age(metadata.get(DATE_TIME, ""))
                     if age is None or age > self.max_clock_skew:
-                        raise AuthenticationError(f"the request's {DATE_TIME} is not within "
-                                                  f"{self.max_clock_skew:.0f} s of the server's time.")
+                        raise AuthenticationError(f"the request's {DATE_TIME} is further than "
+                                                  f"{self.max_clock_skew:.0f} s from any time zone's now.")
                 self.authenticator.authenticate(cred.username, cred.signature, cred.content, rpc_code)
             if self.authorizer is not None:
                 self.authorizer.authorize(username, grpc_contexts(rpc, req), _peer_address(peer), rpc_code)

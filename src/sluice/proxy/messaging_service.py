@@ -735,8 +735,8 @@ def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, clien
     auth = service.auth
     assert auth is not None
 
-    def refusal(req: Any, context: Any) -> Any:
-        text = auth.refusal(name, req, dict(context.invocation_metadata() or ()), context.peer())
+    def refusal(req: Any, context: Any, fresh: bool = True) -> Any:
+        text = auth.refusal(name, req, dict(context.invocation_metadata() or ()), context.peer(), fresh)
         return None if text is None else resp_cls(status=status("UNAUTHORIZED", text))
 
     if client_streams:
@@ -745,8 +745,10 @@ def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, clien
             done = object()
 
             async def checked() -> AsyncIterator[Any]:
+                first = True
                 async for cmd in requests:
-                    refused = refusal(cmd, context)
+                    refused = refusal(cmd, context, fresh=first)  # (the signature's age: at the stream's opening)
+                    first = False
                     if refused is None:
                         yield cmd
                     else:
@@ -756,9 +758,11 @@ def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, clien
                 try:
                     async for item in fn(checked(), context):
                         await out.put(item)
-                finally:
-                    with contextlib.suppress(asyncio.QueueFull):
-                        out.put_nowait(done)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("the %s stream failed", name)
+                await out.put(done)
 
             task = asyncio.get_running_loop().create_task(pump())
             try:

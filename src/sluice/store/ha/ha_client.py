@@ -131,7 +131,7 @@ class HAClient(AsyncService):
         try:
             store = self.store
             inner = self.config.inner_client_authentication_credentials
-            if inner is not None:  # (a master with authentication on takes no slave without them)
+            if inner is not None and self.config.authentication_enabled:  # (its master's setting, as all of ACL's)
                 writer.write(encode_auth(inner.access_key, inner.secret_key,
                                          time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
             writer.write(encode_handshake(Handshake(self.config.broker_id, store.commit_log.max_offset,
