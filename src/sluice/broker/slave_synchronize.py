@@ -82,30 +82,22 @@ class SlaveSynchronize(AsyncService):
                 log.warning("copying the metadata of master %s failed: %s", addr, exc)
             await asyncio.sleep(SYNC_INTERVAL)
 
-    async def _get(self, addr: str, code: RequestCode) -> Any:
+    async def _get(self, addr: str, code: RequestCode, kind: type = dict) -> Any:
+        """The master's answer to ``code``: a JSON object (or, ``kind=list``, an array; no body: an empty one)."""
         resp = await self.client.invoke(addr, RemotingCommand.request(code), self.config.register_broker_timeout_mills)
         if resp.code != ResponseCode.SUCCESS:
             raise ValueError(f"{code.name} answered {resp.code} {resp.remark}")
-        data = fastjson.loads(resp.body or b"{}")
-        if not isinstance(data, dict):
-            raise ValueError(f"{code.name} answered {type(data).__name__}, not an object")
-        return data
-
-    async def _get_list(self, addr: str, code: RequestCode) -> list[Any]:
-        resp = await self.client.invoke(addr, RemotingCommand.request(code), self.config.register_broker_timeout_mills)
-        if resp.code != ResponseCode.SUCCESS:
-            raise ValueError(f"{code.name} answered {resp.code} {resp.remark}")
-        data = fastjson.loads(resp.body or b"[]")
-        if not isinstance(data, list):
-            raise ValueError(f"{code.name} answered {type(data).__name__}, not a list")
+        data = fastjson.loads(resp.body) if resp.body else kind()
+        if not isinstance(data, kind):
+            raise ValueError(f"{code.name} answered {type(data).__name__}, not a {kind.__name__}")
         return data
 
     async def sync_auth(self, addr: str) -> None:
         """The master's users and ACLs (AUTH_LIST_USER, AUTH_LIST_ACL: the inner credentials are a super user's)."""
         if self.auth_metadata is None:
             return
-        users = await self._get_list(addr, RequestCode.AUTH_LIST_USER)
-        acls = await self._get_list(addr, RequestCode.AUTH_LIST_ACL)
+        users = await self._get(addr, RequestCode.AUTH_LIST_USER, list)
+        acls = await self._get(addr, RequestCode.AUTH_LIST_ACL, list)
         data = {"users": {u["username"]: {k: v for k, v in u.items() if k != "username"} for u in users},
                 "acls": {a["subject"]: {"policies": a["policies"]} for a in acls}}
         await asyncio.wrap_future(self.auth_metadata.replace_all(data))

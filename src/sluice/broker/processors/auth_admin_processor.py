@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from concurrent.futures import Future
+from typing import Any
 
 from sluice.auth.auth_metadata_manager import AuthMetadataManager
 from sluice.auth.model import (
@@ -74,13 +75,22 @@ class AuthAdminProcessor:
         return req.response(ResponseCode.NO_PERMISSION, str(exc))
 
     # == users ==
-    async def auth_create_user(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    @staticmethod
+    def _user_request(req: RemotingCommand) -> tuple[str, dict[str, Any]] | RemotingCommand:
+        """The user named and the UserInfo body of a create or an update; or the refusal."""
         username = req.ext_fields.get("username", "")
         if not username.strip():
             return req.response(ResponseCode.INVALID_PARAMETER, "The username is blank")
         info = _body_json(req)
         if not isinstance(info, dict):
             return req.response(ResponseCode.SYSTEM_ERROR, "The body of the user is not a UserInfo JSON object")
+        return username, info
+
+    async def auth_create_user(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        parsed = self._user_request(req)
+        if isinstance(parsed, RemotingCommand):
+            return parsed
+        username, info = parsed
         user_type = UserType.of(info.get("userType"))
         if user_type is UserType.SUPER and not self._caller_is_super(req):
             return req.response(ResponseCode.SYSTEM_ERROR, "The super user can only be create by super user")
@@ -97,12 +107,10 @@ class AuthAdminProcessor:
         return await self._done(req, change)
 
     async def auth_update_user(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        username = req.ext_fields.get("username", "")
-        if not username.strip():
-            return req.response(ResponseCode.INVALID_PARAMETER, "The username is blank")
-        info = _body_json(req)
-        if not isinstance(info, dict):
-            return req.response(ResponseCode.SYSTEM_ERROR, "The body of the user is not a UserInfo JSON object")
+        parsed = self._user_request(req)
+        if isinstance(parsed, RemotingCommand):
+            return parsed
+        username, info = parsed
         user_type = UserType.of(info.get("userType"))
         caller_super = self._caller_is_super(req)
         if user_type is UserType.SUPER and not caller_super:
