@@ -35,7 +35,7 @@ dev: $(BASE)
 test: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 3 --dist loadgroup
 	# The unit tests that run a pure-Python codec again with the compiled ones off (the fallback where no C compiler
 	# built sluice._speedups): the list is scripts/pure_python_tests.py's, which traces tests/unit for them.
 	SLUICE_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -n 2 @tests/unit/pure_python_fallback.txt

@@ -28,7 +28,7 @@ from tests.interop.java_clients import JavaBuild, ensure_java_build, java_requir
 
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark",
                   "fault": "fault"}
-# Run on two workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
+# Run on three workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
 # turn: the Spark tests (one Spark session, built once), the Java ones (one Java build, one RocketMQ node at a time)
 # and the multi-process clusters whose timings they check (failover, partitions, a slow disk); the rest go wherever
 # there is room. xdist hands out the groups with the most tests first, one to a worker, and a worker busy with a
