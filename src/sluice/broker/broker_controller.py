@@ -59,7 +59,8 @@ from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.dispatcher import RequestDispatcher
-from sluice.remoting.server import RemotingServer, bind_socket
+from sluice.remoting.server import RemotingServer
+from sluice.remoting.tls import bind_socket, inner_client_tls, server_tls
 from sluice.store.ha.epoch_file import EpochFile
 from sluice.store.ha.ha_client import HAClient
 from sluice.store.ha.ha_service import HAService
@@ -115,14 +116,19 @@ class BrokerController(AsyncService):
         self.loop_lag = LoopLagProbe()
         self.stats = BrokerStats()
         self.dispatcher = RequestDispatcher()
+        # TLS (tls_server_mode): the remoting port and the HA port share one context that follows its files.
+        self.tls = server_tls(config, f"broker {config.broker_name}",
+                              os.path.join(config.store.store_path_root_dir, "tls"),
+                              (config.broker_ip, config.listen_host))
         self.server = RemotingServer(self.dispatcher, config.remoting, f"broker {config.broker_name}",
-                                     on_close=self._on_connection_closed)
+                                     on_close=self._on_connection_closed, tls=self.tls)
         # ACL 2.0: the users and rules, and (when on) the check of every request; the inner credentials sign what
         # this broker sends (registrations, a slave's copying).
         self.auth_metadata = AuthMetadataManager(os.path.join(config.store.store_path_config, "auth.json"))
         inner = config.inner_client_authentication_credentials
         self.client = RemotingClient(config.remoting, request_hook=signing_hook(
-            None if inner is None else (inner.access_key, inner.secret_key)))
+            None if inner is None else (inner.access_key, inner.secret_key)),
+            tls=inner_client_tls(config, f"broker {config.broker_name}"))
         self.outer_api = BrokerOuterAPI(self.client, config.register_broker_timeout_mills)
         self.schedule_service: ScheduleMessageService = None  # type: ignore[assignment]
         self.transaction_service: TransactionalMessageService = None  # type: ignore[assignment]
@@ -342,7 +348,7 @@ class BrokerController(AsyncService):
     async def _start_ha_service(self) -> None:
         """A master's HA service: where its slaves connect; a SYNC_MASTER's puts wait for them."""
         c = self.config
-        self.ha_service = HAService(self.store, self.epochs, c)
+        self.ha_service = HAService(self.store, self.epochs, c, self.tls)
         self.ha_service.set_sync_state_set(self.initial_sync_state_set)
         try:
             await self.ha_service.start(c.listen_host, c.ha_port)

@@ -33,6 +33,7 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import ConnectionClosedError, RemotingConnectError, RemotingError
+from sluice.remoting.tls import TlsLike, client_tls
 
 T = TypeVar("T")
 
@@ -167,15 +168,16 @@ class Admin:
     """Administer a Sluice (or RocketMQ) cluster through its name server(s): ``"host:port;host:port"``."""
 
     def __init__(self, namesrv: str = DEFAULT_NAMESRV, *, timeout_ms: int = 3_000,
-                 credentials: CredentialsLike | None = None) -> None:
+                 credentials: CredentialsLike | None = None, tls: TlsLike | None = None) -> None:
         self.namesrv = namesrv
         self.credentials = credentials
+        self.tls = tls
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise AdminError("no name server address given (host:port)")
         self.remoting = RemotingClient(RemotingConfig(connect_timeout_millis=timeout_ms,
                                                       default_timeout_millis=timeout_ms),
-                                       request_hook=signing_hook(credentials))
+                                       request_hook=signing_hook(credentials), tls=client_tls(tls))
         self.api = _AdminAPI(self.remoting, self.namesrv_addrs)
         self.auth = AuthAdminAPI(self.api, timeout_ms)
 
@@ -409,7 +411,7 @@ class Admin:
         """
         from sluice.client.aio.producer import Producer
 
-        async with Producer(group, self.namesrv, credentials=self.credentials) as producer:
+        async with Producer(group, self.namesrv, credentials=self.credentials, tls=self.tls) as producer:
             window: deque[asyncio.Future[SendResult]] = deque()
             try:
                 for _ in range(count):

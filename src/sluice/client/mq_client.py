@@ -34,6 +34,7 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError, RemotingError
 from sluice.remoting.headers import CheckTransactionStateRequestHeader
+from sluice.remoting.tls import TlsLike, client_tls
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,13 @@ ROUTE_REFRESH_MIN_INTERVAL = 1.0
 
 
 class MQClientInstance:
-    def __init__(self, config: ClientConfig, credentials: CredentialsLike | None = None) -> None:
+    def __init__(self, config: ClientConfig, credentials: CredentialsLike | None = None,
+                 tls: TlsLike | None = None) -> None:
         self.config = config
         self.client_id = build_client_id(config.instance_name)
         # With credentials, every request is signed (ACL 2.0: brokers with authentication on need it).
         self.remoting = RemotingClient(config.remoting, handler=self._handle_server_request,
-                                       request_hook=signing_hook(credentials))
+                                       request_hook=signing_hook(credentials), tls=client_tls(tls))
         self.api = MQClientAPI(self.remoting, config.namesrv_addrs)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}

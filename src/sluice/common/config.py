@@ -249,7 +249,30 @@ class AuthCredentials(_Config):
         return f"AuthCredentials(access_key={self.access_key!r}, secret_key=***)"
 
 
-class AuthSettings(_Config):
+class TlsSettings(_Config):
+    """TLS of a server's port and of its own client connections (docs/security.md; RocketMQ's ``tls.*`` settings in
+    snake_case). ``tls_server_mode``: ``disabled``, ``permissive`` (TLS and plaintext on one port, RocketMQ's
+    default) or ``enforcing``; without a certificate and key, a self-signed one is made at start (RocketMQ's test
+    mode). ``tls_server_need_client_auth``: ``none``, ``optional`` or ``require`` (mutual TLS, against
+    ``tls_server_trust_cert_path``). ``tls_enable`` makes the server's own connections (broker → name server,
+    slave → master, proxy → broker) use TLS, checking the server's certificate only with ``tls_client_auth_server``
+    (RocketMQ's default is not to)."""
+
+    tls_server_mode: Literal["disabled", "permissive", "enforcing"] = "permissive"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_server_key_password: str = ""
+    tls_server_trust_cert_path: str = ""
+    tls_server_need_client_auth: Literal["none", "optional", "require"] = "none"
+    tls_enable: bool = False
+    tls_client_cert_path: str = ""
+    tls_client_key_path: str = ""
+    tls_client_key_password: str = ""
+    tls_client_trust_cert_path: str = ""
+    tls_client_auth_server: bool = False
+
+
+class AuthSettings(TlsSettings):
     """ACL 2.0 (docs/security.md; RocketMQ's AuthConfig in snake_case): off by default. With authentication on,
     every request must be signed by an enabled user; with authorization on, a Normal user needs a rule allowing
     what it asks. ``init_authentication_user`` is made a super user at first start, and so are the inner client
@@ -264,7 +287,7 @@ class AuthSettings(_Config):
     authorization_whitelist: str = ""
 
 
-class NamesrvConfig(_Config):
+class NamesrvConfig(TlsSettings):
     """Settings of a name server."""
 
     host: str = "127.0.0.1"

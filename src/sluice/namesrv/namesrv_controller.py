@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from sluice.auth.credentials import is_loopback
 from sluice.auth.inner_credentials_check import InnerCredentialsCheck
@@ -15,6 +16,7 @@ from sluice.namesrv.route_info_manager import BrokerLiveInfo, RouteInfoManager
 from sluice.remoting.connection import Connection
 from sluice.remoting.dispatcher import RequestDispatcher
 from sluice.remoting.server import RemotingServer
+from sluice.remoting.tls import server_tls
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,9 @@ class NamesrvController(AsyncService):
                 raise ValueError("namesrv: authentication_enabled needs inner_client_authentication_credentials "
                                  "(the access_key and secret_key its brokers sign with)")
             self.dispatcher.refusal = InnerCredentialsCheck(inner.access_key, inner.secret_key).refusal
-        self.server = RemotingServer(self.dispatcher, self.config.remoting, name="namesrv")
+        self.server = RemotingServer(self.dispatcher, self.config.remoting, name="namesrv", tls=server_tls(
+            self.config, "namesrv", os.path.join(os.path.dirname(self.config.kv_config_path) or ".", "tls"),
+            (self.config.host,)))
         self._watched: set[Connection] = set()
         self._started = False
 

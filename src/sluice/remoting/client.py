@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 
 from sluice.common.backoff import Backoff
@@ -26,8 +27,10 @@ class RemotingClient:
     """Connections to name servers and brokers, made on first use and shared by every request."""
 
     def __init__(self, config: RemotingConfig | None = None, handler: RequestHandler = no_handler,
-                 request_hook: Callable[[RemotingCommand], None] | None = None) -> None:
+                 request_hook: Callable[[RemotingCommand], None] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.config = config or RemotingConfig()
+        self.tls = tls  # every connection made speaks TLS with this context (sluice.remoting.tls.client_tls)
         self.handler = handler
         # Given every request sent (``sluice.auth.credentials.signing_hook``: the signature of ACL 2.0).
         self.request_hook = request_hook
@@ -69,9 +72,9 @@ class RemotingClient:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: Connection(self.handler, self.config, on_close=self._forget),
-                                       host, port),
+                                       host, port, ssl=self.tls, server_hostname=host if self.tls else None),
                 self.config.connect_timeout_millis / 1000)
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:  # (ssl.SSLError is an OSError: a failed handshake)
             self._back_off(addr)
             raise RemotingConnectError(f"cannot connect to {addr}: {str(exc) or 'timed out'}") from None
         self._backoffs.pop(addr, None)

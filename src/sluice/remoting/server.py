@@ -5,25 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 
 from sluice.common.config import RemotingConfig
 from sluice.remoting.connection import Connection, RequestHandler
+from sluice.remoting.tls import HANDSHAKE_TIMEOUT, ServerTls, TlsAcceptor, bind_socket
 
 log = logging.getLogger(__name__)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket bound to ``host:port`` (port 0 picks a free one)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 # File descriptors kept for everything but client connections: store segments, consume queues, index files.
@@ -56,8 +46,10 @@ class RemotingServer:
     """Listens on ``host:port`` (port 0 = any free port); closes connections idle past the configured time."""
 
     def __init__(self, handler: RequestHandler, config: RemotingConfig | None = None, name: str = "server",
-                 on_close: Callable[[Connection], None] | None = None) -> None:
+                 on_close: Callable[[Connection], None] | None = None, tls: ServerTls | None = None) -> None:
         self.handler = handler
+        self.tls = tls  # None: plaintext only (tls_server_mode = "disabled")
+        self.acceptor: TlsAcceptor | None = None
         self.on_close = on_close
         self.config = config or RemotingConfig()
         self.name = name
@@ -96,11 +88,21 @@ class RemotingServer:
             self.connections.add(conn)
             return conn
 
-        if sock is not None:
+        if self.tls is not None:
+            async def connected(accepted: socket.socket, ctx: ssl.SSLContext | None) -> None:
+                await loop.connect_accepted_socket(factory, accepted, ssl=ctx,
+                                                   ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)
+
+            listening = sock if sock is not None else bind_socket(host, port)
+            self.acceptor = TlsAcceptor(self.tls, connected, self.name)
+            self.acceptor.start(listening)
+            bound = listening.getsockname()
+        elif sock is not None:
             self._server = await loop.create_server(factory, sock=sock, backlog=1024)
+            bound = self._server.sockets[0].getsockname()
         else:
             self._server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024)
-        bound = self._server.sockets[0].getsockname()
+            bound = self._server.sockets[0].getsockname()
         self.host, self.port = bound[0], bound[1]
         self._idle_task = loop.create_task(self._close_idle())
         return self.port
@@ -127,6 +129,16 @@ class RemotingServer:
         if self._idle_task is not None:
             self._idle_task.cancel()
             self._idle_task = None
+        if self.acceptor is not None:
+            self.acceptor.close()
+            self.acceptor = None
+            for conn in list(self.connections):
+                conn.close()
+            deadline = time.monotonic() + 5
+            while self.connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            for conn in list(self.connections):
+                conn.abort()
         if self._server is not None:
             self._server.close()
             for conn in list(self.connections):

@@ -37,6 +37,7 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import RemotingError
 from sluice.remoting.headers import PullMessageRequestHeader
+from sluice.remoting.tls import TlsLike
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,8 @@ class ConsumerBase:
 
     def __init__(self, group: str, config: ClientConfig, message_model: str | MessageModel,
                  consume_from: str | ConsumeFromWhere, consume_timestamp: int | None,
-                 allocate: str | AllocateStrategy, credentials: CredentialsLike | None = None) -> None:
+                 allocate: str | AllocateStrategy, credentials: CredentialsLike | None = None,
+                 tls: TlsLike | None = None) -> None:
         validate_group(group)
         self.group = group
         self.config = config
@@ -84,7 +86,7 @@ class ConsumerBase:
             raise ValueError("consume_from='timestamp' needs consume_timestamp (ms since the epoch)")
         self.consume_timestamp = consume_timestamp or 0
         self.strategy = get_strategy(allocate) if isinstance(allocate, str) else allocate
-        self.client = MQClientInstance(config, credentials)
+        self.client = MQClientInstance(config, credentials, tls)
         self.subscriptions: dict[str, SubscriptionData] = {}
         # Queue → the broker id its last pull's answer suggested for the next (RocketMQ pullFromWhichNodeTable).
         self._pull_from: dict[MessageQueue, int] = {}

@@ -28,6 +28,7 @@ from sluice.common.errors import ClientError
 from sluice.common.naming import validate_group
 from sluice.common.properties import encode_properties
 from sluice.common.structs import MessageQueue
+from sluice.remoting.tls import TlsLike
 
 
 class Producer:
@@ -35,12 +36,14 @@ class Producer:
 
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv: str | None = None, *,
                  config: ClientConfig | None = None, credentials: CredentialsLike | None = None,
-                 **settings: Any) -> None:
+                 tls: TlsLike | None = None, **settings: Any) -> None:
+        """``credentials``: (access key, secret key) that sign every request (ACL 2.0); ``tls``: True, or an
+        ``ssl.SSLContext``, for brokers and name servers that speak TLS."""
         validate_group(group)
         cfg = client_config(config, namesrv, settings, "producer")
         self.group = group
         self.config = cfg
-        self.client = MQClientInstance(cfg, credentials)
+        self.client = MQClientInstance(cfg, credentials, tls)
         self.faults = LatencyFaultTolerance()
         self.router = QueueRouter(self.client, cfg, self.faults)
         self.accumulator = RecordAccumulator(cfg.batch_max_bytes)

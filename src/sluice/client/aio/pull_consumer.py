@@ -25,6 +25,7 @@ from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError
 from sluice.common.message import MessageExt
 from sluice.common.structs import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
+from sluice.remoting.tls import TlsLike
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,10 @@ class PullConsumer(ConsumerBase):
                  consume_from: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: int | None = None, allocate: str | AllocateStrategy = "AVG",
                  config: ClientConfig | None = None,
-                 credentials: CredentialsLike | None = None, **settings: Any) -> None:
+                 credentials: CredentialsLike | None = None, tls: TlsLike | None = None,
+                 **settings: Any) -> None:
         super().__init__(group, client_config(config, namesrv, settings, "consumer"), message_model, consume_from,
-                         consume_timestamp, allocate, credentials)
+                         consume_timestamp, allocate, credentials, tls)
         self.auto_commit = auto_commit
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._assigned_manually = False

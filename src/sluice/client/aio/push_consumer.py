@@ -33,6 +33,7 @@ from sluice.common.structs import ConsumeFromWhere, MessageModel, MessageQueue
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
+from sluice.remoting.tls import TlsLike
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,10 @@ class PushConsumer(ConsumerBase):
                  consume_from: str | ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: int | None = None, allocate: str | AllocateStrategy = "AVG",
                  orderly: bool = False, config: ClientConfig | None = None,
-                 credentials: CredentialsLike | None = None, **settings: Any) -> None:
+                 credentials: CredentialsLike | None = None, tls: TlsLike | None = None,
+                 **settings: Any) -> None:
         super().__init__(group, client_config(config, namesrv, settings, "consumer"), message_model, consume_from,
-                         consume_timestamp, allocate, credentials)
+                         consume_timestamp, allocate, credentials, tls)
         self.orderly = orderly
         self._listener: Listener | None = None
         self._listener_async = False

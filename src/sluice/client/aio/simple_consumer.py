@@ -33,6 +33,7 @@ from sluice.common.message import MessageExt
 from sluice.common.naming import validate_group, validate_topic
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.errors import RemotingError
+from sluice.remoting.tls import TlsLike
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class SimpleConsumer:
     def __init__(self, group: str, namesrv: str | None = None, *, invisible_duration: float = 60.0,
                  await_duration: float = 15.0, consume_from_first: bool = False, orderly: bool = False,
                  config: ClientConfig | None = None, credentials: CredentialsLike | None = None,
-                 **settings: Any) -> None:
+                 tls: TlsLike | None = None, **settings: Any) -> None:
         validate_group(group)
         _check_duration("invisible_duration", invisible_duration)
         if await_duration < 0:
@@ -75,7 +76,7 @@ class SimpleConsumer:
         self.await_duration = await_duration
         self.init_mode = 0 if consume_from_first else 1
         self.orderly = orderly
-        self.client = MQClientInstance(self.config, credentials)
+        self.client = MQClientInstance(self.config, credentials, tls)
         self.subscriptions: dict[str, MessageSelector] = {}
         self._turn = itertools.count()
         self.started = False

@@ -20,6 +20,7 @@ from typing import Protocol
 from sluice.common.config import BrokerConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.service import AsyncService
+from sluice.remoting.tls import inner_client_tls
 from sluice.store.commit_log import CommitLog, CommitLogClosed, ReplicationGap
 from sluice.store.ha.epoch_file import EpochEntry, EpochFile, consistent_point
 from sluice.store.ha.ha_protocol import (
@@ -69,6 +70,7 @@ class HAClient(AsyncService):
         self.config = config
         self.master_address = master_address
         self.on_cut = on_cut
+        self.tls = inner_client_tls(config, f"broker {config.broker_id}'s HA client")  # tls_enable
         # Called when the master could not be reached or left: the broker asks the name server again where
         # its master is (a restarted master may have new addresses).
         self.on_lost: Callable[[], None] | None = None
@@ -127,7 +129,8 @@ class HAClient(AsyncService):
         """One connection; returns where to cut the log when the master says so, else None when it ends."""
         host, _, port = address.rpartition(":")
         async with asyncio.timeout(self.config.remoting.connect_timeout_millis / 1000):
-            reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 16)
+            reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 16, ssl=self.tls,
+                                                           server_hostname=host if self.tls else None)
         try:
             store = self.store
             inner = self.config.inner_client_authentication_credentials

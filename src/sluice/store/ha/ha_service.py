@@ -17,6 +17,8 @@ import asyncio
 import calendar
 import heapq
 import logging
+import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sluice.common.config import BrokerConfig, MessageStoreConfig
+from sluice.remoting.tls import HANDSHAKE_TIMEOUT, ServerTls, TlsAcceptor, bind_socket
 from sluice.store.commit_log import CommitLog
 from sluice.store.dispatcher import MessageArrivalListener
 from sluice.store.ha.epoch_file import EpochFile, consistent_point
@@ -105,8 +108,11 @@ class HAService:
     """Serve the slaves of this master; ``await start()``, ``await stop()``; the store's ``replication`` on a
     SYNC_MASTER."""
 
-    def __init__(self, store: MasterStore, epochs: EpochFile, config: BrokerConfig) -> None:
+    def __init__(self, store: MasterStore, epochs: EpochFile, config: BrokerConfig,
+                 tls: ServerTls | None = None) -> None:
         self.store = store
+        self.tls = tls  # the broker's (tls_server_mode): None is plaintext only
+        self._acceptor: TlsAcceptor | None = None
         self.epochs = epochs
         self.config = config
         self.broker_id = config.broker_id
@@ -136,15 +142,32 @@ class HAService:
     async def start(self, host: str, port: int) -> int:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._server = await asyncio.start_server(self._serve, host, port, limit=1 << 16)
+        if self.tls is not None:
+            loop = self._loop
+
+            async def connected(sock: socket.socket, ctx: ssl.SSLContext | None) -> None:
+                reader = asyncio.StreamReader(limit=1 << 16)
+                protocol = asyncio.StreamReaderProtocol(reader, self._serve)
+                await loop.connect_accepted_socket(lambda: protocol, sock, ssl=ctx,
+                                                   ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)
+
+            listening = bind_socket(host, port)
+            self._acceptor = TlsAcceptor(self.tls, connected, f"HA port of broker {self.broker_id}")
+            self._acceptor.start(listening)
+            self.port = listening.getsockname()[1]
+        else:
+            self._server = await asyncio.start_server(self._serve, host, port, limit=1 << 16)
+            self.port = self._server.sockets[0].getsockname()[1]
         self.store.arrival_listeners.append(self._on_arrival)
         self.store.append_listeners.append(self._on_append)
-        self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service of broker %d listening on %s:%d (epoch %d)", self.broker_id, host, self.port,
                  self.epoch)
         return self.port
 
     async def stop(self) -> None:
+        if self._acceptor is not None:
+            self._acceptor.close()
+            self._acceptor = None
         if self._server is not None:
             self._server.close()
         for w in list(self._writers):
