@@ -143,6 +143,7 @@ class Cluster:
         self.brokers: list[BrokerController] = []
         # Signs what the fixture itself sends (create_topic), for brokers with authentication on.
         self.credentials: tuple[str, str] | None = None
+        self.front: Any = None  # a gRPC front's MessagingService, when a fixture serves one
 
     @property
     def namesrv_addr(self) -> str:

@@ -13,16 +13,20 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from sluice.aio import PullConsumer
 from sluice.cli.main import main
+from sluice.proxy.protocol import SERVICE, pb
 
 
 def sluice(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -488,7 +492,7 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
         text = "".join(banner)
         ns = re.search(r"name server\s+(\S+)", text).group(1)
         broker = re.search(r"broker\s+(\S+)", text).group(1)
-        assert re.search(r"gRPC\s+127\.0\.0\.1:\d+ \(RocketMQ 5 clients\)", text), text
+        grpc_port = int(re.search(r"gRPC\s+127\.0\.0\.1:(\d+) \(RocketMQ 5 clients; TLS permissive\)", text).group(1))
 
         def cli(*argv: str) -> str:
             done = subprocess.run([sys.executable, "-m", "sluice.cli.main", *argv, "--namesrv", ns],
@@ -502,6 +506,28 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
         shown = cli("msg", "get-by-id", sent["msgId"], "--topic", "dev-topic")
         assert f"on {broker}" in shown and shown.splitlines()[-1] == "hello from the CLI"
         assert sent["msgId"] in cli("msg", "get-by-key", "dev-topic", "dev-key")
+
+        # A RocketMQ 5 client with its defaults speaks TLS (HTTP/2 by ALPN) to the gRPC port, which made itself a
+        # certificate at that first TLS client (RocketMQ's test mode); pinned, it is checked names and all.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        with socket.create_connection(("127.0.0.1", grpc_port), 10) as raw, ctx.wrap_socket(raw) as tls:
+            assert tls.selected_alpn_protocol() == "h2"
+        made = (tmp_path / "store" / "tls" / "self-signed.pem").read_bytes()
+
+        async def query_route() -> Any:
+            creds = grpc.ssl_channel_credentials(root_certificates=made)
+            async with grpc.aio.secure_channel(f"127.0.0.1:{grpc_port}", creds) as channel:
+                call = channel.unary_unary(f"/{SERVICE}/QueryRoute",
+                                           request_serializer=pb.QueryRouteRequest.SerializeToString,
+                                           response_deserializer=pb.QueryRouteResponse.FromString)
+                req = pb.QueryRouteRequest()
+                req.topic.name = "dev-topic"
+                return await call(req, timeout=10)
+
+        route = asyncio.run(query_route())
+        assert route.status.code == 20000 and route.message_queues, route.status
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0

@@ -149,7 +149,7 @@ def test_clustering_group_of_three_consumes_each_message_exactly_once(cluster):
 
 
 def test_broadcasting_consumers_each_get_every_message(cluster, tmp_path):
-    topic, n = "delivery-broadcast", 10_000
+    topic, n = "delivery-broadcast", 3_000
     cluster.create_topic(topic, 8)
     recs = [Recorder() for _ in range(3)]
     started: list[PushConsumer] = []

@@ -366,10 +366,15 @@ def java_admin(java_build: JavaBuild, tmp_path: Path, sluice: Sluice) -> Iterato
 
 @pytest.fixture
 def front(cluster: Cluster) -> Iterator[str]:
-    """Sluice's gRPC front (RocketMQ 5 clients) on a free port, in front of the cluster; its endpoint."""
+    """Sluice's gRPC front (RocketMQ 5 clients) on a free port, in front of the cluster; its endpoint. Its TLS is
+    permissive with a self-signed certificate, as ``sluice dev``'s: clients with TLS on or off both get in
+    (``cluster.front`` is its service)."""
     from sluice.proxy.messaging_service import serve, stop
+    from sluice.remoting.tls import ServerTls, TlsMode
 
-    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0))
+    tls = ServerTls(TlsMode.PERMISSIVE, "", "", name="gRPC front", self_signed_dir=str(cluster.root / "front-tls"))
+    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0, tls=tls))
+    cluster.front = service
     try:
         yield f"127.0.0.1:{port}"
     finally:

@@ -5,6 +5,7 @@ own (that client shades gRPC and protobuf), built once per machine as the other 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -46,12 +47,14 @@ def short_long_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run(java5: JavaBuild, tmp_path: Path, front: str, *steps: tuple[str, ...],
-        timeout: float = 240) -> list[list[dict[str, Any]]]:
-    """Run ``steps`` (each a mode and its arguments) one after the other in one JVM: the JSON lines of each step."""
+        timeout: float = 240, tls_default: bool = False) -> list[list[dict[str, Any]]]:
+    """Run ``steps`` (each a mode and its arguments) one after the other in one JVM: the JSON lines of each step.
+    ``tls_default``: the client's TLS setting left at its default (on); else it speaks plaintext."""
     args = [arg for i, step in enumerate(steps) for arg in ((["--"] if i else []) + list(step))]
     argv = ["java", *CLIENT_JVM_OPTIONS, f"-Duser.home={tmp_path}", "-cp", java5.classpath, "sluice.interop5.Grpc5",
             front, *args]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    env = {**os.environ, "GRPC5_TLS": "default" if tls_default else "off"}
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
     assert r.returncode == 0, f"the Java 5.x client failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     out: list[list[dict[str, Any]]] = []
     for line in r.stdout.splitlines():
@@ -65,12 +68,15 @@ def run(java5: JavaBuild, tmp_path: Path, front: str, *steps: tuple[str, ...],
     return out
 
 
-def test_the_java_5_producer_simple_consumer_and_push_consumer_through_the_grpc_front(
+def test_the_java_5_producer_simple_consumer_and_push_consumer_with_their_default_tls_through_the_grpc_front(
         cluster: Cluster, front: str, java5: JavaBuild, tmp_path: Path):
     cluster.create_topic("Java5", 4)
     sent, got, pushed = run(java5, tmp_path, front, ("produce", "Java5", "12"),
                             ("simple", "Java5", "java5-simple", "12", "60"),
-                            ("push", "Java5", "java5-push", "12", "90"))
+                            ("push", "Java5", "java5-push", "12", "90"), tls_default=True)
+    # With its defaults the client speaks TLS (enableSsl is true): the front's port took it as such.
+    acceptor = cluster.front.front.acceptor
+    assert acceptor.tls_connections >= 1 and acceptor.plain_connections == 0
     assert [e["body"] for e in sent] == [f"j-{i}" for i in range(12)]
     received = [e for e in got if e["event"] == "received"]
     assert Counter(e["body"] for e in received) == Counter(e["body"] for e in sent)
@@ -90,7 +96,8 @@ def test_a_java_5_fifo_producer_keeps_a_message_group_in_one_queue(cluster: Clus
     cluster.create_topic("Java5fifo", 4)
     # The simple consumer acks what it receives: the queues' max offsets (what was stored where) stay as they were.
     _, got = run(java5, tmp_path, front, ("produce", "Java5fifo", "8", "order-7"),
-                 ("simple", "Java5fifo", "java5-fifo", "8", "60"))
+                 ("simple", "Java5fifo", "java5-fifo", "8", "60"))  # (in plaintext, on the same port)
+    assert cluster.front.front.acceptor.plain_connections >= 1
     store = cluster.brokers[0].store
     counts = [store.get_max_offset_in_queue("Java5fifo", q) for q in range(4)]
     assert sorted(counts) == [0, 0, 0, 8]

@@ -121,3 +121,75 @@ def test_a_bare_grpc_call_gets_unauthorized_with_rocketmqs_message_and_a_stale_s
     assert resp.status.code == 40100 and "x-mq-date-time" in resp.status.message
     resp = asyncio.run(query((("authorization", "MQv2-HMAC-SHA1"), ("x-mq-date-time", grpc_date_time()))))
     assert (resp.status.code, resp.status.message) == (40100, "authentication header is incorrect.")
+
+
+async def _relay_from(source: str, target: tuple[str, int]) -> tuple[asyncio.AbstractServer, int]:
+    """A TCP relay on a free loopback port whose connections reach ``target`` from the address ``source``."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*target, local_addr=(source, 0))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_behind_the_tls_front_a_rule_s_source_ips_see_the_client_s_own_address(
+        empty_cluster: Cluster, tmp_path: Path) -> None:
+    """grpcio sees the TLS front's loopback connections; the rules see the client's address (here 127.0.0.2, a
+    loopback address of its own: allowed from there only)."""
+    from sluice.proxy.messaging_service import serve, stop
+    from sluice.remoting.tls import ServerTls, TlsMode
+    from tests.tls_certs import CertificateAuthority
+
+    c = empty_cluster
+    c.credentials = ROOT
+    broker = c.start_broker(authentication_enabled=True, authorization_enabled=True,
+                            init_authentication_user=AuthUser(username=ROOT[0], password=ROOT[1]),
+                            inner_client_authentication_credentials=INNER)
+    c.create_topic("g5-ip", 2)
+
+    async def setup() -> None:
+        async with Admin(c.namesrv_addr, credentials=ROOT) as admin:
+            await admin.create_user("alice", "alice-secret")
+            await admin.create_acl("User:alice", [policy_entry("Topic:g5-ip", "Pub", source_ips=["127.0.0.2"])])
+    asyncio.run(setup())
+    ca = CertificateAuthority(tmp_path / "pki")
+    cert, key = ca.issue("front")
+    tls = ServerTls(TlsMode.ENFORCING, str(cert), str(key), name="gRPC front")
+    audit = AuditLog()
+    auth = GrpcAuth(Authenticator(broker.auth_metadata, audit), Authorizer(broker.auth_metadata, audit))
+    server, service, port = c.loop.run(serve(c.namesrv_addr, "127.0.0.1", 0, auth=auth, tls=tls,
+                                             credentials=(INNER.access_key, INNER.secret_key)))
+    relay, relay_port = c.loop.run(_relay_from("127.0.0.2", ("127.0.0.1", port)))
+    try:
+        async def query(target: str) -> Any:
+            creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_path.read_bytes())
+            date = grpc_date_time()
+            async with grpc.aio.secure_channel(target, creds,
+                                               options=[("grpc.ssl_target_name_override", "localhost")]) as ch:
+                call = ch.unary_unary(f"/{SERVICE}/QueryRoute",
+                                      request_serializer=pb.QueryRouteRequest.SerializeToString,
+                                      response_deserializer=pb.QueryRouteResponse.FromString)
+                req = pb.QueryRouteRequest()
+                req.topic.name = "g5-ip"
+                return await call(req, timeout=10, metadata=(
+                    ("authorization", grpc_authorization("alice", "alice-secret", date)), ("x-mq-date-time", date)))
+
+        direct = asyncio.run(query(f"127.0.0.1:{port}"))
+        assert direct.status.code == 40100 and "no permission" in direct.status.message, direct.status
+        relayed = asyncio.run(query(f"127.0.0.1:{relay_port}"))
+        assert relayed.status.code == 20000 and len(relayed.message_queues) == 2, relayed.status
+    finally:
+        relay.close()
+        c.loop.run(stop(server, service))

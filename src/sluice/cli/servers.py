@@ -11,7 +11,7 @@ import socket
 import sys
 from typing import Any
 
-from sluice.common.config import BrokerConfig, NamesrvConfig
+from sluice.common.config import BrokerConfig, NamesrvConfig, ProxyConfig
 from sluice.common.config_loader import ConfigError, load, load_toml, server_tables
 from sluice.common.platform import server_platform_error
 from sluice.common.runtime import tune_gc_for_throughput
@@ -199,6 +199,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         raise ConfigError(f"{where} [broker]: authentication_enabled / authorization_enabled with the gRPC front need "
                           "inner_client_authentication_credentials = { access_key, secret_key } (what the front "
                           "signs its requests to the broker with), or --no-grpc")
+    if nscfg.tls_server_mode == "enforcing" and not bcfg.tls_enable:
+        raise ConfigError(f"{where}: [namesrv] tls_server_mode = \"enforcing\" needs [broker] tls_enable = true (the "
+                          "broker registers with the name server over TLS then)")
     if args.ha:
         return _dev_ha(args, nscfg, bcfg, store)
     ns = NamesrvController(nscfg)
@@ -219,9 +222,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
                 auth, inner = _front_auth(bcfg, broker)
                 server, service, port = await serve(bcfg.namesrv_addr, nscfg.host, args.grpc_port, auth=auth,
-                                                    credentials=inner)
+                                                    credentials=inner, tls=broker.tls,
+                                                    broker_tls=_front_broker_tls(bcfg))
                 front[:] = [server, service]
-                grpc_line = f"\n  gRPC         {nscfg.host}:{port} (RocketMQ 5 clients)"
+                grpc_line = (f"\n  gRPC         {nscfg.host}:{port} (RocketMQ 5 clients; TLS "
+                             f"{bcfg.tls_server_mode})")
         except BaseException:
             if broker is not None:
                 await broker.stop()
@@ -241,6 +246,16 @@ def cmd_dev(args: argparse.Namespace) -> int:
         await ns.stop()
 
     return run_until_signalled(start, stop)
+
+
+def _front_broker_tls(bcfg: BrokerConfig) -> Any:
+    """What ``sluice dev``'s gRPC front speaks to its broker in the same process: the broker's own client TLS
+    (tls_enable), or, where the broker enforces TLS, TLS without checking its certificate (over the loopback)."""
+    from sluice.remoting.tls import client_context, inner_client_tls
+
+    if bcfg.tls_enable:
+        return inner_client_tls(bcfg, "[broker]")
+    return client_context(verify=False) if bcfg.tls_server_mode == "enforcing" else None
 
 
 def _front_auth(bcfg: BrokerConfig, broker: Any) -> tuple[Any, tuple[str, str] | None]:
@@ -320,13 +335,21 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
         raise ConfigError(f"--port {args.grpc_port}: a port is 0 to 65535")
+    data = _config_file(args.config)
+    table, origin = _table(data, "proxy", args.config or "flags")
+    pcfg = load(ProxyConfig, table, origin)
+    from sluice.remoting.tls import inner_client_tls, server_tls
+
+    tls = server_tls(pcfg, origin, pcfg.self_signed_dir, (args.host,))
+    broker_tls = inner_client_tls(pcfg, origin)
     running: list[Any] = []
 
     async def start() -> None:
-        server, service, port = await serve(args.namesrv, args.host, args.grpc_port)
+        server, service, port = await serve(args.namesrv, args.host, args.grpc_port, tls=tls,
+                                            broker_tls=broker_tls)
         running[:] = [server, service]
-        print(f"sluice proxy (gRPC, RocketMQ 5 clients) ready on {args.host}:{port}, name server {args.namesrv}",
-              flush=True)
+        print(f"sluice proxy (gRPC, RocketMQ 5 clients; TLS {pcfg.tls_server_mode}) ready on {args.host}:{port}, "
+              f"name server {args.namesrv}", flush=True)
 
     async def halt() -> None:
         if running:
@@ -385,6 +408,7 @@ def add_server_commands(sub: Any) -> None:
     px.add_argument("--namesrv", default="127.0.0.1:9876", help="name server address(es), host:port;host:port")
     px.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     px.add_argument("--port", dest="grpc_port", type=int, default=8081, help="port (default 8081)")
+    px.add_argument("--config", help="TOML file with a [proxy] table (its TLS: docs/security.md)")
     px.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS,
                     help="log lines at this level and above (default info)")
     px.set_defaults(func=cmd_proxy)

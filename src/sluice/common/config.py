@@ -305,6 +305,15 @@ class NamesrvConfig(TlsSettings):
     remoting: RemotingConfig = field(default_factory=RemotingConfig)
 
 
+class ProxyConfig(TlsSettings):
+    """Settings of ``sluice proxy``, the standalone gRPC front (``[proxy]``): its TLS (the port's, and with
+    ``tls_enable`` that of its connections to the name servers and brokers), and where the self-signed certificate
+    of TLS's test mode is kept. (ACL 2.0 is enforced by ``sluice dev``'s front so far, not by this one.)"""
+
+    self_signed_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".sluice",
+                                                                      "proxy", "tls"))
+
+
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 

@@ -17,14 +17,14 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import inspect
 
-from sluice.common.config import PATTERN_WORDS, BrokerConfig, MessageStoreConfig, NamesrvConfig
+from sluice.common.config import PATTERN_WORDS, BrokerConfig, MessageStoreConfig, NamesrvConfig, ProxyConfig
 from sluice.common.errors import SluiceError
 
 T = TypeVar("T")
 
-SERVER_TABLES = ("namesrv", "broker", "store")
+SERVER_TABLES = ("namesrv", "broker", "store", "proxy")
 _FIELDS_OF = {"namesrv": NamesrvConfig.__struct_fields__, "broker": BrokerConfig.__struct_fields__,
-              "store": MessageStoreConfig.__struct_fields__}
+              "store": MessageStoreConfig.__struct_fields__, "proxy": ProxyConfig.__struct_fields__}
 
 
 class ConfigError(SluiceError, ValueError):
@@ -48,7 +48,8 @@ def load_toml(path: str) -> dict[str, Any]:
 
 
 def server_tables(data: Mapping[str, Any], where: str) -> dict[str, dict[str, Any]]:
-    """A server config file's tables (``[namesrv]``, ``[broker]``, ``[store]``); any other is an error."""
+    """A server config file's tables (``[namesrv]``, ``[broker]``, ``[store]``, ``[proxy]``); any other is an
+    error."""
     out: dict[str, dict[str, Any]] = {}
     for name, table in data.items():
         if name not in SERVER_TABLES and not isinstance(table, Mapping):
@@ -183,6 +184,8 @@ def _allowed(typ: Any) -> str:
             return f"{described()} is allowed"
         values = [e.value for e in typ.cls] if issubclass(typ.cls, enum.Enum) else []
         return f"one of {', '.join(map(str, values))} is allowed"
+    if isinstance(typ, inspect.LiteralType):
+        return f"one of {', '.join(repr(v) for v in typ.values)} is allowed"
     if isinstance(typ, inspect.StructType):
         return "a table is allowed"
     return ""

@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import grpc
@@ -56,6 +57,7 @@ from sluice.proxy.grpc_converter import (
     stored_properties,
     to_pb_message,
 )
+from sluice.proxy.grpc_tls_front import GrpcTlsFront
 from sluice.proxy.protocol import RPCS, SERVICE, pb
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.errors import RemotingError
@@ -65,6 +67,7 @@ from sluice.remoting.headers import (
     EndTransactionRequestHeader,
     SendMessageRequestHeader,
 )
+from sluice.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -132,16 +135,24 @@ def _remaining(context: Any, default: float) -> float:
     return default if left is None else left
 
 
+def _same_peer(peer: str) -> str:
+    return peer
+
+
 class MessagingService:
     """The RPCs, each an ``async def`` taking the request and the gRPC context."""
 
     def __init__(self, namesrv: str, config: ClientConfig | None = None, auth: GrpcAuth | None = None,
-                 credentials: CredentialsLike | None = None) -> None:
+                 credentials: CredentialsLike | None = None, broker_tls: ssl.SSLContext | None = None) -> None:
         base = config or ClientConfig()
         # ``credentials`` (the inner client credentials) sign what the front sends to brokers with ACL on; ``auth``
         # checks every RPC first (an unchecked front would lend those credentials to anyone).
-        self.client = MQClientInstance(base.replace(namesrv_addr=namesrv, instance_name="sluice-proxy"), credentials)
+        self.client = MQClientInstance(base.replace(namesrv_addr=namesrv, instance_name="sluice-proxy"), credentials,
+                                       broker_tls)
         self.auth = auth
+        # grpcio's peer of a call → the client's (behind the TLS front, grpcio sees the loopback).
+        self.peer_of: Callable[[str], str] = _same_peer
+        self.front: GrpcTlsFront | None = None
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
         self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
@@ -736,7 +747,8 @@ def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, clien
     assert auth is not None
 
     def refusal(req: Any, context: Any, fresh: bool = True) -> Any:
-        text = auth.refusal(name, req, dict(context.invocation_metadata() or ()), context.peer(), fresh)
+        text = auth.refusal(name, req, dict(context.invocation_metadata() or ()), service.peer_of(context.peer()),
+                            fresh)
         return None if text is None else resp_cls(status=status("UNAUTHORIZED", text))
 
     if client_streams:
@@ -806,30 +818,45 @@ def handler(service: MessagingService) -> grpc.GenericRpcHandler:
 
 
 async def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8081, config: ClientConfig | None = None,
-                auth: GrpcAuth | None = None,
-                credentials: CredentialsLike | None = None) -> tuple[grpc.aio.Server, MessagingService, int]:
+                auth: GrpcAuth | None = None, credentials: CredentialsLike | None = None,
+                tls: ServerTls | None = None,
+                broker_tls: ssl.SSLContext | None = None) -> tuple[grpc.aio.Server, MessagingService, int]:
     """Start the gRPC front on ``host:port`` (0: any free port); the server, its service and the port. ``OSError``
     when the port is taken (gRPC's port sharing is off: two fronts never split one port's clients). With ``auth``,
-    every RPC is authenticated and authorized first; ``credentials`` sign what it sends to the brokers."""
-    service = MessagingService(namesrv, config, auth, credentials)
+    every RPC is authenticated and authorized first; ``credentials`` sign what it sends to the brokers. With
+    ``tls`` (permissive or enforcing), the port is ``GrpcTlsFront``'s; ``broker_tls`` is for the brokers."""
+    service = MessagingService(namesrv, config, auth, credentials, broker_tls)
     await service.start()
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", MAX_BODY_SIZE + (4 << 20)),
                                       ("grpc.max_send_message_length", -1)])
     server.add_generic_rpc_handlers((handler(service),))
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = server.add_insecure_port(f"{host}:{port}" if tls is None else "127.0.0.1:0")
     except RuntimeError:
         bound = 0
     if not bound:
         await service.shutdown()
         raise OSError(f"the gRPC front cannot listen on {host}:{port} (in use?): choose another port, or none")
     await server.start()
+    if tls is not None:
+        front = GrpcTlsFront(tls, bound)
+        try:
+            bound = await front.start(host, port)
+        except OSError as exc:
+            await server.stop(None)
+            await service.shutdown()
+            raise OSError(f"the gRPC front cannot listen on {host}:{port} ({exc.strerror}): choose another port, "
+                          "or none") from exc
+        service.front = front
+        service.peer_of = front.peer
     log.info("gRPC front (RocketMQ 5 clients) on %s:%d, name server %s", host, bound, namesrv)
     return server, service, bound
 
 
 async def stop(server: grpc.aio.Server, service: MessagingService) -> None:
+    if service.front is not None:
+        service.front.close()
     await server.stop(grace=1.0)
     await service.shutdown()
 

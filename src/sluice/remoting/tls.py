@@ -464,6 +464,9 @@ class TlsAcceptor:
             log.info("%s: connection from %s failed at its start: %s", self.name, _peer(sock),
                      str(exc) or type(exc).__name__)
             sock.close()
+        except Exception:  # a bug of ours: this connection only
+            log.exception("%s: connection from %s failed at its start", self.name, _peer(sock))
+            sock.close()
 
     def _rate_limited_warning(self, fmt: str, *args: Any) -> None:
         now = time.monotonic()

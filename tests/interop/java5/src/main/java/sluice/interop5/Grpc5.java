@@ -64,8 +64,13 @@ public final class Grpc5 {
     public static void main(String[] argv) throws Exception {
         String endpoint = argv[0];
         ClientServiceProvider provider = ClientServiceProvider.loadService();
-        ClientConfiguration config = ClientConfiguration.newBuilder().setEndpoints(endpoint)
-            .setRequestTimeout(Duration.ofSeconds(5)).enableSsl(false).build();
+        // The client's default is TLS on, trusting any certificate; GRPC5_TLS=default keeps it, else plaintext.
+        org.apache.rocketmq.client.apis.ClientConfigurationBuilder builder = ClientConfiguration.newBuilder().setEndpoints(endpoint)
+            .setRequestTimeout(Duration.ofSeconds(5));
+        if (!"default".equals(System.getenv("GRPC5_TLS"))) {
+            builder.enableSsl(false);
+        }
+        ClientConfiguration config = builder.build();
         List<String> step = new ArrayList<>();
         for (int i = 1; i <= argv.length; i++) {
             if (i == argv.length || argv[i].equals("--")) {
