@@ -43,6 +43,7 @@ final class Produce {
         try (Journal out = new Journal(a.get("out"))) {
             DefaultMQProducer producer = new DefaultMQProducer(a.get("group"), a.rpcHook());
             producer.setNamesrvAddr(a.get("namesrv"));
+            producer.setUseTLS(a.flag("use-tls"));  // (TLS's test mode, the client's default: any certificate)
             producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));
             producer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
             producer.start();
