@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sluice.cli.servers import announced_ip, broker_config, namesrv_config
-from sluice.common.config import FlushDiskType
-from sluice.common.config_loader import ConfigError, load_toml
+from sluice.common.config import FlushDiskType, ProxyConfig
+from sluice.common.config_loader import ConfigError, load, load_toml
 
 DOCS = Path(__file__).parents[2] / "docs" / "configuration.md"
 
@@ -27,6 +27,7 @@ def test_documented_example_config_loads(tmp_path):
     assert b.broker_ip == "10.0.0.5" and b.namesrv_addrs == ["10.0.0.2:9876", "10.0.0.3:9876"]
     assert b.store.flush_disk_type is FlushDiskType.SYNC_FLUSH and b.remoting.write_buffer_max == 64 << 20
     assert namesrv_config(argparse.Namespace(), data, str(path)).port == 9876
+    assert load(ProxyConfig, data["proxy"], f"{path} [proxy]").tls_server_mode == "permissive"
 
 
 def test_flags_override_the_file(tmp_path):
