@@ -29,7 +29,7 @@ class CertificateAuthority:
         self.cert_path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
     def issue(self, name: str, *, server: bool = True, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
-              directory: Path | None = None) -> tuple[Path, Path]:
+              directory: Path | None = None, client_too: bool = False) -> tuple[Path, Path]:
         """A certificate for ``name`` signed by this CA, and its key: (cert path, key path)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
@@ -39,12 +39,14 @@ class CertificateAuthority:
                 alt.append(x509.IPAddress(ipaddress.ip_address(h)))
             except ValueError:
                 alt.append(x509.DNSName(h))
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        usage = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if client_too:
+            usage.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
                 .issuer_name(self.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
                 .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
                 .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+                .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
                 .sign(self.key, hashes.SHA256()))
         where = directory or self.root
         where.mkdir(parents=True, exist_ok=True)

@@ -76,12 +76,13 @@ def test_prefix_range_end_is_the_first_key_after_every_key_with_the_prefix(prefi
 
 
 @pytest.mark.parametrize(("text", "addr"), [("127.0.0.1:2379", ("127.0.0.1", 2379)),
-                                            ("http://10.0.0.1:2380/", ("10.0.0.1", 2380))])
+                                            ("http://10.0.0.1:2380/", ("10.0.0.1", 2380)),
+                                            ("https://10.0.0.1:2381", ("10.0.0.1", 2381))])
 def test_endpoints_are_host_port_with_or_without_http_scheme(text: str, addr: tuple[str, int]) -> None:
     assert parse_endpoint(text) == addr
 
 
-@pytest.mark.parametrize("text", ["https://127.0.0.1:2379", "127.0.0.1", "localhost:http"])
+@pytest.mark.parametrize("text", ["unix://127.0.0.1:2379", "127.0.0.1", "localhost:http"])
 def test_client_refuses_endpoints_it_cannot_speak_to(text: str) -> None:
     with pytest.raises(ValueError):
         EtcdClient([text])
@@ -371,3 +372,33 @@ def test_a_closed_client_refuses_calls(etcd_server: str) -> None:
             await etcd.get(b"k")
 
     run(go())
+
+
+def test_over_tls_a_client_with_a_certificate_etcd_trusts_gets_in_and_one_without_does_not(tmp_path: Path) -> None:
+    from sluice.remoting.tls import client_context
+    from tests.tls_certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "pki")
+    cert, key = ca.issue("etcd", client_too=True)
+    server = EtcdServer(tmp_path / "etcd", binary=require_etcd(), tls=(str(cert), str(key), str(ca.cert_path)))
+    endpoint = server.start()
+    try:
+        assert endpoint.startswith("https://")
+        broker_cert, broker_key = ca.issue("broker", server=False)
+
+        async def go() -> None:
+            mutual = client_context(cafile=str(ca.cert_path), certfile=str(broker_cert), keyfile=str(broker_key))
+            async with EtcdClient([endpoint], tls=mutual) as etcd:
+                await etcd.put(b"tls/k", b"v")
+                kv = await etcd.get(b"tls/k")
+                assert kv is not None and kv.value == b"v"
+            async with EtcdClient([endpoint], tls=client_context(cafile=str(ca.cert_path))) as anonymous:
+                with pytest.raises(EtcdError):
+                    await anonymous.get(b"tls/k")
+            async with EtcdClient([endpoint.replace("https://", "http://")]) as plaintext:
+                with pytest.raises(EtcdError):
+                    await plaintext.get(b"tls/k")
+
+        run(go())
+    finally:
+        server.stop()

@@ -232,3 +232,43 @@ def test_a_slave_copies_its_master_over_tls_and_a_plaintext_slave_is_refused(
             empty_cluster.loop.run(r.stop())
         empty_cluster.close()
 
+
+
+def test_a_broker_in_controller_mode_is_elected_through_an_etcd_that_requires_client_certificates(
+        tmp_path: Path, cluster: Cluster, ca: CertificateAuthority) -> None:
+    import json
+
+    from sluice.etcd.etcd_client import EtcdClient
+    from tests.broker_process import free_port
+    from tests.etcd_server import EtcdServer, require_etcd
+
+    cert, key = ca.issue("etcd", client_too=True)
+    etcd = EtcdServer(tmp_path / "etcd", binary=require_etcd(), tls=(str(cert), str(key), str(ca.cert_path)))
+    endpoint = etcd.start()
+    broker_cert, broker_key = ca.issue("broker-etcd-client", server=False)
+    try:
+        port = free_port()
+        cfg = cluster.broker_config("controlled", broker_id=1, listen_port=port, ha_listen_port=free_port(),
+                                    controller_etcd_endpoints=endpoint, controller_etcd_tls_ca_path=str(ca.cert_path),
+                                    controller_etcd_tls_cert_path=str(broker_cert),
+                                    controller_etcd_tls_key_path=str(broker_key))
+        cfg.broker_name = "broker-etcd-tls"
+        runner = BrokerRunner(cfg)
+        cluster.loop.run(runner.start())
+        try:
+            def leader() -> dict[str, Any] | None:
+                async def read() -> dict[str, Any] | None:
+                    mutual = client_context(cafile=str(ca.cert_path), certfile=str(broker_cert),
+                                            keyfile=str(broker_key))
+                    async with EtcdClient([endpoint], tls=mutual) as client:
+                        kv = await client.get(b"/sluice/DefaultCluster/broker-etcd-tls/leader")
+                    return None if kv is None else dict(json.loads(kv.value))
+                return asyncio.run(read())
+
+            wait_until(lambda: (leader() or {}).get("brokerId") == 1, 30, "the broker elected through TLS etcd")
+            wait_until(lambda: runner.broker is not None and runner.broker.role.is_master, 30,
+                       "the broker to become master")
+        finally:
+            cluster.loop.run(runner.stop())
+    finally:
+        etcd.stop()

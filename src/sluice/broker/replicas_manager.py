@@ -24,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.common.service import AsyncService
-from sluice.etcd.etcd_client import Compare, EtcdClient, EtcdError, KeyValue, Op
+from sluice.etcd.etcd_client import Compare, EtcdClient, EtcdError, KeyValue, Op, is_tls_endpoint
+from sluice.remoting.tls import TlsError, client_context
 
 if TYPE_CHECKING:
     from sluice.broker.broker_runner import BrokerRunner
@@ -81,7 +83,15 @@ class ReplicasManager(AsyncService):
         self.runner = runner
         self.config = c
         endpoints = [e.strip() for e in c.controller_etcd_endpoints.split(";") if e.strip()]
-        self.etcd = EtcdClient(endpoints, timeout=max(0.5, c.controller_lease_ttl / 3000))
+        tls = None
+        if any(is_tls_endpoint(e) for e in endpoints):
+            try:
+                tls = client_context(c.controller_etcd_tls_ca_path or None, c.controller_etcd_tls_cert_path or None,
+                                     c.controller_etcd_tls_key_path or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise TlsError(f"broker {c.broker_name}: controller_etcd_tls_ca_path / controller_etcd_tls_cert_path "
+                               f"/ controller_etcd_tls_key_path: cannot load: {exc}") from None
+        self.etcd = EtcdClient(endpoints, timeout=max(0.5, c.controller_lease_ttl / 3000), tls=tls)
         self.prefix = f"/sluice/{c.broker_cluster_name}/{c.broker_name}/".encode()
         self.broker_id = c.broker_id
         self.address = f"{c.broker_ip}:{c.listen_port}"

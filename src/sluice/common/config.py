@@ -433,6 +433,11 @@ class BrokerConfig(AuthSettings):
     # long (it takes no write once it could not renew it in time).
     controller_etcd_endpoints: str = ""
     controller_lease_ttl: Annotated[int, Meta(ge=1_000, le=60_000)] = 3_000
+    # For https:// etcd endpoints: etcd's CA (else the system's), and a client certificate where etcd runs with
+    # --client-cert-auth.
+    controller_etcd_tls_ca_path: str = ""
+    controller_etcd_tls_cert_path: str = ""
+    controller_etcd_tls_key_path: str = ""
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     remoting: RemotingConfig = field(default_factory=RemotingConfig)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -280,17 +281,22 @@ def _error_from_body(status: int, body: bytes) -> EtcdError:
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """``"127.0.0.1:2379"`` or ``"http://127.0.0.1:2379"`` → (host, port); https is not supported."""
+    """``"127.0.0.1:2379"``, ``"http://127.0.0.1:2379"`` or ``"https://..."`` → (host, port)."""
     text = endpoint.strip()
     if "://" in text:
         scheme, _, text = text.partition("://")
-        if scheme.lower() != "http":
-            raise ValueError(f"etcd endpoint {endpoint!r}: only http:// is supported")
+        if scheme.lower() not in ("http", "https"):
+            raise ValueError(f"etcd endpoint {endpoint!r}: http:// or https:// is supported")
     text = text.rstrip("/")
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise ValueError(f"etcd endpoint must be host:port or http://host:port, not {endpoint!r}")
     return host.strip("[]"), int(port)
+
+
+def is_tls_endpoint(endpoint: str) -> bool:
+    """Whether ``endpoint`` is spoken to over TLS (``https://``)."""
+    return endpoint.strip().lower().startswith("https://")
 
 
 class _ConnectFailed(Exception):
@@ -313,11 +319,12 @@ class _HttpConnection:
         self.reusable = True
 
     @classmethod
-    async def open(cls, endpoint: str) -> _HttpConnection:
+    async def open(cls, endpoint: str, tls: ssl.SSLContext | None = None) -> _HttpConnection:
         host, port = parse_endpoint(endpoint)
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
-        except OSError as exc:
+            reader, writer = await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES, ssl=tls,
+                                                           server_hostname=host if tls else None)
+        except OSError as exc:  # (ssl.SSLError too: a refused certificate)
             raise _ConnectFailed(f"{endpoint}: {exc.strerror or exc}") from exc
         return cls(endpoint, host, port, reader, writer)
 
@@ -440,13 +447,15 @@ class _HttpConnection:
 class EtcdClient:
     """etcd's KV, transaction and lease calls over the JSON gateway of any of ``endpoints``.
 
-    ``endpoints``: ``"host:port"`` or ``"http://host:port"``, tried in turn when one cannot be reached; the
-    client stays on the last one that answered. ``timeout`` (seconds) bounds each attempt on one endpoint;
-    ``max_response_bytes`` bounds a response body (a longer one fails the call with :class:`EtcdError`).
+    ``endpoints``: ``"host:port"``, ``"http://host:port"`` or ``"https://host:port"``, tried in turn when one
+    cannot be reached; the client stays on the last one that answered. ``timeout`` (seconds) bounds each attempt on
+    one endpoint; ``max_response_bytes`` bounds a response body (a longer one fails the call with
+    :class:`EtcdError`). ``tls``: the context for ``https://`` endpoints (etcd's CA, a client certificate for
+    ``--client-cert-auth``); without it, the system's CAs.
     """
 
     def __init__(self, endpoints: Sequence[str], timeout: float = 2.0,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, tls: ssl.SSLContext | None = None) -> None:
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         if not endpoints:
@@ -458,6 +467,8 @@ class EtcdClient:
         self.endpoints = list(endpoints)
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
+        self._tls = tls if tls is not None else (ssl.create_default_context()
+                                                 if any(is_tls_endpoint(e) for e in endpoints) else None)
         self._current = 0
         self._idle: list[_HttpConnection] = []
         self._busy: set[_HttpConnection] = set()
@@ -584,7 +595,7 @@ class EtcdClient:
         if conn is None:
             try:
                 async with asyncio.timeout_at(deadline):
-                    conn = await _HttpConnection.open(endpoint)
+                    conn = await _HttpConnection.open(endpoint, self._tls if is_tls_endpoint(endpoint) else None)
             except TimeoutError:
                 raise _ConnectFailed(f"{endpoint}: no connection within {self.timeout} s") from None
         self._busy.add(conn)

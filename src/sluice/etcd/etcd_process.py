@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -35,7 +36,12 @@ def free_port() -> int:
 class EtcdServer:
     """One single-member etcd cluster in a child process."""
 
-    def __init__(self, root: Path, name: str = "etcd0", binary: str | None = None) -> None:
+    def __init__(self, root: Path, name: str = "etcd0", binary: str | None = None,
+                 tls: tuple[str, str, str] | None = None) -> None:
+        """``tls``: (certificate, key, CA) paths: clients speak https and must show a certificate the CA
+        signed (``--client-cert-auth``); the certificate serves both ends of the health check, so it must allow
+        server and client authentication."""
+        self.tls = tls
         found = binary or etcd_binary()
         if found is None:
             raise RuntimeError("no etcd binary: install Debian's etcd-server (scripts/ensure_etcd.sh)")
@@ -49,8 +55,8 @@ class EtcdServer:
 
     @property
     def endpoint(self) -> str:
-        """``127.0.0.1:<client port>``."""
-        return f"127.0.0.1:{self.client_port}"
+        """``127.0.0.1:<client port>`` (``https://127.0.0.1:<port>`` with TLS)."""
+        return f"https://127.0.0.1:{self.client_port}" if self.tls else f"127.0.0.1:{self.client_port}"
 
     def start(self) -> str:
         """Start it (a few times over if a free port was taken meanwhile) and wait until it is healthy; its
@@ -59,14 +65,18 @@ class EtcdServer:
         self.root.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
             self.client_port, peer_port = free_port(), free_port()
-            client_url, peer_url = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer_port}"
+            scheme = "https" if self.tls else "http"
+            client_url, peer_url = f"{scheme}://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer_port}"
+            tls_flags = ([] if self.tls is None else
+                         ["--cert-file", self.tls[0], "--key-file", self.tls[1], "--trusted-ca-file", self.tls[2],
+                          "--client-cert-auth"])
             with open(self.log, "ab") as log:
                 self.proc = subprocess.Popen(
                     [self.binary, "--name", self.name, "--data-dir", str(self.data_dir),
                      "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
                      "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
                      "--initial-cluster", f"{self.name}={peer_url}", "--initial-cluster-state", "new",
-                     "--logger", "zap", "--log-level", "warn", "--log-outputs", "stderr"],
+                     "--logger", "zap", "--log-level", "warn", "--log-outputs", "stderr", *tls_flags],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             problem = self._wait_healthy()
             if not problem:
@@ -79,12 +89,16 @@ class EtcdServer:
         """'' once ``/health`` says true; else why not (it exited, or 20 s passed)."""
         assert self.proc is not None
         deadline = time.monotonic() + START_TIMEOUT
-        url = f"http://{self.endpoint}/health"
+        url = f"{self.endpoint}/health" if self.tls else f"http://{self.endpoint}/health"
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(cafile=self.tls[2])
+            context.load_cert_chain(self.tls[0], self.tls[1])
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return f"etcd exited with {self.proc.returncode}"
             try:
-                with urllib.request.urlopen(url, timeout=1) as response:
+                with urllib.request.urlopen(url, timeout=1, context=context) as response:
                     if json.loads(response.read()).get("health") == "true":
                         return ""
             except (OSError, ValueError, urllib.error.URLError):
