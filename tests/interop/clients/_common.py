@@ -20,6 +20,8 @@ def parser(description: str, consumer: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--topic", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--out", required=True, help="JSON-lines file of what was sent / received")
+    p.add_argument("--access-key", default="", help="ACL: sign every request (set_session_credentials)")
+    p.add_argument("--secret-key", default="")
     if consumer:
         p.add_argument("--expression", default="*", help="tag expression")
         p.add_argument("--expect", type=int, default=0, help="end once this many distinct bodies arrived (0: never)")

@@ -43,6 +43,8 @@ def main() -> int:
     out = Journal(a.out)
     producer = Producer(a.group, timeout=10_000)
     producer.set_namesrv_addr(a.namesrv)
+    if a.access_key:
+        producer.set_session_credentials(a.access_key, a.secret_key, "")
     producer.start()
     try:
         pending: list[tuple[Message, dict]] = []
@@ -71,7 +73,11 @@ def main() -> int:
                     out.write(event="send-unanswered", **record)
                 continue
             if a.mode == "sync":
-                r = producer.send_sync(msg)
+                try:
+                    r = producer.send_sync(msg)
+                except Exception as exc:  # (the broker's refusal, e.g. ACL's NO_PERMISSION)
+                    out.write(event="send-failed", error=str(exc), **record)
+                    continue
             elif a.mode == "orderly":
                 r = producer.send_orderly(msg, i % a.keys)
             else:
