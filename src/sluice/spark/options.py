@@ -7,7 +7,9 @@ the query when it starts rather than in the middle of a batch.
 
 from __future__ import annotations
 
+import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,9 +23,10 @@ DEFAULT_PRODUCER_GROUP = "SLUICE_SPARK_WRITER"
 # Canonical spelling of every option (Spark lower-cases the keys it passes).
 SOURCE_OPTIONS = ("namesrv", "topics", "topicPattern", "startingOffsets", "endingOffsets", "startingTimestamp",
                   "endingTimestamp", "maxOffsetsPerTrigger", "minPartitions", "failOnDataLoss", "pullBatchSize",
-                  "arrowBatchRows", "includeProperties", "consumerGroup", "requestTimeoutMs")
+                  "arrowBatchRows", "includeProperties", "consumerGroup", "requestTimeoutMs", "accessKey", "secretKey",
+                  "tls", "tlsCaFile")
 SINK_OPTIONS = ("namesrv", "topic", "sinkId", "producerGroup", "sendBatchSize", "maxInflightSends",
-                "requestTimeoutMs")
+                "requestTimeoutMs", "accessKey", "secretKey", "tls", "tlsCaFile")
 BATCH_ONLY = ("endingOffsets", "endingTimestamp")
 STREAM_ONLY = ("maxOffsetsPerTrigger",)
 # Options Spark itself adds to what a sink sees (writeStream's checkpoint, save(path)).
@@ -32,6 +35,35 @@ SPARK_PASS_THROUGH = ("checkpointLocation", "path")
 
 class OptionError(ValueError):
     """A missing, unknown or malformed option; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How the source or sink reaches the cluster: ACL 2.0 credentials (``accessKey`` / ``secretKey``: Spark
+    redacts an option named like a secret from its plans and UI) and TLS (``tls``; ``tlsCaFile``: the CA the
+    servers' certificates are checked against, else the system's)."""
+
+    credentials: tuple[str, str] | None = None
+    tls: bool = False
+    tls_ca_file: str | None = None
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        from sluice.remoting.tls import client_context
+
+        return client_context(cafile=self.tls_ca_file)
+
+
+def _access(opts: dict[str, str]) -> Access:
+    ak, sk = _get(opts, "accessKey"), _get(opts, "secretKey")
+    if (ak is None) != (sk is None):
+        raise OptionError("options 'accessKey' and 'secretKey' are given together (ACL 2.0 credentials) or not at all")
+    ca = _get(opts, "tlsCaFile")
+    if ca is not None and not os.access(ca, os.R_OK):
+        raise OptionError(f"option 'tlsCaFile': no readable file {ca!r}")
+    return Access(credentials=None if ak is None or sk is None else (ak, sk),
+                  tls=_bool(opts, "tls", ca is not None), tls_ca_file=ca)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -112,6 +144,7 @@ class SourceOptions:
     consumer_group: str
     report_progress: bool  # consumerGroup given: commit() writes the query's progress to the broker
     request_timeout_ms: int
+    access: Access = Access()
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this source reads."""
@@ -201,6 +234,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         consumer_group=_group(opts, "consumerGroup", DEFAULT_CONSUMER_GROUP),
         report_progress=group_given,
         request_timeout_ms=_int(opts, "requestTimeoutMs", 10_000) or 10_000,
+        access=_access(opts),
     )
 
 
@@ -217,6 +251,7 @@ class SinkOptions:
     send_batch_size: int
     max_inflight_sends: int
     request_timeout_ms: int
+    access: Access = Access()
 
 
 def parse_sink_options(options: Mapping[str, str], streaming: bool) -> SinkOptions:
@@ -241,6 +276,7 @@ def parse_sink_options(options: Mapping[str, str], streaming: bool) -> SinkOptio
         send_batch_size=_int(opts, "sendBatchSize", 1000) or 1000,
         max_inflight_sends=_int(opts, "maxInflightSends", 4) or 4,
         request_timeout_ms=_int(opts, "requestTimeoutMs", 10_000) or 10_000,
+        access=_access(opts),
     )
 
 

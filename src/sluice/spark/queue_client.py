@@ -15,6 +15,7 @@ import functools
 import logging
 import queue
 import re
+import ssl
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
@@ -97,10 +98,11 @@ class LoopThread:
 class QueueClient:
     """Blocking access to name servers and brokers (see the module doc)."""
 
-    def __init__(self, namesrv: str, timeout_ms: int = 10_000) -> None:
+    def __init__(self, namesrv: str, timeout_ms: int = 10_000, credentials: tuple[str, str] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.timeout_ms = timeout_ms
         self.thread = LoopThread("sluice-spark-client")
-        self.instance = MQClientInstance(ClientConfig(namesrv_addr=namesrv))
+        self.instance = MQClientInstance(ClientConfig(namesrv_addr=namesrv), credentials, tls)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.thread.run(coro)

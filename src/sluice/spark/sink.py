@@ -48,7 +48,8 @@ def write_batches(opts: SinkOptions, batches: Iterable[pa.RecordBatch], prefix: 
     """
     thread = LoopThread("sluice-spark-sink")
     summary = WriteSummary()
-    producer = Producer(opts.producer_group, namesrv=opts.namesrv, send_msg_timeout=opts.request_timeout_ms)
+    producer = Producer(opts.producer_group, namesrv=opts.namesrv, send_msg_timeout=opts.request_timeout_ms,
+                        credentials=opts.access.credentials, tls=opts.access.tls_context())
     inflight: deque[concurrent.futures.Future[SendResult]] = deque()
     try:
         seq = 0

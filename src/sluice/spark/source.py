@@ -63,7 +63,8 @@ class SourcePlanner:
     @property
     def client(self) -> QueueClient:
         if self._client is None:
-            self._client = QueueClient(self.opts.namesrv, self.opts.request_timeout_ms)
+            self._client = QueueClient(self.opts.namesrv, self.opts.request_timeout_ms,
+                                       self.opts.access.credentials, self.opts.access.tls_context())
         return self._client
 
     def close(self) -> None:
@@ -190,7 +191,8 @@ def read_range(opts: SourceOptions, r: OffsetRange, schema: pa.Schema | None = N
         expected = last + 1
         yield batch
 
-    with QueueClient(opts.namesrv, opts.request_timeout_ms) as client:
+    with QueueClient(opts.namesrv, opts.request_timeout_ms, opts.access.credentials,
+                     opts.access.tls_context()) as client:
         for offset, result in client.pull_range(ref, r.start, r.end, opts.consumer_group, opts.pull_batch_size):
             if result.status is PullStatus.FOUND:
                 bodies.append(result.body)
