@@ -272,3 +272,55 @@ def test_a_broker_in_controller_mode_is_elected_through_an_etcd_that_requires_cl
             cluster.loop.run(runner.stop())
     finally:
         etcd.stop()
+
+
+def test_failed_handshakes_leave_no_connection_behind(cluster: Cluster) -> None:
+    broker = cluster.brokers[0]
+    host, port = split_addr(broker.broker_addr)
+    before = len(broker.server.connections)
+    for _ in range(30):  # a TLS record header, then garbage: the handshake fails
+        with socket.create_connection((host, port), timeout=10) as s:
+            s.sendall(b"\x16\x03\x01\x00\x05hello" + os.urandom(64))
+            try:
+                s.recv(1024)
+            except OSError:
+                pass
+    wait_until(lambda: len(broker.server.connections) <= before, 30, "the failed connections to be forgotten")
+    asyncio.run(_send(cluster.namesrv_addr, "TopicAfterGarbage", "still-served", client_context(verify=False)))
+
+
+def test_the_grpc_front_enforcing_tls_refuses_plaintext_and_calls_straight_to_grpcio(
+        tmp_path: Path, cluster: Cluster, ca: CertificateAuthority) -> None:
+    import grpc
+
+    from sluice.proxy.messaging_service import serve, stop
+    from sluice.proxy.protocol import SERVICE, pb
+    from sluice.remoting.tls import ServerTls, TlsMode
+
+    cluster.create_topic("TopicFront", 2)
+    cert, key = ca.issue("front")
+    server, service, port = cluster.loop.run(serve(cluster.namesrv_addr, "127.0.0.1", 0, tls=ServerTls(
+        TlsMode.ENFORCING, str(cert), str(key), name="gRPC front")))
+    assert service.front is not None
+    backend = service.front.backend_port
+
+    async def route(target: str, creds: Any) -> Any:
+        channel = (grpc.aio.secure_channel(target, creds, options=[("grpc.ssl_target_name_override", "localhost")])
+                   if creds is not None else grpc.aio.insecure_channel(target))
+        async with channel:
+            call = channel.unary_unary(f"/{SERVICE}/QueryRoute",
+                                       request_serializer=pb.QueryRouteRequest.SerializeToString,
+                                       response_deserializer=pb.QueryRouteResponse.FromString)
+            return await call(pb.QueryRouteRequest(topic=pb.Resource(name="TopicFront")), timeout=5)
+
+    try:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_path.read_bytes())
+        assert asyncio.run(route(f"127.0.0.1:{port}", creds)).status.code == 20000
+        with pytest.raises(grpc.aio.AioRpcError) as plain:
+            asyncio.run(route(f"127.0.0.1:{port}", None))
+        assert plain.value.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(grpc.aio.AioRpcError) as straight:
+            asyncio.run(route(f"127.0.0.1:{backend}", None))  # grpcio's own loopback port: not a way around
+        assert straight.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        cluster.loop.run(stop(server, service))

@@ -102,13 +102,13 @@ def test_mutual_tls_without_a_trust_file_cannot_be_configured() -> None:
         ServerTls(TlsMode.ENFORCING, "", "", client_auth=ClientAuth.OPTIONAL)
 
 
-def test_the_acceptor_closes_a_client_that_says_nothing_and_bounds_those_still_silent(
+def test_the_acceptor_bounds_the_clients_still_silent_and_closes_them_when_their_time_is_up(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tls_module, "FIRST_BYTE_TIMEOUT", 0.3)
+    monkeypatch.setattr(tls_module, "FIRST_BYTE_TIMEOUT", 3.0)
     tls = ServerTls(TlsMode.PERMISSIVE, "", "", self_signed_dir=str(tmp_path))
     connected: list[ssl.SSLContext | None] = []
 
-    async def scenario() -> tuple[bytes, list[bytes]]:
+    async def scenario() -> tuple[float, float, bytes]:
         async def on_connection(sock: socket.socket, ctx: ssl.SSLContext | None) -> None:
             connected.append(ctx)
             sock.close()
@@ -117,26 +117,35 @@ def test_the_acceptor_closes_a_client_that_says_nothing_and_bounds_those_still_s
         listening = bind_socket("127.0.0.1", 0)
         acceptor.start(listening)
         port = listening.getsockname()[1]
-        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        loop = asyncio.get_running_loop()
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        while len(acceptor._pending) < 2:
+            await asyncio.sleep(0.01)
+        t0 = loop.time()
+        over = socket.create_connection(("127.0.0.1", port))  # over the bound: closed at once
+        over.setblocking(False)
+        assert await _end(over) == b""
+        refused_after = loop.time() - t0
+        over.close()
         for s in silent:
             s.setblocking(False)
-        try:
-            # The third is over the bound: closed at once; the other two once their time is up.
-            ends = list(await asyncio.gather(*(_end(s) for s in silent)))
-            talker = socket.create_connection(("127.0.0.1", port))
-            talker.sendall(b"\x00\x00\x00\x10")  # a remoting frame's length: plaintext
-            talker.setblocking(False)
-            end = await _end(talker)
-            talker.close()
-        finally:
-            for s in silent:
-                s.close()
-            acceptor.close()
-        return end, ends
+        ends = await asyncio.gather(*(_end(s) for s in silent))  # the others once their time is up
+        timed_out_after = loop.time() - t0
+        assert list(ends) == [b"", b""]
+        talker = socket.create_connection(("127.0.0.1", port))
+        talker.sendall(b"\x00\x00\x00\x10")  # a remoting frame's length: plaintext
+        talker.setblocking(False)
+        end = await _end(talker)
+        talker.close()
+        for s in silent:
+            s.close()
+        acceptor.close()
+        assert acceptor.refused_over_limit == 1
+        return refused_after, timed_out_after, end
 
-    end, ends = asyncio.run(scenario())
-    assert ends == [b"", b"", b""] and end == b""
-    assert connected == [None]  # only the one that spoke, as plaintext
+    refused_after, timed_out_after, end = asyncio.run(scenario())
+    assert refused_after < 1.5 < timed_out_after, (refused_after, timed_out_after)
+    assert end == b"" and connected == [None]  # only the one that spoke, as plaintext
 
 
 def test_the_first_byte_tells_tls_from_plaintext(tmp_path: Path) -> None:

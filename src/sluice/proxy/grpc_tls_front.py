@@ -13,8 +13,11 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
+from collections import OrderedDict
 from typing import cast
 
+from sluice.remoting.server import connection_limit
 from sluice.remoting.tls import HANDSHAKE_TIMEOUT, ServerTls, TlsAcceptor, bind_socket
 
 log = logging.getLogger(__name__)
@@ -22,6 +25,12 @@ log = logging.getLogger(__name__)
 # Bytes buffered toward a side that does not read before the other side's reading pauses (back-pressure).
 HIGH_WATER = 1 << 20
 LOW_WATER = 256 << 10
+# A connection's client address is kept this long after it closed (s): grpcio may still be serving a call it read
+# before the close. A newer connection on the same loopback port replaces it at once.
+PEER_GRACE = 60.0
+MAX_RECENT_PEERS = 65_536
+# Descriptors per client connection: its own, the front's to grpcio, and grpcio's end of that.
+FDS_PER_CONNECTION = 3
 
 
 class _Pipe(asyncio.Protocol):
@@ -71,23 +80,34 @@ class _Pipe(asyncio.Protocol):
 class GrpcTlsFront:
     """The public gRPC port in permissive or enforcing mode, in front of grpcio's loopback listener."""
 
-    def __init__(self, tls: ServerTls, backend_port: int, name: str = "gRPC front") -> None:
+    def __init__(self, tls: ServerTls, backend_port: int, name: str = "gRPC front",
+                 max_connections: int = 10_000) -> None:
         self.tls = tls
         self.backend_port = backend_port
         self.name = name
         self.acceptor: TlsAcceptor | None = None
         # The local port of a loopback connection to grpcio → the address of the client it carries.
         self._peers: dict[int, str] = {}
-        self._closers: set[asyncio.Transport] = set()
+        # Those closed lately: port → (address, when it may be forgotten), oldest first.
+        self._recent: OrderedDict[int, tuple[str, float]] = OrderedDict()
+        self._transports: set[asyncio.Transport] = set()
+        self.max_connections = min(max_connections, connection_limit(10 ** 9) // FDS_PER_CONNECTION)
+
+    @property
+    def connections(self) -> int:
+        return len(self._peers)
 
     async def start(self, host: str, port: int) -> int:
         listening = bind_socket(host, port)
-        self.acceptor = TlsAcceptor(self.tls, self._connected, self.name)
+        self.acceptor = TlsAcceptor(self.tls, self._connected, self.name,
+                                    capacity=lambda: self.max_connections - len(self._peers))
         self.acceptor.start(listening)
         return int(listening.getsockname()[1])
 
     async def _connected(self, sock: socket.socket, ctx: ssl.SSLContext | None) -> None:
         loop = asyncio.get_running_loop()
+        if len(self._peers) >= self.max_connections:
+            raise OSError(f"{self.max_connections} connections are open (the limit)")
         peer = sock.getpeername()
         outer = _Pipe()
         closed: asyncio.Future[None] = loop.create_future()
@@ -95,12 +115,19 @@ class GrpcTlsFront:
         outer.other, inner.other = inner, outer
         backend, _ = await loop.create_connection(lambda: inner, "127.0.0.1", self.backend_port)
         local_port = backend.get_extra_info("sockname")[1]
-        self._peers[local_port] = _grpc_peer(peer)
-        self._closers.add(backend)
+        self._recent.pop(local_port, None)
+        self._peers[local_port] = address = _grpc_peer(peer)
+        self._transports.add(backend)
 
         def forget(_: asyncio.Future[None]) -> None:
-            self._peers.pop(local_port, None)
-            self._closers.discard(backend)
+            if self._peers.get(local_port) == address:
+                del self._peers[local_port]
+                self._recent[local_port] = (address, time.monotonic() + PEER_GRACE)
+                while len(self._recent) > MAX_RECENT_PEERS:
+                    self._recent.popitem(last=False)
+            self._transports.discard(backend)
+            if outer.transport is not None:
+                self._transports.discard(outer.transport)
 
         closed.add_done_callback(forget)
         try:
@@ -109,21 +136,40 @@ class GrpcTlsFront:
         except BaseException:
             backend.close()
             raise
+        if outer.transport is not None:
+            self._transports.add(outer.transport)
 
-    def peer(self, grpc_peer: str) -> str:
-        """grpcio's ``context.peer()`` of a call → that of the client behind the loopback connection."""
-        if grpc_peer.startswith("ipv4:127.0.0.1:"):
-            port = grpc_peer.rpartition(":")[2]
-            if port.isdigit():
-                return self._peers.get(int(port), grpc_peer)
-        return grpc_peer
+    def peer(self, grpc_peer: str) -> str | None:
+        """grpcio's ``context.peer()`` of a call → that of the client behind the loopback connection; None for a
+        call that did not come through this front (straight to grpcio's port): it must be refused."""
+        if not grpc_peer.startswith("ipv4:127.0.0.1:"):
+            return None
+        port = grpc_peer.rpartition(":")[2]
+        if not port.isdigit():
+            return None
+        found = self._peers.get(int(port))
+        if found is not None:
+            return found
+        recent = self._recent.get(int(port))
+        now = time.monotonic()
+        while self._recent:  # (drop the expired, oldest first)
+            oldest = next(iter(self._recent.values()))
+            if oldest[1] > now:
+                break
+            self._recent.popitem(last=False)
+        return recent[0] if recent is not None and recent[1] > now else None
 
-    def close(self) -> None:
+    def stop_accepting(self) -> None:
         if self.acceptor is not None:
             self.acceptor.close()
             self.acceptor = None
-        for transport in list(self._closers):
-            transport.close()
+
+    def close(self) -> None:
+        """Stop accepting and drop every connection at once (a client that does not read is not waited for)."""
+        self.stop_accepting()
+        for transport in list(self._transports):
+            transport.abort()
+        self._transports.clear()
 
 
 def _grpc_peer(address: tuple[str, int] | tuple[str, int, int, int]) -> str:

@@ -135,7 +135,7 @@ def _remaining(context: Any, default: float) -> float:
     return default if left is None else left
 
 
-def _same_peer(peer: str) -> str:
+def _same_peer(peer: str) -> str | None:
     return peer
 
 
@@ -150,8 +150,9 @@ class MessagingService:
         self.client = MQClientInstance(base.replace(namesrv_addr=namesrv, instance_name="sluice-proxy"), credentials,
                                        broker_tls)
         self.auth = auth
-        # grpcio's peer of a call → the client's (behind the TLS front, grpcio sees the loopback).
-        self.peer_of: Callable[[str], str] = _same_peer
+        # grpcio's peer of a call → the client's (behind the TLS front, grpcio sees the loopback); None: a call
+        # that did not come through the front (refused).
+        self.peer_of: Callable[[str], str | None] = _same_peer
         self.front: GrpcTlsFront | None = None
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
@@ -747,8 +748,11 @@ def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, clien
     assert auth is not None
 
     def refusal(req: Any, context: Any, fresh: bool = True) -> Any:
-        text = auth.refusal(name, req, dict(context.invocation_metadata() or ()), service.peer_of(context.peer()),
-                            fresh)
+        peer = service.peer_of(context.peer())
+        if peer is None:
+            return resp_cls(status=status("UNAUTHORIZED", "the client's address is not known: connect to the "
+                                                          "front's port"))
+        text = auth.refusal(name, req, dict(context.invocation_metadata() or ()), peer, fresh)
         return None if text is None else resp_cls(status=status("UNAUTHORIZED", text))
 
     if client_streams:
@@ -800,13 +804,37 @@ def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, clien
     return guarded_unary
 
 
-def handler(service: MessagingService) -> grpc.GenericRpcHandler:
-    """The service's methods as a generic gRPC handler (no generated stubs: the protocol module's classes)."""
+def _fronted(service: MessagingService, fn: Any, client_streams: bool, server_streams: bool) -> Any:
+    """``fn`` served only to calls that came through the TLS front: grpcio's loopback port is not a way around
+    the front's TLS (enforcing, mutual) nor around the address rules."""
+
+    async def check(context: Any) -> None:
+        if service.peer_of(context.peer()) is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "connect to the gRPC front's port")
+
+    if server_streams:
+        async def fronted_stream(req: Any, context: Any) -> AsyncIterator[Any]:
+            await check(context)
+            async for item in fn(req, context):
+                yield item
+        return fronted_stream
+
+    async def fronted_unary(req: Any, context: Any) -> Any:
+        await check(context)
+        return await fn(req, context)
+    return fronted_unary
+
+
+def handler(service: MessagingService, fronted: bool = False) -> grpc.GenericRpcHandler:
+    """The service's methods as a generic gRPC handler (no generated stubs: the protocol module's classes);
+    ``fronted``: served only to calls through the TLS front."""
     methods: dict[str, grpc.RpcMethodHandler] = {}
     for name, (req, resp, client_streams, server_streams) in RPCS.items():
         fn = getattr(service, name)
         if service.auth is not None:
             fn = _guarded(service, name, fn, getattr(pb, resp), client_streams, server_streams)
+        if fronted:
+            fn = _fronted(service, fn, client_streams, server_streams)
         des, ser = getattr(pb, req).FromString, getattr(pb, resp).SerializeToString
         if client_streams and server_streams:
             methods[name] = grpc.stream_stream_rpc_method_handler(fn, des, ser)
@@ -830,7 +858,7 @@ async def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8081, config:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", MAX_BODY_SIZE + (4 << 20)),
                                       ("grpc.max_send_message_length", -1)])
-    server.add_generic_rpc_handlers((handler(service),))
+    server.add_generic_rpc_handlers((handler(service, fronted=tls is not None),))
     try:
         bound = server.add_insecure_port(f"{host}:{port}" if tls is None else "127.0.0.1:0")
     except RuntimeError:
@@ -856,8 +884,10 @@ async def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8081, config:
 
 async def stop(server: grpc.aio.Server, service: MessagingService) -> None:
     if service.front is not None:
+        service.front.stop_accepting()
+    await server.stop(grace=1.0)  # (the calls in flight end through the front's open connections)
+    if service.front is not None:
         service.front.close()
-    await server.stop(grace=1.0)
     await service.shutdown()
 
 

@@ -90,11 +90,20 @@ class RemotingServer:
 
         if self.tls is not None:
             async def connected(accepted: socket.socket, ctx: ssl.SSLContext | None) -> None:
-                await loop.connect_accepted_socket(factory, accepted, ssl=ctx,
-                                                   ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)
+                protocol = factory()
+                try:
+                    await loop.connect_accepted_socket(lambda: protocol, accepted, ssl=ctx,
+                                                       ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)
+                except BaseException:
+                    # A failed handshake never calls connection_lost: the connection was never made.
+                    if isinstance(protocol, Connection):
+                        self.connections.discard(protocol)
+                    raise
 
             listening = sock if sock is not None else bind_socket(host, port)
-            self.acceptor = TlsAcceptor(self.tls, connected, self.name)
+            # Connections still to send their first byte hold descriptors too: they share the limit.
+            self.acceptor = TlsAcceptor(self.tls, connected, self.name,
+                                        capacity=lambda: limit - len(self.connections))
             self.acceptor.start(listening)
             bound = listening.getsockname()
         elif sock is not None:

@@ -123,8 +123,23 @@ def self_signed(directory: str, hosts: Iterable[str] = (), name: str = "server")
     cert_path = os.path.join(directory, "self-signed.pem")
     key_path = os.path.join(directory, "self-signed.key")
     names = sorted({"localhost", "127.0.0.1", "::1", *(h for h in hosts if h and h not in ("0.0.0.0", "::"))})
-    if _self_signed_usable(cert_path, key_path, names):
-        return cert_path, key_path
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    # Servers sharing the directory (two proxies on the default one) make one pair between them, never a key of
+    # one with the certificate of another.
+    with open(os.path.join(directory, ".lock"), "a") as lock:
+        try:
+            import fcntl
+        except ImportError:  # (Windows: no server runs there)
+            fcntl = None  # type: ignore[assignment]
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if _self_signed_usable(cert_path, key_path, names):
+            return cert_path, key_path
+        _make_self_signed(cert_path, key_path, names, name)
+    return cert_path, key_path
+
+
+def _make_self_signed(cert_path: str, key_path: str, names: list[str], name: str) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -148,13 +163,11 @@ def self_signed(directory: str, hosts: Iterable[str] = (), name: str = "server")
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
     _write_atomically(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                   serialization.NoEncryption()), 0o600)
     _write_atomically(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     log.info("TLS: made a self-signed certificate for %s in %s (test mode: configure tls_server_cert_path and "
              "tls_server_key_path for production)", ", ".join(names), cert_path)
-    return cert_path, key_path
 
 
 def _self_signed_usable(cert_path: str, key_path: str, names: list[str]) -> bool:
@@ -162,15 +175,20 @@ def _self_signed_usable(cert_path: str, key_path: str, names: list[str]) -> bool
         return False
     try:
         from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
 
         with open(cert_path, "rb") as f:
             cert = x509.load_pem_x509_certificate(f.read())
+        with open(key_path, "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), None)
+        der, spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        pair = key.public_key().public_bytes(der, spki) == cert.public_key().public_bytes(der, spki)
         alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         named = {str(v) for v in alt.get_values_for_type(x509.IPAddress)} | set(alt.get_values_for_type(x509.DNSName))
         fresh = cert.not_valid_after_utc > datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
     except Exception:  # (unreadable or not a certificate: made anew)
         return False
-    return fresh and all(str(ipaddress.ip_address(n)) in named if _is_ip(n) else n in named for n in names)
+    return pair and fresh and all(str(ipaddress.ip_address(n)) in named if _is_ip(n) else n in named for n in names)
 
 
 def _is_ip(name: str) -> bool:
@@ -223,6 +241,10 @@ class ServerTls:
             raise TlsError(f"{name}: tls_server_trust_cert_path {trust_cert_path!r}: no such readable file")
         if cert_path:
             self._load()
+
+    def due(self) -> bool:
+        """Whether the next ``context()`` may read files (the first one, or the look for changed files)."""
+        return self._context is None or time.monotonic() - self._checked >= RELOAD_CHECK_INTERVAL
 
     @property
     def loaded(self) -> bool:
@@ -396,12 +418,17 @@ class TlsAcceptor:
     plaintext). In enforcing mode a plaintext connection is closed. Connections still silent count against
     ``max_pending``; past it, new ones are closed at once."""
 
-    def __init__(self, tls: ServerTls, connected: Connected, name: str, max_pending: int = 1024) -> None:
+    def __init__(self, tls: ServerTls, connected: Connected, name: str, max_pending: int = 1024,
+                 capacity: Callable[[], int] | None = None) -> None:
+        """``capacity``: how many more connections the server may hold now (its descriptor budget); connections
+        still silent count against it."""
         self.tls = tls
+        self.capacity = capacity
         self.connected = connected
         self.name = name
         self.max_pending = max_pending
         self.refused_plaintext = 0
+        self.refused_over_limit = 0
         self.tls_connections = 0
         self.plain_connections = 0
         self._pending: set[asyncio.Task[None]] = set()
@@ -427,10 +454,12 @@ class TlsAcceptor:
                 self._rate_limited_warning("accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            if len(self._pending) >= self.max_pending:
+            room = self.max_pending if self.capacity is None else min(self.max_pending, self.capacity())
+            if len(self._pending) >= room:
                 sock.close()
-                self._rate_limited_warning("closing a connection: %d are still to send their first byte",
-                                           len(self._pending))
+                self.refused_over_limit += 1
+                self._rate_limited_warning("closing a connection: %d are still to send their first byte (the "
+                                           "limit: max_connections and the open files left)", len(self._pending))
                 continue
             sock.setblocking(False)
             task = loop.create_task(self._sniff(sock))
@@ -445,8 +474,9 @@ class TlsAcceptor:
                 return
             if first == TLS_HANDSHAKE_RECORD:
                 self.tls_connections += 1
-                ctx: ssl.SSLContext | None = (self.tls.context() if self.tls.loaded
-                                              else await asyncio.to_thread(self.tls.context))
+                # (loading or reloading reads files and may make a key: off the event loop)
+                ctx: ssl.SSLContext | None = (await asyncio.to_thread(self.tls.context) if self.tls.due()
+                                              else self.tls.context())
             elif self.tls.mode is TlsMode.ENFORCING:
                 self.refused_plaintext += 1
                 self._rate_limited_warning("closing a plaintext connection from %s: tls_server_mode is enforcing",

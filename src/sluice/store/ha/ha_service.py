@@ -152,7 +152,7 @@ class HAService:
                                                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)
 
             listening = bind_socket(host, port)
-            self._acceptor = TlsAcceptor(self.tls, connected, f"HA port of broker {self.broker_id}")
+            self._acceptor = TlsAcceptor(self.tls, connected, f"HA port of broker {self.broker_id}", max_pending=16)
             self._acceptor.start(listening)
             self.port = listening.getsockname()[1]
         else:
