@@ -9,6 +9,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from sluice.client.message import Message
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.remoting.codes import ResponseCode
 from tests.conftest import Cluster, ServerLoop
+from tests.integration.helpers import wait_until
 
 ROOT = ("root", "root-secret")
 
@@ -328,3 +330,69 @@ def test_a_topic_a_user_may_read_does_not_open_another_topics_messages_by_offset
             resp = await ivan.api.invoke(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"})
             assert resp.code == ResponseCode.NO_PERMISSION and "Cluster:DefaultCluster" in (resp.remark or "")
     asyncio.run(go())
+
+
+def test_a_standalone_proxy_checks_every_rpc_against_the_users_and_rules_it_copies_from_the_brokers(
+        tmp_path: Path, server_loop: ServerLoop) -> None:
+    import re
+    import subprocess
+    import sys
+
+    import grpc
+
+    from sluice.auth.signature import grpc_authorization, grpc_date_time
+    from sluice.common.config import AuthCredentials
+    from sluice.proxy.protocol import SERVICE, pb
+
+    inner = AuthCredentials(access_key="sluice-inner", secret_key="inner-secret")
+    c = Cluster(tmp_path, server_loop)
+    c.credentials = ROOT
+    try:
+        c.start_broker(authentication_enabled=True, authorization_enabled=True,
+                       init_authentication_user=_auth_user(*ROOT), inner_client_authentication_credentials=inner)
+        c.create_topic("px-acl", 2)
+
+        async def add(user: str) -> None:
+            async with Admin(c.namesrv_addr, credentials=ROOT) as admin:
+                await admin.create_user(user, f"{user}-secret")
+                await admin.create_acl(f"User:{user}", [policy_entry("Topic:px-acl", "Pub")])
+        asyncio.run(add("alice"))
+        config = tmp_path / "proxy.toml"
+        config.write_text(f'[proxy]\nauthentication_enabled = true\nauthorization_enabled = true\n'
+                          f'auth_cache_refresh_seconds = 0.5\ntls_server_mode = "disabled"\n'
+                          f'inner_client_authentication_credentials = {{ access_key = "{inner.access_key}", '
+                          f'secret_key = "{inner.secret_key}" }}\n')
+        proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "proxy", "--namesrv", c.namesrv_addr,
+                                 "--port", "0", "--config", str(config)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            banner = proc.stdout.readline()
+            found = re.search(r"ACL on\) ready on 127\.0\.0\.1:(\d+)", banner)
+            assert found, banner + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+            endpoint = f"127.0.0.1:{found.group(1)}"
+
+            async def route(user: str, secret: str) -> Any:
+                date = grpc_date_time()
+                async with grpc.aio.insecure_channel(endpoint) as channel:
+                    call = channel.unary_unary(f"/{SERVICE}/QueryRoute",
+                                               request_serializer=pb.QueryRouteRequest.SerializeToString,
+                                               response_deserializer=pb.QueryRouteResponse.FromString)
+                    return await call(pb.QueryRouteRequest(topic=pb.Resource(name="px-acl")), timeout=10, metadata=(
+                        ("authorization", grpc_authorization(user, secret, date)), ("x-mq-date-time", date)))
+
+            assert asyncio.run(route("alice", "alice-secret")).status.code == 20000
+            refused = asyncio.run(route("alice", "wrong"))
+            assert (refused.status.code, refused.status.message) == (40100, "check signature failed.")
+            assert asyncio.run(route("bob", "bob-secret")).status.message == "User:bob is not found."
+            asyncio.run(add("bob"))  # made on the broker: the proxy knows it at its next copy
+            wait_until(lambda: asyncio.run(route("bob", "bob-secret")).status.code == 20000, 30,
+                       "the proxy to copy the new user")
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+    finally:
+        c.close()

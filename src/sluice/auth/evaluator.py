@@ -9,11 +9,12 @@ per user, resource, actions and source address until the users or ACLs change (`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from sluice.auth.audit import AuditLog
-from sluice.auth.auth_metadata_manager import AuthMetadataManager
 from sluice.auth.authorization_context_builder import AuthorizationContext
 from sluice.auth.model import (
+    Acl,
     Action,
     AuthenticationError,
     AuthorizationError,
@@ -29,12 +30,23 @@ from sluice.auth.signature import Content, signature_matches
 DECISION_CACHE_SIZE = 10_000
 
 
+class AuthMetadata(Protocol):
+    """The users and ACLs the checks read: a broker's own (``AuthMetadataManager``), or a standalone front's copy
+    of its brokers' (``sluice.proxy.auth_metadata_cache``). ``generation`` changes with them."""
+
+    generation: int
+
+    def get_user(self, username: str) -> User | None: ...
+
+    def get_acl(self, subject: str) -> Acl | None: ...
+
+
 def parse_whitelist(text: str) -> frozenset[str]:
     return frozenset(item.strip() for item in text.split(",") if item.strip())
 
 
 class Authenticator:
-    def __init__(self, metadata: AuthMetadataManager, audit: AuditLog, whitelist: frozenset[str] = frozenset()) -> None:
+    def __init__(self, metadata: AuthMetadata, audit: AuditLog, whitelist: frozenset[str] = frozenset()) -> None:
         self.metadata = metadata
         self.audit = audit
         self.whitelist = whitelist
@@ -63,7 +75,7 @@ class Authenticator:
 
 
 class Authorizer:
-    def __init__(self, metadata: AuthMetadataManager, audit: AuditLog, whitelist: frozenset[str] = frozenset()) -> None:
+    def __init__(self, metadata: AuthMetadata, audit: AuditLog, whitelist: frozenset[str] = frozenset()) -> None:
         self.metadata = metadata
         self.audit = audit
         self.whitelist = whitelist

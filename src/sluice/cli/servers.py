@@ -342,18 +342,57 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
     tls = server_tls(pcfg, origin, pcfg.self_signed_dir, (args.host,))
     broker_tls = inner_client_tls(pcfg, origin)
+    secured = pcfg.authentication_enabled or pcfg.authorization_enabled
+    inner = pcfg.inner_client_authentication_credentials
+    if secured and inner is None:
+        raise ConfigError(f"{origin}: authentication_enabled / authorization_enabled need "
+                          "inner_client_authentication_credentials = { access_key, secret_key } (what the front copies "
+                          "the brokers' users and ACLs with, and signs its requests to them with)")
+    from sluice.auth.credentials import is_loopback
+
+    if not is_loopback(args.host) and not pcfg.authentication_enabled:
+        logging.getLogger("sluice.proxy").warning(
+            "sluice proxy listens on %s with authentication off: anyone who reaches it may send, consume and "
+            "administer (authentication_enabled in [proxy], docs/security.md)", args.host)
     running: list[Any] = []
 
     async def start() -> None:
-        server, service, port = await serve(args.namesrv, args.host, args.grpc_port, tls=tls,
-                                            broker_tls=broker_tls)
-        running[:] = [server, service]
-        print(f"sluice proxy (gRPC, RocketMQ 5 clients; TLS {pcfg.tls_server_mode}) ready on {args.host}:{port}, "
-              f"name server {args.namesrv}", flush=True)
+        auth, signing = None, None
+        if secured:
+            assert inner is not None
+            from sluice.auth.audit import AuditLog
+            from sluice.auth.credentials import signing_hook
+            from sluice.auth.evaluator import Authenticator, Authorizer, parse_whitelist
+            from sluice.client.mq_client_api import MQClientAPI
+            from sluice.proxy.auth_metadata_cache import BrokerAuthMetadata
+            from sluice.proxy.grpc_auth import GrpcAuth
+            from sluice.remoting.client import RemotingClient
+
+            signing = (inner.access_key, inner.secret_key)
+            remoting = RemotingClient(request_hook=signing_hook(signing), tls=broker_tls)
+            metadata = BrokerAuthMetadata(MQClientAPI(remoting, [a for a in args.namesrv.split(";") if a]),
+                                          pcfg.auth_cache_refresh_seconds)
+            await metadata.start()
+            running.append((metadata, remoting))
+            audit = AuditLog()
+            auth = GrpcAuth(Authenticator(metadata, audit, parse_whitelist(pcfg.authentication_whitelist))
+                            if pcfg.authentication_enabled else None,
+                            Authorizer(metadata, audit, parse_whitelist(pcfg.authorization_whitelist))
+                            if pcfg.authorization_enabled else None)
+        server, service, port = await serve(args.namesrv, args.host, args.grpc_port, auth=auth, credentials=signing,
+                                            tls=tls, broker_tls=broker_tls)
+        running[:0] = [server, service]
+        acl = "on" if secured else "off"
+        print(f"sluice proxy (gRPC, RocketMQ 5 clients; TLS {pcfg.tls_server_mode}, ACL {acl}) ready on "
+              f"{args.host}:{port}, name server {args.namesrv}", flush=True)
 
     async def halt() -> None:
-        if running:
-            await stop(*running)
+        if len(running) >= 2:
+            await stop(running[0], running[1])
+        for item in running[2:]:
+            metadata, remoting = item
+            await metadata.stop()
+            await remoting.close()
 
     return run_until_signalled(start, halt)
 

@@ -307,11 +307,19 @@ class NamesrvConfig(TlsSettings):
 
 class ProxyConfig(TlsSettings):
     """Settings of ``sluice proxy``, the standalone gRPC front (``[proxy]``): its TLS (the port's, and with
-    ``tls_enable`` that of its connections to the name servers and brokers), and where the self-signed certificate
-    of TLS's test mode is kept. (ACL 2.0 is enforced by ``sluice dev``'s front so far, not by this one.)"""
+    ``tls_enable`` that of its connections to the name servers and brokers), where the self-signed certificate of
+    TLS's test mode is kept, and ACL 2.0 as its brokers have it: with authentication on, every RPC is checked
+    against the users and ACLs copied from a master every ``auth_cache_refresh_seconds`` (RocketMQ's proxy: 60 s)
+    with the inner client credentials, which also sign what the front sends to the brokers."""
 
     self_signed_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".sluice",
                                                                       "proxy", "tls"))
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    inner_client_authentication_credentials: AuthCredentials | None = None
+    authentication_whitelist: str = ""
+    authorization_whitelist: str = ""
+    auth_cache_refresh_seconds: Annotated[float, Meta(ge=0.1, le=3600)] = 60.0
 
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
