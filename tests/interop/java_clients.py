@@ -202,11 +202,15 @@ class JavaClients:
         self.build = build
         self.root = root
         self.started: list[JavaProcess] = []
+        self._naming = threading.Lock()  # (tests may start programs from several threads)
+        self._count = 0
 
     def start(self, program: str, **options: Any) -> JavaProcess:
-        name = f"{program}-{len(self.started)}"
-        home = self.root / name
-        home.mkdir(parents=True)
+        with self._naming:
+            name = f"{program}-{self._count}"
+            self._count += 1
+            home = self.root / name
+            home.mkdir(parents=True)
         out, err = home / "out.jsonl", home / "stderr.txt"
         args = [program, "--out", str(out)]
         for key, value in options.items():

@@ -35,12 +35,14 @@ def tls_sluice(tmp_path: Path, server_loop: ServerLoop) -> Iterator[Cluster]:
 def test_the_java_client_with_use_tls_sends_and_consumes_through_ports_that_enforce_tls(
         tls_sluice: Cluster, java_clients: JavaClients, tmp_path: Path) -> None:
     ns = tls_sluice.namesrv_addr
+    # (a first TLS handshake of a cold JVM on a busy machine can take seconds: the calls get 15 s, not 3)
     sent = java_clients.run("produce", namesrv=ns, topic="java-tls", group="java-tls-pg", mode="sync", count=10,
-                            use_tls="true")
+                            use_tls="true", api_timeout_ms=15000)
     assert [r["status"] for r in sent if r["event"] == "sent"] == ["SEND_OK"] * 10, sent[-3:]
     stop = tmp_path / "stop"
     consumer = java_clients.start("push-consume", namesrv=ns, topic="java-tls", group="java-tls-readers",
-                                  consume_from="CONSUME_FROM_FIRST_OFFSET", stop_file=stop, timeout=90, use_tls="true")
+                                  consume_from="CONSUME_FROM_FIRST_OFFSET", stop_file=stop, timeout=90, use_tls="true",
+                                  api_timeout_ms=15000)
     wait_until(lambda: len(consumer.received()) >= 10, 45, "the Java consumer reading the ten messages over TLS")
     stop.touch()
     consumer.wait(30)

@@ -44,6 +44,7 @@ final class Produce {
             DefaultMQProducer producer = new DefaultMQProducer(a.get("group"), a.rpcHook());
             producer.setNamesrvAddr(a.get("namesrv"));
             producer.setUseTLS(a.flag("use-tls"));  // (TLS's test mode, the client's default: any certificate)
+            producer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
             producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));
             producer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
             producer.start();

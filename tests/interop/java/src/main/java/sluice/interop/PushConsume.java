@@ -49,6 +49,7 @@ final class PushConsume {
             DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(a.get("group"), a.rpcHook());
             consumer.setNamesrvAddr(a.get("namesrv"));
             consumer.setUseTLS(a.flag("use-tls"));  // (TLS's test mode, the client's default: any certificate)
+            consumer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
             consumer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
             consumer.setPollNameServerInterval(a.getInt("poll-namesrv-ms", 1000));
             // The heartbeat a rebalance sends is skipped while another holds the client's heartbeat lock (the
