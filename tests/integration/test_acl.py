@@ -396,3 +396,25 @@ def test_a_standalone_proxy_checks_every_rpc_against_the_users_and_rules_it_copi
                     pipe.close()
     finally:
         c.close()
+
+
+def test_the_proxys_copy_of_users_and_rules_expires_when_the_brokers_cannot_be_reached(
+        acl_cluster: Cluster) -> None:
+    from sluice.auth.credentials import signing_hook
+    from sluice.client.mq_client_api import MQClientAPI
+    from sluice.proxy.auth_metadata_cache import EXPIRY_INTERVALS, BrokerAuthMetadata
+    from sluice.remoting.client import RemotingClient
+
+    refresh = 0.2
+    remoting = RemotingClient(request_hook=signing_hook(ROOT))
+    metadata = BrokerAuthMetadata(MQClientAPI(remoting, [acl_cluster.namesrv_addr]), refresh)
+    try:
+        acl_cluster.loop.run(metadata.start())
+        assert metadata.get_user("root") is not None and metadata.copies >= 1
+        acl_cluster.stop_broker(acl_cluster.brokers[0])
+        wait_until(lambda: metadata.get_user("root") is None, 10 + EXPIRY_INTERVALS * refresh,
+                   "the copy to expire once no broker answers")
+        assert metadata.last_error
+    finally:
+        acl_cluster.loop.run(metadata.stop())
+        acl_cluster.loop.run(remoting.close())

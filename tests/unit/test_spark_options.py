@@ -81,3 +81,18 @@ def test_sink_columns_need_a_value_a_topic_and_known_names_and_types():
         check_sink_columns({"value": "binary", "key": "string"}, "out")
     with pytest.raises(OptionError, match="column 'tags' must be of type string"):
         check_sink_columns({"value": "binary", "tags": "int"}, "out")
+
+
+def test_credentials_and_tls_options_are_taken_together_and_the_secret_never_shows(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nnot checked here\n-----END CERTIFICATE-----\n")
+    opts = parse_source_options({"namesrv": "h:1", "topics": "t", "accessKey": "ak", "secretKey": " s p ",
+                                 "tlsCaFile": str(ca)}, streaming=False)
+    assert opts.access.credentials == ("ak", " s p ") and opts.access.tls
+    assert opts.access.tls_ca_pem == ca.read_text()  # read on the driver, carried to the executors
+    assert " s p " not in repr(opts) and "credentials=" not in repr(opts.access)
+    with pytest.raises(OptionError, match="'accessKey' and 'secretKey' are given together"):
+        parse_sink_options({"namesrv": "h:1", "topic": "t", "accessKey": "ak"}, streaming=False)
+    with pytest.raises(OptionError, match="option 'tlsCaFile': cannot read"):
+        parse_sink_options({"namesrv": "h:1", "topic": "t", "tlsCaFile": str(tmp_path / "none.pem")},
+                           streaming=False)

@@ -119,7 +119,7 @@ def test_the_acceptor_bounds_the_clients_still_silent_and_closes_them_when_their
         port = listening.getsockname()[1]
         loop = asyncio.get_running_loop()
         silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
-        while len(acceptor._pending) < 2:
+        while acceptor._silent < 2:
             await asyncio.sleep(0.01)
         t0 = loop.time()
         over = socket.create_connection(("127.0.0.1", port))  # over the bound: closed at once

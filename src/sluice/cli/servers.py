@@ -379,8 +379,14 @@ def cmd_proxy(args: argparse.Namespace) -> int:
                             if pcfg.authentication_enabled else None,
                             Authorizer(metadata, audit, parse_whitelist(pcfg.authorization_whitelist))
                             if pcfg.authorization_enabled else None)
-        server, service, port = await serve(args.namesrv, args.host, args.grpc_port, auth=auth, credentials=signing,
-                                            tls=tls, broker_tls=broker_tls)
+        try:
+            server, service, port = await serve(args.namesrv, args.host, args.grpc_port, auth=auth,
+                                                credentials=signing, tls=tls, broker_tls=broker_tls)
+        except BaseException:
+            for metadata, remoting in running:
+                await metadata.stop()
+                await remoting.close()
+            raise
         running[:0] = [server, service]
         acl = "on" if secured else "off"
         print(f"sluice proxy (gRPC, RocketMQ 5 clients; TLS {pcfg.tls_server_mode}, ACL {acl}) ready on "

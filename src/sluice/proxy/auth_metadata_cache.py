@@ -3,7 +3,10 @@ a master with AUTH_LIST_USER and AUTH_LIST_ACL (signed with the inner credential
 every ``refresh`` seconds after (RocketMQ's proxy caches them for ``userCacheRefreshSecond`` /
 ``aclCacheRefreshSecond``, 60 s). In memory only: the front writes no secret to disk.
 
-Until the first copy arrives nobody is let in (every user is unknown); a failed refresh keeps the last copy.
+Until the first copy arrives nobody is let in (every user is unknown), and copies are tried again from 1 s, doubling,
+up to ``refresh``. A failed refresh keeps the last copy for at most ten refresh intervals (RocketMQ's
+``userCacheExpiredSecond`` is ten times its refresh too); after that nobody is let in until a copy succeeds again,
+so that a user deleted or disabled on the brokers cannot outlive a broken copy.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sluice.remoting.command import RemotingCommand
 log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_SECONDS = 60.0
+EXPIRY_INTERVALS = 10
 MAX_TABLE_BYTES = 64 << 20
 
 
@@ -36,6 +40,7 @@ class BrokerAuthMetadata(AsyncService):
         self.acls: dict[str, Acl] = {}
         self.generation = 0
         self.copied_from = ""
+        self.copied_at = 0.0
         self.copies = 0
         self.last_error = ""
 
@@ -51,9 +56,20 @@ class BrokerAuthMetadata(AsyncService):
         self._spawn(self._loop(), "auth-metadata-refresh")
 
     async def _loop(self) -> None:
+        retry = min(1.0, self.refresh)
         while True:
-            await asyncio.sleep(self.refresh)
-            await self.copy_once()
+            ok = self.copies > 0 and not self.last_error
+            await asyncio.sleep(self.refresh if ok else retry)
+            if await self.copy_once():
+                retry = min(1.0, self.refresh)
+                continue
+            retry = min(retry * 2, self.refresh)
+            age = asyncio.get_running_loop().time() - self.copied_at
+            if self.copies and age > EXPIRY_INTERVALS * self.refresh and (self.users or self.acls):
+                self.users, self.acls = {}, {}
+                self.generation += 1
+                log.error("the users and ACLs copied from the brokers are older than %.0f s: nobody is let in until "
+                          "a copy succeeds again (%s)", EXPIRY_INTERVALS * self.refresh, self.last_error)
 
     async def copy_once(self) -> bool:
         """Copy the users and ACLs of the first master that answers; False (the last copy kept) when none did."""
@@ -79,6 +95,7 @@ class BrokerAuthMetadata(AsyncService):
                 self.users, self.acls = table_users, table_acls
                 self.generation += 1
             self.copied_from, self.last_error = addr, ""
+            self.copied_at = asyncio.get_running_loop().time()
             self.copies += 1
             return True
         return self._failed("; ".join(problems))

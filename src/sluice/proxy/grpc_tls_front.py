@@ -13,8 +13,6 @@ import asyncio
 import logging
 import socket
 import ssl
-import time
-from collections import OrderedDict
 from typing import cast
 
 from sluice.remoting.server import connection_limit
@@ -25,10 +23,8 @@ log = logging.getLogger(__name__)
 # Bytes buffered toward a side that does not read before the other side's reading pauses (back-pressure).
 HIGH_WATER = 1 << 20
 LOW_WATER = 256 << 10
-# A connection's client address is kept this long after it closed (s): grpcio may still be serving a call it read
-# before the close. A newer connection on the same loopback port replaces it at once.
-PEER_GRACE = 60.0
-MAX_RECENT_PEERS = 65_536
+# After its client left, a loopback connection waits this long (s) for grpcio to close it, then is aborted.
+HALF_CLOSED_TIMEOUT = 30.0
 # Descriptors per client connection: its own, the front's to grpcio, and grpcio's end of that.
 FDS_PER_CONNECTION = 3
 
@@ -36,8 +32,9 @@ FDS_PER_CONNECTION = 3
 class _Pipe(asyncio.Protocol):
     """One direction's reader and the other's writer: what one side sends, the other is written."""
 
-    def __init__(self, on_closed: asyncio.Future[None] | None = None) -> None:
+    def __init__(self, on_closed: asyncio.Future[None] | None = None, half_close_other: bool = False) -> None:
         self.transport: asyncio.Transport | None = None
+        self.half_close_other = half_close_other
         self.other: _Pipe | None = None
         self._early: list[bytes] = []  # arrived before the other side was connected
         self._on_closed = on_closed
@@ -71,8 +68,15 @@ class _Pipe(asyncio.Protocol):
             self.other.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.other is not None and self.other.transport is not None:
-            self.other.transport.close()  # (after what it still has to write)
+        other = self.other.transport if self.other is not None else None
+        if other is not None and not other.is_closing():
+            if self.half_close_other and other.can_write_eof():
+                # The client left: grpcio is told (EOF) and closes first, so that the loopback port stays this
+                # connection's until grpcio can serve nothing more of it (no other process can take it meanwhile).
+                other.write_eof()
+                asyncio.get_running_loop().call_later(HALF_CLOSED_TIMEOUT, other.abort)
+            else:
+                other.close()  # (after what it still has to write)
         if self._on_closed is not None and not self._on_closed.done():
             self._on_closed.set_result(None)
 
@@ -88,9 +92,8 @@ class GrpcTlsFront:
         self.acceptor: TlsAcceptor | None = None
         # The local port of a loopback connection to grpcio → the address of the client it carries.
         self._peers: dict[int, str] = {}
-        # Those closed lately: port → (address, when it may be forgotten), oldest first.
-        self._recent: OrderedDict[int, tuple[str, float]] = OrderedDict()
         self._transports: set[asyncio.Transport] = set()
+        self._opening = 0  # connections in their handshake or connecting to grpcio
         self.max_connections = min(max_connections, connection_limit(10 ** 9) // FDS_PER_CONNECTION)
 
     @property
@@ -100,44 +103,51 @@ class GrpcTlsFront:
     async def start(self, host: str, port: int) -> int:
         listening = bind_socket(host, port)
         self.acceptor = TlsAcceptor(self.tls, self._connected, self.name,
-                                    capacity=lambda: self.max_connections - len(self._peers))
+                                    capacity=lambda: self.max_connections - len(self._peers) - self._opening)
         self.acceptor.start(listening)
         return int(listening.getsockname()[1])
 
     async def _connected(self, sock: socket.socket, ctx: ssl.SSLContext | None) -> None:
-        loop = asyncio.get_running_loop()
-        if len(self._peers) >= self.max_connections:
+        if len(self._peers) + self._opening >= self.max_connections:
             raise OSError(f"{self.max_connections} connections are open (the limit)")
+        self._opening += 1
+        try:
+            await self._open(sock, ctx)
+        finally:
+            self._opening -= 1
+
+    async def _open(self, sock: socket.socket, ctx: ssl.SSLContext | None) -> None:
+        loop = asyncio.get_running_loop()
         peer = sock.getpeername()
-        outer = _Pipe()
+        outer = _Pipe(half_close_other=True)
         closed: asyncio.Future[None] = loop.create_future()
         inner = _Pipe(closed)
         outer.other, inner.other = inner, outer
-        backend, _ = await loop.create_connection(lambda: inner, "127.0.0.1", self.backend_port)
+        # The client's TLS first: one that fails it never gets a loopback connection (nor an address entry).
+        await loop.connect_accepted_socket(lambda: outer, sock, ssl=ctx,
+                                           ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)
+        assert outer.transport is not None
+        self._transports.add(outer.transport)
+        try:
+            backend, _ = await loop.create_connection(lambda: inner, "127.0.0.1", self.backend_port)
+        except BaseException:
+            outer.transport.abort()
+            self._transports.discard(outer.transport)
+            raise
         local_port = backend.get_extra_info("sockname")[1]
-        self._recent.pop(local_port, None)
-        self._peers[local_port] = address = _grpc_peer(peer)
+        # (set before this task yields: no call of this connection can reach a handler before)
+        self._peers[local_port] = _grpc_peer(peer)
         self._transports.add(backend)
 
         def forget(_: asyncio.Future[None]) -> None:
-            if self._peers.get(local_port) == address:
-                del self._peers[local_port]
-                self._recent[local_port] = (address, time.monotonic() + PEER_GRACE)
-                while len(self._recent) > MAX_RECENT_PEERS:
-                    self._recent.popitem(last=False)
+            self._peers.pop(local_port, None)  # (grpcio's end is closed: nothing more is served from it)
             self._transports.discard(backend)
             if outer.transport is not None:
                 self._transports.discard(outer.transport)
 
         closed.add_done_callback(forget)
-        try:
-            await loop.connect_accepted_socket(lambda: outer, sock, ssl=ctx,
-                                               ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)
-        except BaseException:
-            backend.close()
-            raise
-        if outer.transport is not None:
-            self._transports.add(outer.transport)
+        if outer.transport.is_closing():  # (the client left during the connect)
+            outer.connection_lost(None)
 
     def peer(self, grpc_peer: str) -> str | None:
         """grpcio's ``context.peer()`` of a call → that of the client behind the loopback connection; None for a
@@ -145,19 +155,7 @@ class GrpcTlsFront:
         if not grpc_peer.startswith("ipv4:127.0.0.1:"):
             return None
         port = grpc_peer.rpartition(":")[2]
-        if not port.isdigit():
-            return None
-        found = self._peers.get(int(port))
-        if found is not None:
-            return found
-        recent = self._recent.get(int(port))
-        now = time.monotonic()
-        while self._recent:  # (drop the expired, oldest first)
-            oldest = next(iter(self._recent.values()))
-            if oldest[1] > now:
-                break
-            self._recent.popitem(last=False)
-        return recent[0] if recent is not None and recent[1] > now else None
+        return self._peers.get(int(port)) if port.isdigit() else None
 
     def stop_accepting(self) -> None:
         if self.acceptor is not None:

@@ -139,6 +139,10 @@ def _same_peer(peer: str) -> str | None:
     return peer
 
 
+def _no_peer(peer: str) -> str | None:
+    return None
+
+
 class MessagingService:
     """The RPCs, each an ``async def`` taking the request and the gRPC context."""
 
@@ -859,6 +863,8 @@ async def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8081, config:
                                       ("grpc.max_receive_message_length", MAX_BODY_SIZE + (4 << 20)),
                                       ("grpc.max_send_message_length", -1)])
     server.add_generic_rpc_handlers((handler(service, fronted=tls is not None),))
+    if tls is not None:
+        service.peer_of = _no_peer  # (until the front is up, nothing is served from grpcio's loopback port)
     try:
         bound = server.add_insecure_port(f"{host}:{port}" if tls is None else "127.0.0.1:0")
     except RuntimeError:

@@ -91,6 +91,9 @@ class RemotingServer:
         if self.tls is not None:
             async def connected(accepted: socket.socket, ctx: ssl.SSLContext | None) -> None:
                 protocol = factory()
+                if isinstance(protocol, _Refused):  # over the limit: no handshake spent on it
+                    accepted.close()
+                    return
                 try:
                     await loop.connect_accepted_socket(lambda: protocol, accepted, ssl=ctx,
                                                        ssl_handshake_timeout=HANDSHAKE_TIMEOUT if ctx else None)

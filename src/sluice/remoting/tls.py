@@ -326,11 +326,12 @@ def server_tls(settings: TlsServerSettings, name: str, self_signed_dir: str,
 
 
 def client_context(cafile: str | None = None, certfile: str | None = None, keyfile: str | None = None,
-                   password: str | None = None, verify: bool = True) -> ssl.SSLContext:
+                   password: str | None = None, verify: bool = True, cadata: str | None = None) -> ssl.SSLContext:
     """A client context: the server's certificate checked against ``cafile`` (else the system's CAs) and its name,
     unless ``verify`` is False (RocketMQ's default, ``tls.client.authServer=false``: encrypted, not authenticated);
-    ``certfile``/``keyfile`` for mutual TLS."""
-    ctx = ssl.create_default_context(cafile=cafile) if verify else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ``cadata``: the CA certificates as PEM text instead of a file; ``certfile``/``keyfile`` for mutual TLS."""
+    ctx = ssl.create_default_context(cafile=cafile, cadata=cadata) if verify \
+        else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if not verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -432,6 +433,7 @@ class TlsAcceptor:
         self.tls_connections = 0
         self.plain_connections = 0
         self._pending: set[asyncio.Task[None]] = set()
+        self._silent = 0  # of those, the connections still to send their first byte
         self._accepting: asyncio.Task[None] | None = None
         self._listening: socket.socket | None = None
         self._logged = -1e9
@@ -455,11 +457,11 @@ class TlsAcceptor:
                 await asyncio.sleep(0.1)
                 continue
             room = self.max_pending if self.capacity is None else min(self.max_pending, self.capacity())
-            if len(self._pending) >= room:
+            if self._silent >= room:
                 sock.close()
                 self.refused_over_limit += 1
                 self._rate_limited_warning("closing a connection: %d are still to send their first byte (the "
-                                           "limit: max_connections and the open files left)", len(self._pending))
+                                           "limit: max_connections and the open files left)", self._silent)
                 continue
             sock.setblocking(False)
             task = loop.create_task(self._sniff(sock))
@@ -467,8 +469,12 @@ class TlsAcceptor:
             task.add_done_callback(self._pending.discard)
 
     async def _sniff(self, sock: socket.socket) -> None:
+        self._silent += 1
         try:
-            first = await _first_byte(sock, FIRST_BYTE_TIMEOUT)
+            try:
+                first = await _first_byte(sock, FIRST_BYTE_TIMEOUT)
+            finally:
+                self._silent -= 1  # (from here on the server counts it, once it has its handshake)
             if first is None:
                 sock.close()
                 return

@@ -7,11 +7,10 @@ the query when it starts rather than in the middle of a batch.
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sluice.common.errors import InvalidNameError
 from sluice.common.naming import validate_group, validate_topic
@@ -43,27 +42,33 @@ class Access:
     redacts an option named like a secret from its plans and UI) and TLS (``tls``; ``tlsCaFile``: the CA the
     servers' certificates are checked against, else the system's)."""
 
-    credentials: tuple[str, str] | None = None
+    credentials: tuple[str, str] | None = field(default=None, repr=False)
     tls: bool = False
     tls_ca_file: str | None = None
+    tls_ca_pem: str | None = field(default=None, repr=False)  # read on the driver: executors may not have the file
 
     def tls_context(self) -> ssl.SSLContext | None:
         if not self.tls:
             return None
         from sluice.remoting.tls import client_context
 
-        return client_context(cafile=self.tls_ca_file)
+        return client_context(cadata=self.tls_ca_pem)
 
 
 def _access(opts: dict[str, str]) -> Access:
-    ak, sk = _get(opts, "accessKey"), _get(opts, "secretKey")
+    ak, sk = _get(opts, "accessKey"), opts.get("secretkey")  # (a secret is taken as it is, spaces and all)
     if (ak is None) != (sk is None):
         raise OptionError("options 'accessKey' and 'secretKey' are given together (ACL 2.0 credentials) or not at all")
     ca = _get(opts, "tlsCaFile")
-    if ca is not None and not os.access(ca, os.R_OK):
-        raise OptionError(f"option 'tlsCaFile': no readable file {ca!r}")
+    pem = None
+    if ca is not None:
+        try:
+            with open(ca, encoding="ascii") as f:
+                pem = f.read(1 << 20)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OptionError(f"option 'tlsCaFile': cannot read {ca!r}: {exc}") from None
     return Access(credentials=None if ak is None or sk is None else (ak, sk),
-                  tls=_bool(opts, "tls", ca is not None), tls_ca_file=ca)
+                  tls=_bool(opts, "tls", ca is not None), tls_ca_file=ca, tls_ca_pem=pem)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
