@@ -379,3 +379,22 @@ def front(cluster: Cluster) -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         cluster.loop.run(stop(server, service))
+
+
+@pytest.fixture
+def java_clients(java_build: JavaBuild, tmp_path: Path) -> Iterator[JavaClients]:
+    """Java client programs (``JavaClients``) whose processes end with the test."""
+    clients = JavaClients(java_build, tmp_path / "java")
+    try:
+        yield clients
+    finally:
+        clients.close()
+
+
+async def stored_messages(namesrv: str, topic: str, credentials: tuple[str, str] | None = None) -> int:
+    """How many messages ``topic`` holds (the sum of its queues' max offsets), asked as ``credentials``."""
+    from sluice.client.admin import Admin
+
+    async with Admin(namesrv, credentials=credentials) as admin:
+        return sum(q.max_offset for q in await admin.topic_status(topic))
+

@@ -14,7 +14,7 @@ from sluice.client.admin import Admin
 from sluice.client.auth_admin import policy_entry
 from sluice.common.config import AuthUser
 from tests.conftest import Cluster, ServerLoop
-from tests.interop.conftest import CppClients
+from tests.interop.conftest import CppClients, stored_messages
 
 ROOT = ("root", "root-secret")
 
@@ -37,11 +37,6 @@ def acl_sluice(tmp_path: Path, server_loop: ServerLoop) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
-
-
-async def _stored(ns: str, topic: str) -> int:
-    async with Admin(ns, credentials=ROOT) as admin:
-        return sum(q.max_offset for q in await admin.topic_status(topic))
 
 
 def test_the_cpp_producer_with_session_credentials_is_allowed_and_refused_as_its_rules_say(
@@ -68,4 +63,5 @@ def test_the_cpp_producer_with_session_credentials_is_allowed_and_refused_as_its
             assert f"remark:{remark}" in logged and "error code:16" in logged, logged[-2000:]
     finally:
         cpp.close()
-    assert asyncio.run(_stored(ns, "cpp-acl")) == 5 and asyncio.run(_stored(ns, "cpp-acl-other")) == 0
+    assert asyncio.run(stored_messages(ns, "cpp-acl", ROOT)) == 5
+    assert asyncio.run(stored_messages(ns, "cpp-acl-other", ROOT)) == 0

@@ -15,6 +15,7 @@ from sluice.client.auth_admin import policy_entry
 from sluice.common.config import AuthUser
 from tests.conftest import Cluster
 from tests.integration.helpers import wait_until
+from tests.interop.conftest import stored_messages
 from tests.interop.java_clients import JavaBuild, JavaClients
 
 ROOT = ("root", "root-secret")
@@ -38,20 +39,6 @@ def acl_sluice(empty_cluster: Cluster) -> Iterator[Cluster]:
     yield empty_cluster
 
 
-@pytest.fixture
-def java_clients(java_build: JavaBuild, tmp_path: Path) -> Iterator[JavaClients]:
-    clients = JavaClients(java_build, tmp_path / "java")
-    try:
-        yield clients
-    finally:
-        clients.close()
-
-
-async def _stored(ns: str, topic: str) -> int:
-    async with Admin(ns, credentials=ROOT) as admin:
-        return sum(q.max_offset for q in await admin.topic_status(topic))
-
-
 def test_the_java_client_with_aclclientrpchook_is_allowed_and_refused_as_its_rules_say(
         acl_sluice: Cluster, java_clients: JavaClients, tmp_path: Path) -> None:
     ns = acl_sluice.namesrv_addr
@@ -69,7 +56,8 @@ def test_the_java_client_with_aclclientrpchook_is_allowed_and_refused_as_its_rul
                                    **creds)
         [failed] = [r for r in records if r["event"] == "send-failed"]
         assert failed["code"] == 16 and remark in failed["error"] + failed.get("cause", ""), failed
-    assert asyncio.run(_stored(ns, "java-acl")) == 10 and asyncio.run(_stored(ns, "java-acl-other")) == 0
+    assert asyncio.run(stored_messages(ns, "java-acl", ROOT)) == 10
+    assert asyncio.run(stored_messages(ns, "java-acl-other", ROOT)) == 0
 
     stop = tmp_path / "stop"
     consumer = java_clients.start("push-consume", namesrv=ns, topic="java-acl", group="java-acl-readers",

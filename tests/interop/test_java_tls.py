@@ -10,16 +10,7 @@ import pytest
 
 from tests.conftest import Cluster, ServerLoop
 from tests.integration.helpers import wait_until
-from tests.interop.java_clients import JavaBuild, JavaClients
-
-
-@pytest.fixture
-def java_clients(java_build: JavaBuild, tmp_path: Path) -> Iterator[JavaClients]:
-    clients = JavaClients(java_build, tmp_path / "java")
-    try:
-        yield clients
-    finally:
-        clients.close()
+from tests.interop.java_clients import JavaClients
 
 
 @pytest.fixture
