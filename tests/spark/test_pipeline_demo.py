@@ -4,6 +4,7 @@ topic, resumed from its checkpoints on the next run. A short form of ``sluice pi
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -119,5 +120,19 @@ def test_the_demo_stopped_after_its_duration_finishes_its_batch_and_prints_no_er
     out = demo.stdout + demo.stderr
     assert demo.returncode == 0, out[-5000:]
     assert "stopped; " in demo.stdout, out[-5000:]
+    ours = _without_spark_runner_exit(out)
     for word in ("ERROR", "Exception", "Traceback"):
-        assert word not in out, out[-5000:]
+        assert word not in ours, out[-5000:]
+
+
+# What pyspark's streaming-source runner (a process of Spark's, writing to the stderr it inherited) prints when the
+# JVM closes its socket at the query's stop before it has killed it: its loop ends only on that EOF, and its error
+# report then meets the closed socket. Spark's own shutdown race, seen on a busy machine; nothing of the demo's.
+_RUNNER_EXIT = re.compile(
+    r"Traceback \(most recent call last\):\n(?:  .*\n)*?.*python_streaming_source_runner\.py.*\n(?:(?:  .*|)\n)*?"
+    r"(?:EOFError|BrokenPipeError: \[Errno 32\] Broken pipe)\n(?:\nDuring handling of the above exception, another "
+    r"exception occurred:\n\n)?")
+
+
+def _without_spark_runner_exit(out: str) -> str:
+    return _RUNNER_EXIT.sub("", out)
