@@ -24,6 +24,11 @@ class CertificateAuthority:
                      .not_valid_before(now - datetime.timedelta(minutes=5))
                      .not_valid_after(now + datetime.timedelta(days=2))
                      .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                                  key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                                  key_cert_sign=True, crl_sign=True, encipher_only=False,
+                                                  decipher_only=False), critical=True)
+                     .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
                      .sign(self.key, hashes.SHA256()))
         self.cert_path = root / f"{name.replace(' ', '-')}.pem"
         self.cert_path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
@@ -47,6 +52,10 @@ class CertificateAuthority:
                 .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
                 .add_extension(x509.SubjectAlternativeName(alt), critical=False)
                 .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+                # (Python 3.13's default context checks strictly: these identifiers must be there)
+                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
+                               critical=False)
                 .sign(self.key, hashes.SHA256()))
         where = directory or self.root
         where.mkdir(parents=True, exist_ok=True)

@@ -162,6 +162,12 @@ def _make_self_signed(cert_path: str, key_path: str, names: list[str], name: str
             .not_valid_after(now + datetime.timedelta(days=SELF_SIGNED_DAYS))
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            # (what a strict verifier, Python 3.13's default context among them, wants of a pinned certificate)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256()))
     _write_atomically(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                   serialization.NoEncryption()), 0o600)
