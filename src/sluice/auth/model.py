@@ -254,7 +254,8 @@ class PolicyEntry:
     def to_info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"actions": [a.label for a in self.actions], "decision": self.decision.label,
                                 "resource": self.resource.key}
-        info["sourceIps"] = list(self.source_ips)
+        if self.source_ips:  # RocketMQ leaves the key out when a rule has no source range
+            info["sourceIps"] = list(self.source_ips)
         return info
 
 
