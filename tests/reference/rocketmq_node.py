@@ -6,14 +6,19 @@ and logs (``home/<server>/logs/rocketmqlogs``) under one directory. Every socket
 through ``bindAddress``; the HA port, which RocketMQ always binds on every interface, is not opened
 (``LoopbackOnlyHAService``: the reference node has no slaves).
 
-``RocketMQNode(build, root).start()`` waits until the broker is routed by the name server; ``stop()`` ends both
-(SIGTERM, RocketMQ's shutdown hooks, then SIGKILL after a grace period), always by the PIDs it started.
+With ``proxy={...}`` it also runs RocketMQ's proxy in cluster mode for the gRPC (5.x) clients, its settings those of
+``rmq-proxy.json`` (``ReferenceProxy``: RocketMQ's, its gRPC port bound to 127.0.0.1), at ``proxy_endpoint``.
+
+``RocketMQNode(build, root).start()`` waits until the broker is routed by the name server (and the proxy serves);
+``stop()`` ends them (SIGTERM, RocketMQ's shutdown hooks, then SIGKILL after a grace period), always by the PIDs it
+started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -25,6 +30,7 @@ from sluice.client.admin import Admin
 from tests.interop.java_clients import JavaBuild
 
 NAMESRV_JVM = ("-Xms128m", "-Xmx256m", "-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow")
+PROXY_JVM = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow")
 BROKER_JVM = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxDirectMemorySize=1g", "-XX:-OmitStackTraceInFastThrow")
 
 
@@ -54,7 +60,8 @@ class RocketMQNode:
     """One Apache RocketMQ name server and broker ``broker-a`` of cluster ``DefaultCluster``."""
 
     def __init__(self, build: JavaBuild, root: Path, *, flush: str = "ASYNC_FLUSH",
-                 broker_settings: dict[str, str] | None = None, broker_jvm: tuple[str, ...] = BROKER_JVM) -> None:
+                 broker_settings: dict[str, str] | None = None, broker_jvm: tuple[str, ...] = BROKER_JVM,
+                 proxy: dict[str, object] | None = None) -> None:
         self.build = build
         self.root = root
         self.flush = flush
@@ -62,6 +69,9 @@ class RocketMQNode:
         self.broker_jvm = broker_jvm
         self.namesrv_proc: subprocess.Popen[bytes] | None = None
         self.broker_proc: subprocess.Popen[bytes] | None = None
+        self.proxy_settings = proxy
+        self.proxy_proc: subprocess.Popen[bytes] | None = None
+        self.proxy_endpoint = ""
         self.namesrv = ""
         self.broker_addr = ""
         self.broker_name = "broker-a"
@@ -105,6 +115,15 @@ class RocketMQNode:
                                        "-c", str(self.root / "broker.properties"))
         self._wait_output("broker", "boot success", deadline)
         asyncio.run(self._wait_routed(deadline))
+        if self.proxy_settings is not None:
+            port = free_port()
+            self.proxy_endpoint = f"127.0.0.1:{port}"
+            config = {"rocketMQClusterName": self.cluster, "namesrvAddr": self.namesrv, "grpcServerPort": port,
+                      **self.proxy_settings}
+            (self.root / "rmq-proxy.json").write_text(json.dumps(config))
+            self.proxy_proc = self._spawn("proxy", "sluice.interop.ReferenceProxy", PROXY_JVM,
+                                          str(self.root / "rmq-proxy.json"))
+            self._wait_output("proxy", "reference proxy boot success", deadline)
         return self
 
     def _spawn(self, name: str, main_class: str, jvm: tuple[str, ...], *args: str) -> subprocess.Popen[bytes]:
@@ -121,7 +140,7 @@ class RocketMQNode:
                                     cwd=self.root)
 
     def _wait_output(self, name: str, text: str, deadline: float) -> None:
-        proc = self.namesrv_proc if name == "namesrv" else self.broker_proc
+        proc = {"namesrv": self.namesrv_proc, "broker": self.broker_proc, "proxy": self.proxy_proc}[name]
         assert proc is not None
         out = self.root / f"{name}.out"
         while text not in out.read_text(errors="replace"):
@@ -143,10 +162,10 @@ class RocketMQNode:
 
     def stop(self, grace: float = 30) -> None:
         """SIGTERM (RocketMQ's shutdown hooks flush and unregister), SIGKILL after ``grace`` seconds."""
-        for proc in (self.broker_proc, self.namesrv_proc):
+        for proc in (self.proxy_proc, self.broker_proc, self.namesrv_proc):
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in (self.broker_proc, self.namesrv_proc):
+        for proc in (self.proxy_proc, self.broker_proc, self.namesrv_proc):
             if proc is None:
                 continue
             try:
@@ -160,7 +179,8 @@ class RocketMQNode:
         return f"\n--- {log} ---\n{log.read_text(errors='replace')[-chars:]}" if log.exists() else ""
 
     def pids(self) -> list[int]:
-        return [p.pid for p in (self.namesrv_proc, self.broker_proc) if p is not None and p.poll() is None]
+        return [p.pid for p in (self.namesrv_proc, self.broker_proc, self.proxy_proc)
+                if p is not None and p.poll() is None]
 
     def __enter__(self) -> RocketMQNode:
         return self.start()

@@ -18,11 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from sluice.auth.audit import AuditLog
+from sluice.auth.evaluator import Authenticator, Authorizer
+from sluice.auth.signature import grpc_authorization, grpc_date_time
 from sluice.client.admin import Admin
 from sluice.client.auth_admin import policy_entry
-from sluice.common.config import AuthUser
+from sluice.common.config import AuthCredentials, AuthUser
+from sluice.proxy.grpc_auth import GrpcAuth
+from sluice.proxy.protocol import RPCS, SERVICE, pb
 from tests.conftest import Cluster
 from tests.interop.conftest import stored_messages
 from tests.interop.java_clients import JavaAdmin, JavaBuild, JavaClients
@@ -45,6 +51,15 @@ ACL_SETTINGS = {
         "org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider",
     "initAuthenticationUser": '{"username":"root","password":"root-secret"}',
     "innerClientAuthenticationCredentials": '{"accessKey":"root","secretKey":"root-secret"}',
+}
+# RocketMQ's proxy (cluster mode) with ACL on, its users and rules read from the broker, as RocketMQ documents it.
+PROXY_ACL_SETTINGS: dict[str, object] = {
+    "authenticationEnabled": True, "authorizationEnabled": True, "enableAclRpcHookForClusterMode": True,
+    "authenticationProvider": ACL_SETTINGS["authenticationProvider"],
+    "authorizationProvider": ACL_SETTINGS["authorizationProvider"],
+    "authenticationMetadataProvider": "org.apache.rocketmq.proxy.auth.ProxyAuthenticationMetadataProvider",
+    "authorizationMetadataProvider": "org.apache.rocketmq.proxy.auth.ProxyAuthorizationMetadataProvider",
+    "innerClientAuthenticationCredentials": ACL_SETTINGS["innerClientAuthenticationCredentials"],
 }
 # alice's rules: what the matrix probes — exact, prefix and any; Deny beside Allow; a source range she is not in.
 ALICE_RULES = [
@@ -75,7 +90,8 @@ async def _provision(namesrv: str) -> None:
 
 @pytest.fixture(scope="module")
 def rocketmq_acl(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocketMQNode]:
-    node = RocketMQNode(java_build, tmp_path_factory.mktemp("rocketmq-acl"), broker_settings=ACL_SETTINGS)
+    node = RocketMQNode(java_build, tmp_path_factory.mktemp("rocketmq-acl"), broker_settings=ACL_SETTINGS,
+                        proxy=PROXY_ACL_SETTINGS)
     try:
         node.start()
     except RuntimeError as exc:
@@ -292,3 +308,97 @@ def test_user_and_acl_management_answers_as_rocketmq_does_bad_input_included(
     assert seen["sluice"].pop("an ACL of a subject of no known type") == (16, "The subject type is null.")
     assert seen["rocketmq"].pop("an ACL of a subject of no known type")[0] == 1
     assert _differences(seen) == {}
+
+
+# == the gRPC front (RocketMQ 5 clients) ========================================================================
+
+def _grpc_calls() -> list[tuple[str, str, Any]]:
+    """(what, RPC, request) of the matrix: each RPC a 5.x client makes, on what alice's rules allow and not."""
+    def res(name: str) -> Any:
+        return pb.Resource(name=name)
+
+    def message(topic: str) -> Any:
+        m = pb.Message(topic=res(topic), body=b"acl")
+        m.system_properties.message_id = "01" + "0" * 30
+        m.system_properties.message_type = 1  # NORMAL
+        m.system_properties.body_encoding = 1  # IDENTITY
+        m.system_properties.born_host = "127.0.0.1"
+        m.system_properties.born_timestamp.GetCurrentTime()
+        return m
+
+    consumer = 3  # SIMPLE_CONSUMER
+    return [
+        ("route, her topic", "QueryRoute", pb.QueryRouteRequest(topic=res("acl-ok-1"))),
+        ("route, a topic no rule names", "QueryRoute", pb.QueryRouteRequest(topic=res("acl-other"))),
+        ("send, her topic", "SendMessage", pb.SendMessageRequest(messages=[message("acl-ok-1")])),
+        ("send, a topic her Deny names", "SendMessage", pb.SendMessageRequest(messages=[message("acl-ok-denied")])),
+        ("send, a topic no rule names", "SendMessage", pb.SendMessageRequest(messages=[message("acl-other")])),
+        ("assignment, her topic and group", "QueryAssignment",
+         pb.QueryAssignmentRequest(topic=res("acl-ok-1"), group=res("acl-readers-1"))),
+        ("assignment, a group no rule names", "QueryAssignment",
+         pb.QueryAssignmentRequest(topic=res("acl-ok-1"), group=res("acl-strangers"))),
+        ("heartbeat, her group", "Heartbeat", pb.HeartbeatRequest(group=res("acl-readers-1"), client_type=consumer)),
+        ("heartbeat, a group her Deny names", "Heartbeat",
+         pb.HeartbeatRequest(group=res("acl-readers-denied"), client_type=consumer)),
+        ("ack, a topic no rule names", "AckMessage", pb.AckMessageRequest(
+            group=res("acl-readers-1"), topic=res("acl-other"),
+            entries=[pb.AckMessageEntry(message_id="01" + "0" * 30, receipt_handle="x")])),
+        ("invisible duration, a group no rule names", "ChangeInvisibleDuration", pb.ChangeInvisibleDurationRequest(
+            group=res("acl-strangers"), topic=res("acl-ok-1"), receipt_handle="x", message_id="01" + "0" * 30)),
+        ("end transaction, a topic no rule names", "EndTransaction", pb.EndTransactionRequest(
+            topic=res("acl-other"), message_id="01" + "0" * 30, transaction_id="t",
+            resolution=1))  # COMMIT,
+    ]
+
+
+async def _grpc_answers(endpoint: str, creds: tuple[str, str] | None) -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        for what, rpc, request in _grpc_calls():
+            req_type, resp_type, _, _ = RPCS[rpc]
+            call = channel.unary_unary(f"/{SERVICE}/{rpc}", request_serializer=type(request).SerializeToString,
+                                       response_deserializer=getattr(pb, resp_type).FromString)
+            date = grpc_date_time()
+            metadata = [("x-mq-client-id", "acl-probe@1"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"),
+                        ("x-mq-client-version", "5.0.0"), ("x-mq-date-time", date)]
+            if creds is not None:
+                metadata.append(("authorization", grpc_authorization(creds[0], creds[1], date)))
+            response = await call(request, metadata=tuple(metadata), timeout=10)
+            code = response.status.code
+            out[what] = ((str(code), re.sub(r"\d+\.\d+\.\d+\.\d+", "<ip>", response.status.message))
+                         if code in (40100, 40300) else ("passed", ""))
+    return out
+
+
+@pytest.fixture
+def sluice_acl_front(empty_cluster: Cluster) -> Iterator[tuple[Cluster, str]]:
+    """Sluice's side with its gRPC front checking every RPC against the broker's users and rules (as ``sluice dev``
+    does), signing to the broker with the inner credentials."""
+    from sluice.proxy.messaging_service import serve, stop
+
+    empty_cluster.credentials = ROOT
+    broker = empty_cluster.start_broker(
+        "broker-a", authentication_enabled=True, authorization_enabled=True,
+        init_authentication_user=AuthUser(username=ROOT[0], password=ROOT[1]),
+        inner_client_authentication_credentials=AuthCredentials(access_key=ROOT[0], secret_key=ROOT[1]))
+    _run(_provision(empty_cluster.namesrv_addr), 120)
+    audit = AuditLog()
+    auth = GrpcAuth(Authenticator(broker.auth_metadata, audit), Authorizer(broker.auth_metadata, audit))
+    server, service, port = empty_cluster.loop.run(serve(empty_cluster.namesrv_addr, "127.0.0.1", 0, auth=auth,
+                                                         credentials=ROOT))
+    try:
+        yield empty_cluster, f"127.0.0.1:{port}"
+    finally:
+        empty_cluster.loop.run(stop(server, service))
+
+
+def test_each_rpc_a_5x_client_makes_is_allowed_and_refused_as_by_rocketmqs_proxy(
+        sluice_acl_front: tuple[Cluster, str], rocketmq_acl: RocketMQNode) -> None:
+    for who, creds in WHO.items():
+        seen = {"sluice": _run(_grpc_answers(sluice_acl_front[1], creds)),
+                "rocketmq": _run(_grpc_answers(rocketmq_acl.proxy_endpoint, creds))}
+        assert _differences(seen) == {}, who
+        if who == "alice":
+            assert seen["sluice"]["send, her topic"] == ("passed", "")
+        else:
+            assert {v[0] for v in seen["sluice"].values()} == {"40100"}, who
