@@ -4,6 +4,7 @@ over the admin requests, sends and consumption allowed and refused with RocketMQ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
@@ -418,3 +419,49 @@ def test_the_proxys_copy_of_users_and_rules_expires_when_the_brokers_cannot_be_r
     finally:
         acl_cluster.loop.run(metadata.stop())
         acl_cluster.loop.run(remoting.close())
+
+
+def test_fields_a_handler_reads_cannot_be_used_around_the_check(acl_cluster: Cluster, caplog: pytest.LogCaptureFixture
+                                                                  ) -> None:
+    """A V2 send whose long-named ``topic`` field overrides ``b``; a send-back without ``originTopic`` of another
+    topic's message; an END_TRANSACTION without a topic, or naming another: each refused, nothing stored or
+    decided; a user name with a line break cannot write a line of its own into the audit log."""
+    from sluice.common.message import decode_message_id
+    from sluice.remoting.codes import RequestCode
+    from sluice.remoting.headers import SendMessageRequestHeader
+    ns = acl_cluster.namesrv_addr
+    for topic in ("mine", "secret"):
+        acl_cluster.create_topic(topic, 1)
+    secret = asyncio.run(send_one(ns, "secret", ROOT, b"secret"))
+    before = asyncio.run(max_offset(ns, "secret"))
+
+    async def go() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("ivan", "ivan-secret")
+            await admin.create_acl("User:ivan", [policy_entry("Topic:mine", "Pub,Sub"),
+                                                 policy_entry("Group:ivan-g", "Sub")])
+            addr = next(iter((await admin.brokers()).values()))
+        async with Admin(ns, credentials=("ivan", "ivan-secret")) as ivan:
+            v2 = SendMessageRequestHeader("ivan-pg", "mine", "TBW102", 4, 0, 0, 0, 0, "").encode_v2()
+            for ext in ({**v2, "topic": "secret"}, {k: v for k, v in v2.items() if k != "b"} | {"topic": "secret"}):
+                for code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+                    resp = await ivan.api.invoke(addr, code, ext, body=b"forged")
+                    assert resp.code == ResponseCode.NO_PERMISSION and "Topic:secret" in (resp.remark or ""), resp
+            offset = decode_message_id(secret.offset_msg_id)[1]  # type: ignore[attr-defined]
+            resp = await ivan.api.invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK,
+                                         {"group": "ivan-g", "offset": str(offset), "delayLevel": "1"})
+            assert resp.code == ResponseCode.NO_PERMISSION and "originTopic" in (resp.remark or ""), resp
+            for ext in ({}, {"topic": "mine"}):
+                resp = await ivan.api.invoke(addr, RequestCode.END_TRANSACTION, {
+                    "producerGroup": "acl-pg", "tranStateTableOffset": "0", "commitLogOffset": str(offset),
+                    "commitOrRollback": "8", "fromTransactionCheck": "false", "msgId": "", **ext})
+                assert resp.code in (ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_ERROR), resp
+        async with Admin(ns, credentials=("ivan\n2026 INFO forged line", "x")) as forger:
+            with contextlib.suppress(Exception):
+                await forger.topic_status("mine")
+    with caplog.at_level(logging.INFO, logger="sluice.auth.audit"):
+        asyncio.run(go())
+    assert asyncio.run(max_offset(ns, "secret")) == before
+    audit = [r.getMessage() for r in caplog.records if r.name == "sluice.auth.audit"]
+    assert any("ivan\\x0a2026 INFO forged line" in line for line in audit), audit
+    assert not any("\n" in line for line in audit)

@@ -6,12 +6,22 @@ what was left out is counted in the next line that is written."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 
 from sluice.auth.model import Action, Resource
 
 log = logging.getLogger("sluice.auth.audit")
+
+# Control characters (line breaks above all) in what a client sent: escaped, so that a user name cannot write a
+# line of its own into the log.
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _printable(text: object) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", str(text))
 
 
 class AuditLog:
@@ -36,6 +46,7 @@ class AuditLog:
         return False
 
     def _refusal(self, line: str) -> None:
+        line = _printable(line)
         self.refusals += 1
         if not self.log.isEnabledFor(logging.INFO) or not self._may_write():
             return
@@ -49,8 +60,8 @@ class AuditLog:
             return
         if ok:
             if self.log.isEnabledFor(logging.DEBUG):
-                self.log.debug("[AUTHENTICATION] User:%s is authenticated success with Signature = %s.", username,
-                               signature)
+                self.log.debug("[AUTHENTICATION] User:%s is authenticated success with Signature = %s.",
+                               _printable(username), _printable(signature))
         else:
             self._refusal(f"[AUTHENTICATION] User:{username} is authenticated failed with Signature = {signature}.")
 
@@ -62,7 +73,8 @@ class AuditLog:
         if ok:
             if self.log.isEnabledFor(logging.DEBUG):
                 self.log.debug("[AUTHORIZATION] Subject = %s is Allow Action = %s from sourceIp = %s on resource = %s "
-                               "for request = %s.", subject, what, source_ip, resource.key, rpc_code)
+                               "for request = %s.", _printable(subject), what, source_ip, _printable(resource.key),
+                               rpc_code)
         else:
             self._refusal(f"[AUTHORIZATION] Subject = {subject} is Deny Action = {what} from sourceIp = {source_ip} "
                           f"on resource = {resource.key} for request = {rpc_code}.")

@@ -25,6 +25,7 @@ from sluice.auth.model import (
 )
 from sluice.common import fastjson
 from sluice.remoting.codes import RequestCode as C
+from sluice.remoting.headers.send import V2_KEYS, V2_LONG_NAMES
 
 G, S, P, U, CR, D, L = Action.GET, Action.SUB, Action.PUB, Action.UPDATE, Action.CREATE, Action.DELETE, Action.LIST
 T, GR, CL = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -172,6 +173,14 @@ _HOT_CACHE: dict[tuple[int, str | None, str | None, str], list[AuthorizationCont
 _HOT_CACHE_SIZE = 4096
 
 
+def _v2_topic(ext: Mapping[str, str]) -> str | None:
+    """A V2 send's topic as its handler decodes it: ``b``, unless the header mixes long names in, when they are
+    mapped as the handler maps them (a ``topic`` field then wins)."""
+    if ext.keys() & V2_LONG_NAMES:
+        return {V2_KEYS.get(k, k): v for k, v in ext.items()}.get("topic")
+    return ext.get("b")
+
+
 def build_remoting_contexts(code: int, ext: Mapping[str, str], body: bytes | memoryview | None,
                             cluster_name: str) -> list[AuthorizationContext]:
     """The checks a request needs; ``AuthorizationError("parse authorization context error.")`` when its fields or
@@ -179,7 +188,7 @@ def build_remoting_contexts(code: int, ext: Mapping[str, str], body: bytes | mem
     if not ext:
         ext = {}
     hot = _HOT_FIELDS.get(code)
-    if hot is not None:
+    if hot is not None and not (hot[0] == "b" and ext.keys() & V2_LONG_NAMES):
         key = (code, ext.get(hot[0]), ext.get(hot[1]), cluster_name)
         found = _HOT_CACHE.get(key)
         if found is None:
@@ -214,7 +223,7 @@ def _build(code: int, ext: Mapping[str, str], body: bytes | memoryview | None,
         else:
             c.topic(topic, P)
     elif code in (C.SEND_MESSAGE_V2, C.SEND_BATCH_MESSAGE):
-        topic = f("b")
+        topic = _v2_topic(ext)
         if _is_retry(topic):
             c.group(topic, S)  # (RocketMQ: the producer group "a" if any, which the sender chooses)
         else:

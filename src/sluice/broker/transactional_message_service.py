@@ -170,11 +170,13 @@ class TransactionalMessageService(AsyncService):
         return msg
 
     # == END_TRANSACTION =============================================================================
-    def check_end(self, group: str, queue_offset: int, commit_log_offset: int) -> tuple[MessageExt | None, Decision]:
+    def check_end(self, group: str, queue_offset: int, commit_log_offset: int,
+                  topic: str | None = None) -> tuple[MessageExt | None, Decision]:
         """The half message END_TRANSACTION names, if it may be decided now; else why not (RocketMQ's remarks
-        where it has one)."""
+        where it has one). A ``topic`` named must be the half message's own: it is what authorization allowed."""
         half = self.store.look_message_by_offset(commit_log_offset)
-        if half is None or half.topic != TRANS_HALF_TOPIC:
+        if half is None or half.topic != TRANS_HALF_TOPIC or (
+                topic is not None and half.properties.get(PROPERTY_REAL_TOPIC) != topic):
             return None, Decision(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
         if half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
             return None, Decision(ResponseCode.SYSTEM_ERROR, "The producer group wrong")

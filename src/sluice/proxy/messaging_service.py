@@ -687,7 +687,8 @@ class MessagingService:
         addr = await self._addr_of(req.topic.name, tid.broker_name)
         ext = EndTransactionRequestHeader(req.topic.name, tid.queue_offset, tid.commit_log_offset,
                                           TRANSACTION_COMMIT_TYPE if req.resolution == 1 else TRANSACTION_ROLLBACK_TYPE,
-                                          req.source == 2, req.message_id, req.transaction_id).encode()
+                                          req.source == 2, req.message_id, req.transaction_id,
+                                          topic=req.topic.name).encode()
         try:
             resp = await self.client.api.invoke(addr, RequestCode.END_TRANSACTION, ext, timeout_ms=2500)
         except RemotingError as exc:

@@ -48,7 +48,12 @@ class EndTransactionProcessor:
         if not perm_writeable(self.config.broker_permission) or self.store.write_failure:
             return req.response(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_name}] is read-only: the "
                                                             f"transaction stays undecided")
-        half, refusal = self.transaction_service.check_end(group, queue_offset, commit_log_offset)
+        if h.topic is None and self.config.authorization_enabled:
+            # Beyond RocketMQ, which lets one without a topic through unchecked: authorization needs the topic
+            # (Sluice's and the Java clients name it).
+            return req.response(ResponseCode.NO_PERMISSION,
+                                "END_TRANSACTION must name its topic when authorization is on")
+        half, refusal = self.transaction_service.check_end(group, queue_offset, commit_log_offset, h.topic)
         if half is None:
             log.warning("END_TRANSACTION of %s for half message %d refused: %s", who, queue_offset, refusal.remark)
             return req.response(refusal.code, refusal.remark)

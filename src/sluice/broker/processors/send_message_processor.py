@@ -154,6 +154,12 @@ class SendMessageProcessor:
         if sub.retry_queue_nums <= 0:
             return req.response(ResponseCode.SUCCESS)
         msg = self.store.look_message_by_offset(offset, visible_only=True)
+        if msg is not None and not h.origin_topic and self.config.authorization_enabled \
+                and msg.topic != retry_topic(group):
+            # Authorization checked the group only: a message of another topic needs that topic named (and
+            # allowed). Sluice's and the Java clients name it.
+            return req.response(ResponseCode.NO_PERMISSION,
+                                "CONSUMER_SEND_MSG_BACK must name originTopic when authorization is on")
         if msg is None or (h.origin_topic and msg.topic not in (h.origin_topic, retry_topic(group))):
             # (the topic named is the one authorization allowed: another's message is not copied)
             return req.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")

@@ -24,6 +24,7 @@ from sluice.common.message import MessageExt, decode_message_id
 from sluice.common.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_PREPARED,
 )
@@ -111,7 +112,7 @@ class TransactionProducer(Producer):
             return
         header = EndTransactionRequestHeader(self.group, result.queue_offset, commit_log_offset, state.value, False,
                                              result.msg_id, result.transaction_id or result.msg_id,
-                                             broker_name=result.queue.broker_name)
+                                             topic=result.queue.topic, broker_name=result.queue.broker_name)
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode(), oneway=True)
         req.remark = error
         try:
@@ -137,6 +138,7 @@ class TransactionProducer(Producer):
         state, error = await _decide(fn, (msg,), in_thread=not inspect.iscoroutinefunction(fn))
         answer = EndTransactionRequestHeader(self.group, header.tran_state_table_offset, header.commit_log_offset,
                                              state.value, True, msg.uniq_key or header.msg_id, header.transaction_id,
+                                             topic=msg.properties.get(PROPERTY_REAL_TOPIC) or msg.topic,
                                              broker_name=header.broker_name)
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, answer.encode(), oneway=True)
         req.remark = error

@@ -13,7 +13,7 @@ from sluice.remoting.headers._base import RequestHeader, field_bool, field_int, 
 V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
            "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
            "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
-_V2_LONG_NAMES = frozenset(V2_KEYS.values())
+V2_LONG_NAMES = frozenset(V2_KEYS.values())
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -76,7 +76,7 @@ class SendMessageRequestHeader(RequestHeader):
 
     @classmethod
     def decode_v2(cls, ext: Mapping[str, str]) -> SendMessageRequestHeader:
-        if ext.keys() & _V2_LONG_NAMES:  # a header mixing long names in: the general decode maps them
+        if ext.keys() & V2_LONG_NAMES:  # a header mixing long names in: the general decode maps them
             return cls._decode_mapped(ext)
         try:  # the usual V2 header, every value a plain decimal where one is expected
             return cls(ext.get("a") or "DEFAULT_PRODUCER", ext["b"], ext.get("c", ""), int(ext.get("d") or 4),
