@@ -15,14 +15,17 @@ from sluice.remoting.headers import (
     CheckTransactionStateRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     EndTransactionRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumerListByGroupRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
+    GetProducerConnectionListRequestHeader,
     GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
     NotificationRequestHeader,
@@ -79,6 +82,9 @@ EXAMPLES: list[tuple[int | None, RequestHeader]] = [
     (RequestCode.GET_CONSUME_STATS, GetConsumeStatsRequestHeader("CG", "T")),
     (RequestCode.GET_CONSUMER_CONNECTION_LIST, GetConsumerConnectionListRequestHeader("CG")),
     (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ResetOffsetRequestHeader("T", "CG", 1, -1, 42)),
+    (RequestCode.DELETE_SUBSCRIPTIONGROUP, DeleteSubscriptionGroupRequestHeader("CG", True)),
+    (RequestCode.GET_PRODUCER_CONNECTION_LIST, GetProducerConnectionListRequestHeader("PG")),
+    (RequestCode.GET_BROKER_CONSUME_STATS, GetConsumeStatsInBrokerHeader(True)),
 ]
 
 

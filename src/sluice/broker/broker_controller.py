@@ -28,6 +28,7 @@ from sluice.broker.pop.pop_message_processor import PopMessageProcessor
 from sluice.broker.pop.pop_revive_service import PopReviveService
 from sluice.broker.processors.admin_broker_processor import AdminBrokerProcessor
 from sluice.broker.processors.auth_admin_processor import AuthAdminProcessor
+from sluice.broker.processors.broker_status_processor import BrokerStatusProcessor
 from sluice.broker.processors.client_manage_processor import ClientManageProcessor
 from sluice.broker.processors.consumer_manage_processor import ConsumerManageProcessor
 from sluice.broker.processors.end_transaction_processor import EndTransactionProcessor
@@ -202,8 +203,7 @@ class BrokerController(AsyncService):
         self.running = True
         self._spawn(self._register_loop())
         self._spawn(self._scan_clients_loop())
-        if c.stats_log_interval > 0:
-            self._spawn(self._stats_loop())
+        self._spawn(self._stats_loop())
         log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,
                  c.store.store_path_root_dir, c.store.flush_disk_type.value)
         if not c.authentication_enabled and not is_loopback(c.listen_host):
@@ -332,7 +332,8 @@ class BrokerController(AsyncService):
             QueryMessageProcessor(store),
             AdminBrokerProcessor(c, addr, store, self.consumer_manager, self.lock_manager, topics, groups,
                                  self.trigger_register, self.topic_config_wrapper, self.schedule_service,
-                                 self.timer_service, runtime=self),
+                                 self.timer_service, self.producer_manager),
+            BrokerStatusProcessor(c, addr, store, runtime=self),
             EndTransactionProcessor(c, store, self.transaction_service),
             PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
                                 self.pop_polling, self.order_info, self.swapped_out),
@@ -451,6 +452,12 @@ class BrokerController(AsyncService):
         return self.role.is_master and self.write_guard is not None and bool(self.write_guard())
 
     @property
+    def special_service_running(self) -> bool:
+        """A master's delayed, transaction-check and POP-revive services are running (RocketMQ's
+        ``isSpecialServiceRunning``: ``brokerActive`` in the runtime info)."""
+        return self.schedule_service is not None and not self.fenced
+
+    @property
     def registered_id(self) -> int:
         """The id the name servers know this broker by: 0 for a master (brokerId 0 is the master's), its own
         id for a slave."""
@@ -535,10 +542,15 @@ class BrokerController(AsyncService):
                 pass
 
     async def _stats_loop(self) -> None:
-        """Log the stats line once a ``stats_log_interval`` (RocketMQ's per-minute stats)."""
+        """Sample the counters once a second (the runtime info's TPS) and log the stats line once a
+        ``stats_log_interval`` (RocketMQ's per-minute stats)."""
+        next_line = time.monotonic() + self.config.stats_log_interval / 1000
         while self.running:
-            await asyncio.sleep(self.config.stats_log_interval / 1000)
-            stats_log.info(format_stats_line(self.stats.snapshot(self.store)))
+            await asyncio.sleep(1.0)
+            self.stats.sample()
+            if self.config.stats_log_interval > 0 and time.monotonic() >= next_line:
+                next_line += self.config.stats_log_interval / 1000
+                stats_log.info(format_stats_line(self.stats.snapshot(self.store)))
 
     # == clients =====================================================================================
     async def _scan_clients_loop(self) -> None:

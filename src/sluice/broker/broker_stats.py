@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,13 +16,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sluice.broker.stats")
 
+TPS_SAMPLES = 601
 PUT_LATENCY_SAMPLES = 65_536  # put latencies kept per stats interval (a ring: the newest win)
 
 
 class BrokerStats:
     """Totals since start, plus put latencies of the current interval in a bounded ring."""
 
-    __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t")
+    __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t",
+                 "_samples", "_day", "today_morning", "yesterday_morning")
 
     def __init__(self) -> None:
         self.put_msgs = 0
@@ -31,6 +34,12 @@ class BrokerStats:
         self._lat_n = 0
         self._last_puts = 0
         self._last_gets = 0
+        # (monotonic s, puts, gets) once a second, ten minutes of them: the TPS over 10 s, 1 min and 10 min.
+        self._samples: deque[tuple[float, int, int]] = deque(maxlen=TPS_SAMPLES)
+        self._day = time.localtime().tm_yday
+        # The totals (puts, gets) when today and yesterday began, as far as this process saw them.
+        self.today_morning = (0, 0)
+        self.yesterday_morning = (0, 0)
         self._last_t = time.monotonic()
 
     def record_put(self, r: PutMessageResult, seconds: float | None = None) -> None:
@@ -44,6 +53,29 @@ class BrokerStats:
 
     def record_get(self, n: int) -> None:
         self.get_msgs += n
+
+    def sample(self, now: float | None = None) -> None:
+        """Called once a second: the TPS windows and the day's first totals."""
+        now = time.monotonic() if now is None else now
+        self._samples.append((now, self.put_msgs, self.get_msgs))
+        day = time.localtime().tm_yday
+        if day != self._day:
+            self._day = day
+            self.yesterday_morning = self.today_morning
+            self.today_morning = (self.put_msgs, self.get_msgs)
+
+    def tps(self, seconds: int) -> tuple[float, float] | None:
+        """(puts, gets) a second over the last ``seconds``; None until that much has been sampled."""
+        if len(self._samples) < 2:
+            return None
+        t1, p1, g1 = self._samples[-1]
+        for t0, p0, g0 in self._samples:  # oldest first: the first sample at least ``seconds`` old
+            if t1 - t0 <= seconds:
+                if t0 == self._samples[0][0] and t1 - t0 < seconds - 1:
+                    return None
+                dt = max(t1 - t0, 1e-9)
+                return (p1 - p0) / dt, (g1 - g0) / dt
+        return None
 
     def snapshot(self, store: MessageStore) -> dict[str, float]:
         """The figures of the interval since the last snapshot, and resets the interval."""

@@ -12,9 +12,10 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.common import fastjson
+from sluice.common.config_text import config_properties_text
 from sluice.common.structs import DataVersion
 from sluice.namesrv.kv_config_manager import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from sluice.namesrv.register_broker_body import BodyFormatError, decode_register_broker_body
@@ -22,6 +23,9 @@ from sluice.namesrv.route_info_manager import RouteInfoManager
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from sluice.common.config import NamesrvConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +82,19 @@ class DefaultRequestProcessor:
 
     def __init__(self, route_info: RouteInfoManager, kv_config: KVConfigManager,
                  watch_connection: Callable[[Connection], None] | None = None,
-                 clock: Callable[[], int] = monotonic_ms) -> None:
+                 clock: Callable[[], int] = monotonic_ms, config: NamesrvConfig | None = None) -> None:
         self.route_info = route_info
         self.kv_config = kv_config
+        self.config = config
         self.watch_connection = watch_connection
         self.clock = clock
+
+    # == its settings =================================================================================
+    def get_namesrv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """The name server's settings as properties text under RocketMQ's names, secrets hidden
+        (``mqadmin getNamesrvConfig``)."""
+        text = config_properties_text(self.config) if self.config is not None else ""
+        return request.response(ResponseCode.SUCCESS, body=text.encode())
 
     # == key/value config ============================================================================
     @_answers_bad_input

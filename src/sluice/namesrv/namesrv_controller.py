@@ -30,7 +30,7 @@ class NamesrvController(AsyncService):
         self.route_info = RouteInfoManager(self.config.broker_channel_expired_time)
         self.kv_config = KVConfigManager(self.config.kv_config_path)
         self.processor = DefaultRequestProcessor(self.route_info, self.kv_config,
-                                                 watch_connection=self._watch_connection)
+                                                 watch_connection=self._watch_connection, config=self.config)
         self.dispatcher = RequestDispatcher()
         self.dispatcher.register_processor(self.processor)
         inner = self.config.inner_client_authentication_credentials

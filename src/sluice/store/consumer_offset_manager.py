@@ -90,6 +90,15 @@ class ConsumerOffsetManager(ConfigManager):
             self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.startswith(prefix)}
             self._dirty = True
 
+    def remove_group(self, group: str) -> None:
+        """Every offset ``group`` committed (DELETE_SUBSCRIPTIONGROUP with ``cleanOffset``); written at the next
+        flush."""
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            self.offset_table = {k: v for k, v in self.offset_table.items() if not k.endswith(suffix)}
+            self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.endswith(suffix)}
+            self._dirty = True
+
     def persist(self, force: bool = False) -> Future[None]:
         """Write the offsets now, in this thread (the store's flush thread), if they changed (or ``force``): the
         future is done. A disk that would not take them: logged once, the future holds the error, and they are

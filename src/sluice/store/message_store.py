@@ -61,6 +61,7 @@ class MessageStore:
         self.consumer_offsets = ConsumerOffsetManager(c.store_path_config)
         self.flush_stats = FlushStats()
         self.disk_full = False
+        self.commit_log_disk_ratio = 0.0  # the commit log disk's usage at the last check
         self.disk_full_remark = ""
         # Set when the disk had no room for what the next appends need (ENOSPC making the next segment ahead,
         # or writing); cleared by ``check_disk_space`` once there is room again.
@@ -534,6 +535,7 @@ class MessageStore:
                 self.no_space = ""
                 self.allocate_service.wakeup()
         ratio = disk_usage_ratio(where)
+        self.commit_log_disk_ratio = ratio
         limit = self.config.disk_space_warning_level_ratio
         full = ratio > limit
         if full != self.disk_full:

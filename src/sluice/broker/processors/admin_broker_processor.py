@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sluice.broker.processors.client_manage_processor import parse_json_body
 from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
@@ -23,12 +22,15 @@ from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
 from sluice.remoting.headers import (
     CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
+    GetProducerConnectionListRequestHeader,
     GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
@@ -37,18 +39,14 @@ from sluice.remoting.headers import (
 )
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_stats import BrokerStats
     from sluice.broker.consumer_manager import ConsumerManager
-    from sluice.broker.pull_request_hold_service import PullRequestHoldService
+    from sluice.broker.producer_manager import ProducerManager
     from sluice.broker.rebalance_lock_manager import RebalanceLockManager
     from sluice.broker.schedule_message_service import ScheduleMessageService
     from sluice.broker.subscription_group_manager import SubscriptionGroupManager
     from sluice.broker.timer_message_service import TimerMessageService
     from sluice.broker.topic_config_manager import TopicConfigManager
-    from sluice.common.config import BrokerConfig, BrokerRole
-    from sluice.common.loop_lag import LoopLagProbe
-    from sluice.store.ha.ha_client import HAClient
-    from sluice.store.ha.ha_service import HAService
+    from sluice.common.config import BrokerConfig
     from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -90,37 +88,13 @@ def _mq_set(data: dict, key: str) -> list[MessageQueue]:
         raise BadRequestError(f"{key} is malformed: {exc}") from exc
 
 
-class BrokerRuntime(Protocol):
-    """What GET_BROKER_RUNTIME_INFO reports of the running broker, read at each request (its replication is set up
-    after the processors, and whether it is fenced changes)."""
-
-    @property
-    def boot_timestamp(self) -> int: ...
-    @property
-    def role(self) -> BrokerRole: ...
-    @property
-    def stats(self) -> BrokerStats: ...
-    @property
-    def hold_service(self) -> PullRequestHoldService: ...
-    @property
-    def loop_lag(self) -> LoopLagProbe: ...
-    @property
-    def fenced(self) -> bool: ...
-    @property
-    def write_guard(self) -> Callable[[], str] | None: ...
-    @property
-    def ha_service(self) -> HAService | None: ...
-    @property
-    def ha_client(self) -> HAClient | None: ...
-
-
 class AdminBrokerProcessor:
     def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, consumer_manager: ConsumerManager,
                  lock_manager: RebalanceLockManager, topic_config_manager: TopicConfigManager,
                  subscription_group_manager: SubscriptionGroupManager, trigger_register: Callable[[], None],
                  topic_config_wrapper: Callable[[], dict[str, Any]],
                  schedule_service: ScheduleMessageService | None, timer_service: TimerMessageService | None,
-                 runtime: BrokerRuntime) -> None:
+                 producer_manager: ProducerManager) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.store = store
@@ -133,7 +107,7 @@ class AdminBrokerProcessor:
         # (a master's; None on a slave)
         self.schedule_service = schedule_service
         self.timer_service = timer_service
-        self.runtime = runtime
+        self.producer_manager = producer_manager
 
     # == topics ======================================================================================
     async def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -264,6 +238,18 @@ class AdminBrokerProcessor:
         log.info("subscription group %s created or updated: %s", g.group_name, g.to_json())
         return req.response(ResponseCode.SUCCESS)
 
+    def delete_subscriptiongroup(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """A group's config, and with ``cleanOffset`` its committed offsets; success whether it existed or not, as
+        in RocketMQ."""
+        h = DeleteSubscriptionGroupRequestHeader.decode(req.ext_fields)
+        existed = self.subscription_group_manager.delete(h.group_name)
+        if h.clean_offset:
+            self.store.consumer_offsets.remove_group(h.group_name)
+        log.info("subscription group %s deleted (%s, offsets %s) by %s", h.group_name,
+                 "it existed" if existed else "there was none", "removed" if h.clean_offset else "kept",
+                 conn.remote_addr)
+        return req.response(ResponseCode.SUCCESS)
+
     def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Every group's committed offsets, as consumerOffset.json holds them (a slave copies them)."""
         table = self.store.consumer_offsets.offset_table_json()
@@ -313,19 +299,55 @@ class AdminBrokerProcessor:
         table: dict[ObjectKey, dict[str, int]] = {}
         for topic in sorted(topics):
             tc = self.topic_config_manager.get(topic)
-            if tc is None:
-                continue
-            for qid in range(tc.read_queue_nums):
-                broker_off = self.store.get_max_offset_in_queue(topic, qid)
-                consumer_off = max(offsets.query_offset(group, topic, qid), 0)  # none committed: 0, as in RocketMQ
-                last = self.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
-                table[queue_key(self.config.broker_name, topic, qid)] = {
-                    "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
-                    "pullOffset": consumer_off}
+            if tc is not None:
+                table.update(self._offset_table(group, topic, tc.read_queue_nums))
         if not table and g is None:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE,
                                 f"the consumer group [{group}] has no offsets and is not online")
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
+
+    def _offset_table(self, group: str, topic: str, queues: int) -> dict[ObjectKey, dict[str, int]]:
+        """RocketMQ's OffsetWrapper of each queue: the broker's and the group's offsets, the last consumed
+        message's store time."""
+        offsets = self.store.consumer_offsets
+        table: dict[ObjectKey, dict[str, int]] = {}
+        for qid in range(queues):
+            broker_off = max(self.store.get_max_offset_in_queue(topic, qid), 0)
+            consumer_off = max(offsets.query_offset(group, topic, qid), 0)  # none committed: 0, as in RocketMQ
+            last = self.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
+            table[queue_key(self.config.broker_name, topic, qid)] = {
+                "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
+                "pullOffset": consumer_off}
+        return table
+
+    def get_broker_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Every subscription group's progress on this broker's topics (RocketMQ's ConsumeStatsList): per group,
+        one ConsumeStats per topic it has offsets on (its subscribed ones when it is online), ``isOrder``: ordered
+        topics only; ``totalDiff`` the sum of what every group has left."""
+        h = GetConsumeStatsInBrokerHeader.decode(req.ext_fields)
+        offsets = self.store.consumer_offsets
+        by_group: dict[str, set[str]] = {}
+        for key in list(offsets.offset_table):
+            topic, _, group = key.partition("@")
+            by_group.setdefault(group, set()).add(topic)
+        stats_list: list[dict[str, list[dict[str, Any]]]] = []
+        total_diff = 0
+        for group in sorted(self.subscription_group_manager.table):
+            online = self.consumer_manager.get(group)
+            stats = []
+            for topic in sorted(by_group.get(group, ())):
+                tc = self.topic_config_manager.get(topic)
+                if tc is None or (h.is_order and not tc.order):
+                    continue
+                if online is not None and online.subscriptions and topic not in online.subscriptions:
+                    continue
+                table = self._offset_table(group, topic, tc.write_queue_nums)
+                total_diff += sum(w["brokerOffset"] - w["consumerOffset"] for w in table.values())
+                stats.append({"consumeTps": 0.0, "offsetTable": table})
+            stats_list.append({group: stats})
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({
+            "brokerAddr": self.broker_addr, "consumeStatsList": stats_list, "totalDiff": total_diff,
+            "totalInflightDiff": 0}))
 
     def invoke_broker_to_reset_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Move a group's offsets on a topic to a time (-1: the end) or, for one queue, to an offset; RocketMQ 5's
@@ -366,6 +388,15 @@ class AdminBrokerProcessor:
         table = {queue_key(self.config.broker_name, topic, qid): target for qid, target in targets.items()}
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}))
 
+    def get_producer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group = GetProducerConnectionListRequestHeader.decode(req.ext_fields).producer_group
+        members = self.producer_manager.groups.get(group)
+        if members is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return req.response(ResponseCode.SUCCESS, body=json_body({"connectionSet": [
+            {"clientAddr": ch.conn.remote_addr, "clientId": ch.client_id, "language": ch.language,
+             "version": ch.version} for ch in members.values()]}))
+
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         group = GetConsumerConnectionListRequestHeader.decode(req.ext_fields).consumer_group
         g = self.consumer_manager.get(group)
@@ -377,26 +408,3 @@ class AdminBrokerProcessor:
             "consumeFromWhere": g.consume_from_where.name, "consumeType": g.consume_type.name,
             "messageModel": g.message_model.name,
             "subscriptionTable": {t: s.to_json() for t, s in g.subscriptions.items()}}))
-
-    def get_broker_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        store = self.store
-        rt = self.runtime
-        table = {"brokerVersionDesc": "sluice", "msgPutTotalTodayNow": str(rt.stats.put_msgs),
-                 "msgGetTotalTodayNow": str(rt.stats.get_msgs), "commitLogMinOffset": str(store.get_min_phy_offset()),
-                 "commitLogMaxOffset": str(store.get_max_phy_offset()),
-                 "dispatchBehindBytes": str(store.get_max_phy_offset() - store.dispatched_offset),
-                 "bootTimestamp": str(rt.boot_timestamp),
-                 "runtime": f"{int(time.time() * 1000) - rt.boot_timestamp} ms",
-                 "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(rt.hold_service.count),
-                 "eventLoopLagMaxMs": f"{rt.loop_lag.max_lag * 1000:.1f}",
-                 "eventLoopBusyMaxMs": f"{rt.loop_lag.max_busy * 1000:.1f}",
-                 "gcPauseMaxMs": f"{rt.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": rt.role.value,
-                 **store.back_pressure_info()}
-        if rt.fenced:
-            table["fenced"] = rt.write_guard() if rt.write_guard is not None else "true"
-        if rt.ha_service is not None:  # replication lag of each connected slave, in bytes ("id:lag,...")
-            table["haSlaveLagBytes"] = ",".join(f"{i}:{lag}" for i, lag in sorted(rt.ha_service.lag().items()))
-            table["haInSyncSlaves"] = ",".join(str(s.broker_id) for s in rt.ha_service.in_sync_slaves())
-        if rt.ha_client is not None:
-            table["haMasterAddress"] = rt.ha_client.connected_to
-        return req.response(ResponseCode.SUCCESS, body=json_body({"table": table}))

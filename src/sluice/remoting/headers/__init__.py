@@ -14,9 +14,12 @@ from sluice.remoting.codes import RequestCode
 from sluice.remoting.headers._base import RequestHeader, field_bool, field_int, field_str
 from sluice.remoting.headers.admin import (
     CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
     GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
@@ -93,6 +96,9 @@ DECODERS: dict[int, Callable[[Mapping[str, str]], RequestHeader]] = {
     RequestCode.GET_CONSUME_STATS: GetConsumeStatsRequestHeader.decode,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader.decode,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader.decode,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: DeleteSubscriptionGroupRequestHeader.decode,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: GetProducerConnectionListRequestHeader.decode,
+    RequestCode.GET_BROKER_CONSUME_STATS: GetConsumeStatsInBrokerHeader.decode,
 }
 
 
@@ -104,7 +110,8 @@ def decode_request_header(code: int, ext: Mapping[str, str]) -> RequestHeader | 
 
 __all__ = [
     "DECODERS", "AckMessageRequestHeader", "ChangeInvisibleTimeRequestHeader", "CheckTransactionStateRequestHeader",
-    "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "DeleteTopicRequestHeader",
+    "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "DeleteSubscriptionGroupRequestHeader",
+    "DeleteTopicRequestHeader", "GetConsumeStatsInBrokerHeader", "GetProducerConnectionListRequestHeader",
     "EndTransactionRequestHeader", "GetConsumeStatsRequestHeader", "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader", "GetEarliestMsgStoretimeRequestHeader", "GetMaxOffsetRequestHeader",
     "GetMinOffsetRequestHeader", "GetTopicConfigRequestHeader", "GetTopicStatsInfoRequestHeader",

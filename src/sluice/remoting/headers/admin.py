@@ -143,3 +143,54 @@ class ResetOffsetRequestHeader(RequestHeader):
 __all__ = ["CreateTopicRequestHeader", "DeleteTopicRequestHeader", "GetConsumeStatsRequestHeader",
            "GetConsumerConnectionListRequestHeader", "GetTopicConfigRequestHeader", "GetTopicStatsInfoRequestHeader",
            "QueryTopicConsumeByWhoRequestHeader", "ResetOffsetRequestHeader"]
+
+
+class DeleteSubscriptionGroupRequestHeader(RequestHeader):
+    """DELETE_SUBSCRIPTIONGROUP: a group's config, and with ``cleanOffset`` its committed offsets."""
+
+    __slots__ = ("group_name", "clean_offset")
+    GROUP_FIELD = "group_name"
+
+    def __init__(self, group_name: str, clean_offset: bool = False) -> None:
+        self.group_name = group_name
+        self.clean_offset = clean_offset
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> Self:
+        return cls(field_str(ext, "groupName"), field_bool(ext, "cleanOffset"))
+
+    def encode(self) -> dict[str, str]:
+        return {"groupName": self.group_name, "cleanOffset": text_bool(self.clean_offset)}
+
+
+class GetProducerConnectionListRequestHeader(RequestHeader):
+    """GET_PRODUCER_CONNECTION_LIST: the connections of a producer group."""
+
+    __slots__ = ("producer_group",)
+    GROUP_FIELD = "producer_group"
+
+    def __init__(self, producer_group: str) -> None:
+        self.producer_group = producer_group
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> Self:
+        return cls(field_str(ext, "producerGroup"))
+
+    def encode(self) -> dict[str, str]:
+        return {"producerGroup": self.producer_group}
+
+
+class GetConsumeStatsInBrokerHeader(RequestHeader):
+    """GET_BROKER_CONSUME_STATS: every group's progress on this broker (``isOrder``: on ordered topics only)."""
+
+    __slots__ = ("is_order",)
+
+    def __init__(self, is_order: bool = False) -> None:
+        self.is_order = is_order
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> Self:
+        return cls(field_bool(ext, "isOrder"))
+
+    def encode(self) -> dict[str, str]:
+        return {"isOrder": text_bool(self.is_order)}

@@ -1,0 +1,157 @@
+"""What an operator reads of a running broker (RocketMQ's AdminBrokerProcessor, its status half):
+GET_BROKER_RUNTIME_INFO (``mqadmin brokerStatus``, ``clusterList``), GET_BROKER_HA_STATUS (``haStatus``) and
+GET_BROKER_CONFIG (``getBrokerConfig``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from sluice.common import fastjson
+from sluice.common.config_text import config_properties_text
+from sluice.remoting.codes import ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from sluice.broker.broker_stats import BrokerStats
+    from sluice.broker.pull_request_hold_service import PullRequestHoldService
+    from sluice.common.config import BrokerConfig, BrokerRole
+    from sluice.common.loop_lag import LoopLagProbe
+    from sluice.store.ha.ha_client import HAClient
+    from sluice.store.ha.ha_service import HAService
+    from sluice.store.message_store import MessageStore
+
+VERSION_DESC = "V5_5_0"  # the RocketMQ release whose protocol Sluice speaks (what clients compare versions to)
+# Queues Sluice does not have (pulls, acks, queries and lite pulls run on the event loop, not in thread pools):
+# their size and head wait are 0, their capacity RocketMQ's default.
+_NO_QUEUE = {"pull": 100_000, "litePull": 100_000, "ack": 100_000, "query": 20_000}
+
+
+class BrokerRuntime(Protocol):
+    """What the status requests report of the running broker, read at each request (its replication is set up
+    after the processors, and whether it is fenced changes)."""
+
+    @property
+    def boot_timestamp(self) -> int: ...
+    @property
+    def role(self) -> BrokerRole: ...
+    @property
+    def stats(self) -> BrokerStats: ...
+    @property
+    def hold_service(self) -> PullRequestHoldService: ...
+    @property
+    def loop_lag(self) -> LoopLagProbe: ...
+    @property
+    def fenced(self) -> bool: ...
+    @property
+    def write_guard(self) -> Callable[[], str] | None: ...
+    @property
+    def ha_service(self) -> HAService | None: ...
+    @property
+    def ha_client(self) -> HAClient | None: ...
+    @property
+    def special_service_running(self) -> bool: ...
+
+
+def _tps_text(stats: BrokerStats, which: int) -> str:
+    """RocketMQ's three windows (10 s, 1 min, 10 min) joined by spaces, a window not yet filled left empty."""
+    parts = []
+    for seconds in (10, 60, 600):
+        rates = stats.tps(seconds)
+        parts.append("" if rates is None else repr(round(rates[which], 6)))
+    return " ".join(parts)
+
+
+def _uptime(ms: int) -> str:
+    s = ms // 1000
+    return f"[ {s // 86400} days, {s // 3600 % 24} hours, {s // 60 % 60} minutes, {s % 60} seconds ]"
+
+
+class BrokerStatusProcessor:
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, runtime: BrokerRuntime) -> None:
+        self.config = config
+        self.broker_addr = broker_addr
+        self.store = store
+        self.runtime = runtime
+
+    def get_broker_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's runtime keys (those ``clusterList`` and ``brokerStatus`` read) with Sluice's values, then
+        Sluice's own: the event loop's lag, back-pressure, replication."""
+        store, rt, st = self.store, self.runtime, self.runtime.stats
+        now_ms = int(time.time() * 1000)
+        put_tps = st.tps(10)
+        table = {"brokerVersionDesc": VERSION_DESC, "brokerActive": "true" if rt.special_service_running else "false",
+                 "msgPutTotalTodayNow": str(st.put_msgs), "msgGetTotalTodayNow": str(st.get_msgs),
+                 "msgPutTotalTodayMorning": str(st.today_morning[0]),
+                 "msgGetTotalTodayMorning": str(st.today_morning[1]),
+                 "msgPutTotalYesterdayMorning": str(st.yesterday_morning[0]),
+                 "msgGetTotalYesterdayMorning": str(st.yesterday_morning[1]),
+                 "putTps": _tps_text(st, 0), "getTransferredTps": _tps_text(st, 1),
+                 "getTotalTps": _tps_text(st, 1), "getFoundTps": _tps_text(st, 1),
+                 "putMessageTimesTotal": str(st.put_msgs + st.put_failures),
+                 "putMessageFailedTimes": str(st.put_failures),
+                 "commitLogMinOffset": str(store.get_min_phy_offset()),
+                 "commitLogMaxOffset": str(store.get_max_phy_offset()),
+                 "commitLogDiskRatio": f"{store.commit_log_disk_ratio:.2f}",
+                 f"commitLogDiskRatio_{store.config.store_path_commit_log}": f"{store.commit_log_disk_ratio:.2f}",
+                 "dispatchBehindBytes": str(store.get_max_phy_offset() - store.dispatched_offset),
+                 # Unknown (RocketMQ's -1): reading the oldest record could fault a cold page in on the loop.
+                 "earliestMessageTimeStamp": "-1",
+                 "startAcceptSendRequestTimeStamp": "0",
+                 "bootTimestamp": str(rt.boot_timestamp), "runtime": _uptime(now_ms - rt.boot_timestamp),
+                 "EndTransactionQueueSize": "0", "EndTransactionThreadPoolQueueCapacity": "100000",
+                 "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(rt.hold_service.count),
+                 "eventLoopLagMaxMs": f"{rt.loop_lag.max_lag * 1000:.1f}",
+                 "eventLoopBusyMaxMs": f"{rt.loop_lag.max_busy * 1000:.1f}",
+                 "gcPauseMaxMs": f"{rt.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": rt.role.value}
+        if put_tps is None:
+            table["putTps"] = table["putTps"] or "0.0  "
+        for pool, capacity in _NO_QUEUE.items():
+            table[f"{pool}ThreadPoolQueueSize"] = "0"
+            table[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = "0"
+            table[f"{pool}ThreadPoolQueueCapacity"] = str(capacity)
+        table.update(store.back_pressure_info())  # the send queue: the store thread's
+        if rt.fenced:
+            table["fenced"] = rt.write_guard() if rt.write_guard is not None else "true"
+        if rt.ha_service is not None:  # replication lag of each connected slave, in bytes ("id:lag,...")
+            table["haSlaveLagBytes"] = ",".join(f"{i}:{lag}" for i, lag in sorted(rt.ha_service.lag().items()))
+            table["haInSyncSlaves"] = ",".join(str(s.broker_id) for s in rt.ha_service.in_sync_slaves())
+        if rt.ha_client is not None:
+            table["haMasterAddress"] = rt.ha_client.connected_to
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"table": table}))
+
+    def get_broker_ha_status(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's HARuntimeInfo: a master's slaves (address, acknowledged offset, how far behind, in sync),
+        a slave's master."""
+        rt, end = self.runtime, self.store.get_max_phy_offset()
+        ha, client = rt.ha_service, rt.ha_client
+        connections = []
+        in_sync = 0
+        if ha is not None:
+            synced = {s.broker_id for s in ha.in_sync_slaves()}
+            in_sync = len(synced)
+            for s in sorted(ha.slaves.values(), key=lambda s: s.broker_id):
+                if s.connected:
+                    connections.append({"addr": s.address, "slaveAckOffset": s.ack_offset, "diff": end - s.ack_offset,
+                                        "inSync": s.broker_id in synced, "transferredByteInSecond": 0,
+                                        "transferFromWhere": s.ack_offset})
+        client_info: dict[str, object] = {"lastReadTimestamp": 0, "lastWriteTimestamp": 0, "masterFlushOffset": 0,
+                                          "maxOffset": 0, "transferredByteInSecond": 0}
+        if client is not None:
+            client_info.update({"masterAddr": client.connected_to, "maxOffset": end,
+                                "masterFlushOffset": client.master_max_offset,
+                                "isActivated": bool(client.connected_to)})
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({
+            "haClientRuntimeInfo": client_info, "haConnectionInfo": connections, "inSyncSlaveNums": in_sync,
+            "master": rt.role.is_master, "masterCommitLogMaxOffset": end}))
+
+    def get_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """The broker's settings as properties text under RocketMQ's names, secrets hidden; ``version`` as
+        RocketMQ's DataVersion."""
+        body = config_properties_text(self.config).encode()
+        resp = req.response(ResponseCode.SUCCESS, body=body)
+        resp.ext_fields["version"] = fastjson.dumps(
+            {"counter": 0, "stateVersion": 0, "timestamp": self.runtime.boot_timestamp}).decode()
+        return resp

@@ -1,0 +1,83 @@
+"""What an operator reads of a broker and a name server (``mqadmin clusterList``, ``brokerStatus``, ``haStatus``,
+``brokerConsumeStats``, ``producerConnection``, ``deleteSubGroup``, ``getBrokerConfig``, ``getNamesrvConfig``):
+answered with RocketMQ's keys and Sluice's values, secrets hidden."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from sluice.aio import Producer
+from sluice.client.admin import Admin
+from sluice.client.message import Message
+from sluice.remoting.codes import RequestCode, ResponseCode
+from tests.conftest import Cluster
+
+
+def test_status_requests_answer_with_rocketmqs_keys(empty_cluster: Cluster) -> None:
+    c = empty_cluster
+    broker = c.start_broker()
+    c.create_topic("status-t", 2)
+    ns, addr = c.namesrv_addr, broker.broker_addr
+
+    async def go() -> None:
+        async with Producer("status-pg", ns) as producer, Admin(ns) as admin:
+            for i in range(3):
+                await producer.send(Message("status-t", b"x%d" % i))
+            resp = await admin.api.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                                          body=b'{"groupName":"status-g"}')
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            resp = await admin.api.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, {
+                "consumerGroup": "status-g", "topic": "status-t", "queueId": "0", "commitOffset": "0"})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            info = json.loads((await admin.api.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO, {})).body)["table"]
+            assert info["brokerActive"] == "true" and info["brokerVersionDesc"] == "V5_5_0"
+            assert info["msgPutTotalTodayNow"] == "3"
+            for key in ("putTps", "getTransferredTps", "pullThreadPoolQueueSize",
+                        "pullThreadPoolQueueHeadWaitTimeMills", "sendThreadPoolQueueSize", "commitLogDiskRatio",
+                        "msgPutTotalTodayMorning"):
+                assert key in info, key
+            assert 0.0 < float(info["commitLogDiskRatio"]) < 1.0
+
+            ha = json.loads((await admin.api.invoke(addr, RequestCode.GET_BROKER_HA_STATUS, {})).body)
+            assert ha["master"] is True and ha["haConnectionInfo"] == [] and ha["masterCommitLogMaxOffset"] > 0
+
+            resp = await admin.api.invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                          {"producerGroup": "status-pg"})
+            assert resp.code == ResponseCode.SUCCESS and len(json.loads(resp.body)["connectionSet"]) == 1
+            resp = await admin.api.invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "nope"})
+            assert (resp.code, resp.remark) == (ResponseCode.SYSTEM_ERROR, "the producer group[nope] not exist")
+
+            resp = await admin.api.invoke(addr, RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
+            assert resp.code == ResponseCode.SUCCESS
+            stats = bytes(resp.body).decode()
+            assert '"brokerAddr"' in stats and '{"status-g":[{"consumeTps"' in stats, stats
+            assert '"totalDiff":' in stats and '"totalDiff":0' not in stats, stats
+
+            resp = await admin.api.invoke(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                          {"groupName": "status-g", "cleanOffset": "true"})
+            assert resp.code == ResponseCode.SUCCESS
+
+            resp = await admin.api.invoke(addr, RequestCode.GET_BROKER_CONFIG, {})
+            text = bytes(resp.body).decode()
+            assert resp.code == ResponseCode.SUCCESS and "brokerName=broker-a\n" in text
+            assert "flushDiskType=" in text and "version" in resp.ext_fields
+            resp = await admin.api.invoke(ns, RequestCode.GET_NAMESRV_CONFIG, {})
+            assert resp.code == ResponseCode.SUCCESS and "kvConfigPath=" in bytes(resp.body).decode()
+    asyncio.run(go())
+
+
+def test_the_broker_config_never_shows_a_secret(empty_cluster: Cluster) -> None:
+    from sluice.common.config import AuthUser
+    c = empty_cluster
+    c.credentials = ("root", "root-secret-value")
+    broker = c.start_broker(authentication_enabled=True, authorization_enabled=True,
+                            init_authentication_user=AuthUser(username="root", password="root-secret-value"))
+
+    async def go() -> str:
+        async with Admin(c.namesrv_addr, credentials=c.credentials) as admin:
+            resp = await admin.api.invoke(broker.broker_addr, RequestCode.GET_BROKER_CONFIG, {})
+            assert resp.code == ResponseCode.SUCCESS
+            return bytes(resp.body).decode()
+    text = asyncio.run(go())
+    assert "initAuthenticationUser=******\n" in text and "root-secret-value" not in text
