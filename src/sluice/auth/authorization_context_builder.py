@@ -6,8 +6,8 @@ headers) map the same here. Beyond RocketMQ, which lets a code it does not map t
 is checked too (docs/security.md): the client codes it leaves out by their topic and group (LITE_PULL_MESSAGE,
 BATCH_ACK_MESSAGE, QUERY_ASSIGNMENT, CHECK_CLIENT_CONFIG, SEND_REPLY_MESSAGE, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
 the rest as Get or Update on the cluster; so is an annotated one whose fields name nothing (RocketMQ checks
-those only when the header is a cluster's). As in RocketMQ, a heartbeat of producers only, or an END_TRANSACTION
-without its topic, needs no rule.
+those only when the header is a cluster's). As in RocketMQ, a heartbeat of producers only needs no rule; an
+END_TRANSACTION without its topic, which RocketMQ lets through, is refused by its handler when authorization is on.
 """
 
 from __future__ import annotations
