@@ -148,6 +148,12 @@ def test_source_ip_ranges_limit_an_entry() -> None:
     (RequestCode.AUTH_LIST_ACL, {}, b"", [("Cluster:c1", "Get")]),
     (RequestCode.GET_BROKER_RUNTIME_INFO, {}, b"", [("Cluster:c1", "Get")]),
     (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, b'{"groupName":"cg"}', [("Group:cg", "Create")]),
+    # A V2 send mixing long names in is checked on the topic its handler decodes.
+    (RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": "orders", "topic": "payments"}, b"", [("Topic:payments", "Pub")]),
+    (RequestCode.SEND_BATCH_MESSAGE, {"a": "pg", "topic": "payments"}, b"", [("Topic:payments", "Pub")]),
+    # Naming nothing where the kind names a topic or group: checked on the cluster, not let through.
+    (RequestCode.PULL_MESSAGE, {}, b"", [("Cluster:c1", "Get")]),
+    (RequestCode.SEND_MESSAGE_V2, {"a": "pg"}, b"", [("Cluster:c1", "Get")]),
 ])
 def test_each_request_asks_for_what_rocketmq_maps_it_to(code: int, ext: dict[str, str], body: bytes,
                                                         expected: list[tuple[str, str]]) -> None:

@@ -5,8 +5,8 @@ The codes RocketMQ maps (its switch, and the ``@RocketMQAction`` / ``@RocketMQRe
 headers) map the same here. Beyond RocketMQ, which lets a code it does not map through unchecked, every other code
 is checked too (docs/security.md): the client codes it leaves out by their topic and group (LITE_PULL_MESSAGE,
 BATCH_ACK_MESSAGE, QUERY_ASSIGNMENT, CHECK_CLIENT_CONFIG, SEND_REPLY_MESSAGE, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
-the rest as Get or Update on the cluster; so is an annotated one whose fields name nothing (RocketMQ checks
-those only when the header is a cluster's). As in RocketMQ, a heartbeat of producers only needs no rule; an
+the rest as Get or Update on the cluster; so is any request whose fields name nothing where its kind names a topic
+or group (RocketMQ lets those through unchecked). As in RocketMQ, a heartbeat of producers only needs no rule; an
 END_TRANSACTION without its topic, which RocketMQ lets through, is refused by its handler when authorization is on.
 """
 
@@ -106,6 +106,11 @@ _ANNOTATED: dict[int, tuple[bool, tuple[Action, ...], tuple[tuple[str, ResourceT
 _CLUSTER_UPDATES = frozenset({
     25, 27, 209, 210, 211, 212, 213, 220, 225, 306, 316, 318, 329, 401, 513, 1009, 2001, 2002, 2004, 200056,
 })
+
+
+# What needs no rule when it names nothing: a producer's heartbeat or unregistration, and END_TRANSACTION (its
+# handler refuses one without a topic when authorization is on).
+_NOTHING_NAMED_IS_FINE = frozenset({C.HEART_BEAT, C.UNREGISTER_CLIENT, C.END_TRANSACTION})
 
 
 def _split(value: str, splitter: str) -> list[str]:
@@ -304,6 +309,11 @@ def _build(code: int, ext: Mapping[str, str], body: bytes | memoryview | None,
         if not c.items:
             c.items.append(AuthorizationContext(Resource.of_cluster(cluster_name), actions))
     else:
+        action = U if code in _CLUSTER_UPDATES else G
+        c.items.append(AuthorizationContext(Resource.of_cluster(cluster_name), (action,)))
+    if not c.items and code not in _NOTHING_NAMED_IS_FINE:
+        # Beyond RocketMQ: a request that names no topic or group where its kind names one is checked on the
+        # cluster, never let through (what its handler would act on is then anyone's guess).
         action = U if code in _CLUSTER_UPDATES else G
         c.items.append(AuthorizationContext(Resource.of_cluster(cluster_name), (action,)))
     return c.deduplicated()
