@@ -62,6 +62,14 @@ def test_status_requests_answer_with_rocketmqs_keys(empty_cluster: Cluster) -> N
             text = bytes(resp.body).decode()
             assert resp.code == ResponseCode.SUCCESS and "brokerName=broker-a\n" in text
             assert "flushDiskType=" in text and "version" in resp.ext_fields
+            resp = await admin.api.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, {},
+                                          body=b"fileReservedTime=48\nautoCreateTopicEnable=false\n")
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            resp = await admin.api.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, {}, body=b"listenPort=1\n")
+            assert resp.code == ResponseCode.INVALID_PARAMETER and "listenPort" in (resp.remark or "")
+            text = bytes((await admin.api.invoke(addr, RequestCode.GET_BROKER_CONFIG, {})).body).decode()
+            assert "fileReservedTime=48\n" in text and "autoCreateTopicEnable=false\n" in text
+            assert broker.config.store.file_reserved_time == 48
             resp = await admin.api.invoke(ns, RequestCode.GET_NAMESRV_CONFIG, {})
             assert resp.code == ResponseCode.SUCCESS and "kvConfigPath=" in bytes(resp.body).decode()
     asyncio.run(go())

@@ -42,6 +42,7 @@ from sluice.broker.processors.send_message_processor import SendMessageProcessor
 from sluice.broker.producer_manager import ProducerManager
 from sluice.broker.pull_request_hold_service import PullRequestHoldService
 from sluice.broker.rebalance_lock_manager import RebalanceLockManager
+from sluice.broker.runtime_config import RuntimeConfig
 from sluice.broker.schedule_message_service import ScheduleMessageService
 from sluice.broker.slave_synchronize import SlaveSynchronize
 from sluice.broker.subscription_group_manager import SubscriptionGroupManager
@@ -101,6 +102,8 @@ class BrokerController(AsyncService):
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__()
         self.config = config
+        self.runtime_config = RuntimeConfig(config)
+        self.runtime_config.load()  # what updateBrokerConfig changed in an earlier run, before anything reads it
         self.broker_addr = ""
         self.store: MessageStore = None  # type: ignore[assignment]  # created in start(): STOREHOST needs the port
         self.topic_config_manager = TopicConfigManager(config)
@@ -333,7 +336,7 @@ class BrokerController(AsyncService):
             AdminBrokerProcessor(c, addr, store, self.consumer_manager, self.lock_manager, topics, groups,
                                  self.trigger_register, self.topic_config_wrapper, self.schedule_service,
                                  self.timer_service, self.producer_manager),
-            BrokerStatusProcessor(c, addr, store, runtime=self),
+            BrokerStatusProcessor(c, addr, store, self, self.runtime_config, self.trigger_register),
             EndTransactionProcessor(c, store, self.transaction_service),
             PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
                                 self.pop_polling, self.order_info, self.swapped_out),

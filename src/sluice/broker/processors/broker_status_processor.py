@@ -1,13 +1,16 @@
-"""What an operator reads of a running broker (RocketMQ's AdminBrokerProcessor, its status half):
-GET_BROKER_RUNTIME_INFO (``mqadmin brokerStatus``, ``clusterList``), GET_BROKER_HA_STATUS (``haStatus``) and
-GET_BROKER_CONFIG (``getBrokerConfig``)."""
+"""What an operator reads and sets of a running broker (RocketMQ's AdminBrokerProcessor, its status half):
+GET_BROKER_RUNTIME_INFO (``mqadmin brokerStatus``, ``clusterList``), GET_BROKER_HA_STATUS (``haStatus``),
+GET_BROKER_CONFIG (``getBrokerConfig``) and UPDATE_BROKER_CONFIG (``updateBrokerConfig``)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from sluice.broker.runtime_config import ConfigUpdateError, RuntimeConfig
 from sluice.common import fastjson
 from sluice.common.config_text import config_properties_text
 from sluice.remoting.codes import ResponseCode
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
     from sluice.store.ha.ha_client import HAClient
     from sluice.store.ha.ha_service import HAService
     from sluice.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
 
 VERSION_DESC = "V5_5_0"  # the RocketMQ release whose protocol Sluice speaks (what clients compare versions to)
 # Queues Sluice does not have (pulls, acks, queries and lite pulls run on the event loop, not in thread pools):
@@ -70,11 +75,15 @@ def _uptime(ms: int) -> str:
 
 
 class BrokerStatusProcessor:
-    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, runtime: BrokerRuntime) -> None:
+    def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore, runtime: BrokerRuntime,
+                 runtime_config: RuntimeConfig, trigger_register: Callable[[], None]) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.store = store
         self.runtime = runtime
+        self.runtime_config = runtime_config
+        self.trigger_register = trigger_register
+        self._updating = asyncio.Lock()
 
     def get_broker_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """RocketMQ's runtime keys (those ``clusterList`` and ``brokerStatus`` read) with Sluice's values, then
@@ -155,3 +164,21 @@ class BrokerStatusProcessor:
         resp.ext_fields["version"] = fastjson.dumps(
             {"counter": 0, "stateVersion": 0, "timestamp": self.runtime.boot_timestamp}).decode()
         return resp
+
+    async def update_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Settings changed now and kept (``RuntimeConfig``): all those asked or none, each refused naming it."""
+        async with self._updating:  # one at a time: each persists the whole set
+            try:
+                changes = self.runtime_config.validate(bytes(req.body or b""))
+            except ConfigUpdateError as exc:
+                return req.response(ResponseCode.INVALID_PARAMETER, f"updateBrokerConfig refused: {exc}")
+            try:
+                saved = await asyncio.to_thread(self.runtime_config.persist, changes)
+            except OSError as exc:
+                return req.response(ResponseCode.SYSTEM_ERROR, f"the settings could not be saved, none changed: {exc}")
+            self.runtime_config.commit(changes, saved)
+        log.info("settings changed by %s: %s", conn.remote_addr,
+                 ", ".join(f"{name}={value}" for (_, name), value in changes.items()))
+        if any(name == "broker_permission" for _, name in changes):
+            self.trigger_register()  # the name servers learn the new permission (RocketMQ re-registers too)
+        return req.response(ResponseCode.SUCCESS)
