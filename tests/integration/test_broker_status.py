@@ -89,3 +89,39 @@ def test_the_broker_config_never_shows_a_secret(empty_cluster: Cluster) -> None:
             return bytes(resp.body).decode()
     text = asyncio.run(go())
     assert "initAuthenticationUser=******\n" in text and "root-secret-value" not in text
+
+
+def test_a_consumers_running_info_is_relayed_from_the_client_itself(empty_cluster: Cluster) -> None:
+    """GET_CONSUMER_RUNNING_INFO (``mqadmin consumerStatus``): the broker asks the client it names and answers with
+    what the client said — its properties, subscriptions and each queue's cache; a client not online is named."""
+    from sluice import ConsumeStatus, PushConsumer
+    from sluice.common.fastjson import loads as fastjson_loads
+    from tests.integration.helpers import FAST, wait_until
+    c = empty_cluster
+    broker = c.start_broker()
+    c.create_topic("running-t", 2)
+    consumer = PushConsumer("running-g", namesrv=c.namesrv_addr, **FAST)
+    consumer.subscribe("running-t")
+    consumer.register_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    consumer.start()
+    try:
+        wait_until(lambda: sum(mq.topic == "running-t" for mq in consumer.aio.process_queues) == 2, 30,
+                   "the consumer to hold both queues")
+        client_id = consumer.aio.client.client_id
+
+        async def ask(cid: str) -> tuple[int, str | None, bytes]:
+            async with Admin(c.namesrv_addr) as admin:
+                resp = await admin.api.invoke(broker.broker_addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                                              {"consumerGroup": "running-g", "clientId": cid,
+                                               "jstackEnable": "false"})
+                return resp.code, resp.remark, bytes(resp.body)
+        code, _, body = asyncio.run(ask(client_id))
+        assert code == ResponseCode.SUCCESS
+        info = fastjson_loads(body)
+        assert info["properties"]["clientId"] == client_id and info["properties"]["PROP_CONSUME_TYPE"]
+        assert sorted(s["topic"] for s in info["subscriptionSet"]) == ["%RETRY%running-g", "running-t"]
+        assert sorted(k["queueId"] for k in info["mqTable"] if k["topic"] == "running-t") == [0, 1]
+        code, remark, _ = asyncio.run(ask("nobody@1"))
+        assert (code, remark) == (ResponseCode.SYSTEM_ERROR, "The Consumer <nobody@1> not online")
+    finally:
+        consumer.shutdown()

@@ -20,6 +20,7 @@ from sluice.remoting.headers import (
     EndTransactionRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumerListByGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
@@ -85,6 +86,7 @@ EXAMPLES: list[tuple[int | None, RequestHeader]] = [
     (RequestCode.DELETE_SUBSCRIPTIONGROUP, DeleteSubscriptionGroupRequestHeader("CG", True)),
     (RequestCode.GET_PRODUCER_CONNECTION_LIST, GetProducerConnectionListRequestHeader("PG")),
     (RequestCode.GET_BROKER_CONSUME_STATS, GetConsumeStatsInBrokerHeader(True)),
+    (RequestCode.GET_CONSUMER_RUNNING_INFO, GetConsumerRunningInfoRequestHeader("CG", "client-1", True)),
 ]
 
 

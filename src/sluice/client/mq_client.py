@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
 import time
@@ -20,6 +19,7 @@ from sluice.auth.credentials import CredentialsLike, signing_hook
 from sluice.client.broker_select import FoundBroker, admin_addr, publish_addr, subscribe_addr
 from sluice.client.message_id import local_ipv4
 from sluice.client.mq_client_api import MQClientAPI
+from sluice.common import fastjson
 from sluice.common.backoff import Backoff
 from sluice.common.config import ClientConfig
 from sluice.common.config_loader import SettingError, load
@@ -79,6 +79,34 @@ ROUTE_RETRY_BASE = 0.5
 # A failed request to a broker asks the name server for the topic's route again at most this often (s): a
 # master that fails over is found within about a second, and a dead one does not flood the name server.
 ROUTE_REFRESH_MIN_INTERVAL = 1.0
+
+
+def consumer_running_info(client: MQClientInstance, consumer: Any) -> bytes:
+    """RocketMQ's ConsumerRunningInfo of ``consumer``: its properties and subscriptions and, for a push consumer,
+    each queue's cache and committed offset (``mqTable``, keyed by MessageQueue objects as fastjson writes it)."""
+    now_ms, now_mono = int(time.time() * 1000), time.monotonic()
+    data = consumer.consumer_data()
+    props = {"clientId": client.client_id, "language": "PYTHON", "timestamp": str(now_ms),
+             "PROP_NAMESERVER_ADDR": ";".join(client.config.namesrv_addrs),
+             "PROP_CONSUME_TYPE": getattr(getattr(data, "consume_type", None), "name", ""),
+             "PROP_CONSUME_ORDERLY": "true" if getattr(consumer, "orderly", False) else "false",
+             "PROP_CLIENT_VERSION": "V5_5_0"}
+    table: dict[fastjson.ObjectKey, dict[str, Any]] = {}
+    for mq, pq in sorted(getattr(consumer, "process_queues", {}).items(), key=lambda kv: (kv[0].topic,
+                                                                                          kv[0].queue_id)):
+        store = getattr(consumer, "offset_store", None)
+        low = pq.min_offset()
+        table[fastjson.ObjectKey({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic})] = {
+            "commitOffset": store.read_offset(mq) if store is not None else -1,
+            "cachedMsgMinOffset": low if low is not None else 0, "cachedMsgMaxOffset": max(pq.max_offset_put, 0),
+            "cachedMsgCount": pq.msg_count, "cachedMsgSizeInMiB": pq.msg_size >> 20,
+            "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0, "transactionMsgCount": 0,
+            "locked": pq.locked, "tryUnlockTimes": pq.try_unlock_times, "droped": pq.dropped,
+            "lastLockTimestamp": now_ms - int((now_mono - pq.last_lock_timestamp) * 1000),
+            "lastPullTimestamp": now_ms - int((now_mono - pq.last_pull_timestamp) * 1000),
+            "lastConsumeTimestamp": now_ms - int((now_mono - pq.last_consume_timestamp) * 1000)}
+    return fastjson.dumps({"properties": props, "subscriptionSet": [s.to_json() for s in data.subscriptions],
+                           "mqTable": table, "statusTable": {}})
 
 
 class MQClientInstance:
@@ -400,8 +428,5 @@ class MQClientInstance:
             c = self.consumers.get(group)
             if c is None:
                 return req.response(ResponseCode.SYSTEM_ERROR, "The Consumer Group not exist in this consumer")
-            info = {"properties": {"clientId": self.client_id, "language": "PYTHON",
-                                   "timestamp": str(int(time.time() * 1000))},
-                    "subscriptionSet": [s.to_json() for s in c.consumer_data().subscriptions]}
-            return req.response(ResponseCode.SUCCESS, body=json.dumps(info).encode())
+            return req.response(ResponseCode.SUCCESS, body=consumer_running_info(self, c))
         return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")

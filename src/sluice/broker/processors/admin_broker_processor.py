@@ -16,15 +16,16 @@ from sluice.common.errors import InvalidNameError
 from sluice.common.fastjson import ObjectKey
 from sluice.common.naming import validate_group, validate_topic
 from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
-from sluice.remoting.codes import ResponseCode
+from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
-from sluice.remoting.errors import BadRequestError
+from sluice.remoting.errors import BadRequestError, RemotingError
 from sluice.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeRequestHeader,
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from sluice.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+CALL_CONSUMER_TIMEOUT = 5.0  # s a relayed request waits for the client (RocketMQ: the admin's timeout, 5 s)
 
 
 def _json_bool(data: dict[str, Any], name: str, default: bool) -> bool:
@@ -319,6 +322,22 @@ class AdminBrokerProcessor:
                 "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
                 "pullOffset": consumer_off}
         return table
+
+    async def get_consumer_running_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Relayed to the client it names (RocketMQ's ``callConsumer``): its answer, ConsumerRunningInfo, is the
+        answer (``mqadmin consumerStatus``, the dashboard's client view)."""
+        h = GetConsumerRunningInfoRequestHeader.decode(req.ext_fields)
+        g = self.consumer_manager.get(h.consumer_group)
+        ch = g.channels.get(h.client_id) if g is not None else None
+        if ch is None or ch.conn.closed:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{h.client_id}> not online")
+        ask = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, h.encode())
+        try:
+            answer = await ch.conn.invoke(ask, CALL_CONSUMER_TIMEOUT)
+        except (RemotingError, TimeoutError, OSError) as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"invoke consumer <{h.consumer_group}> <{h.client_id}> Exception: {exc}")
+        return req.response(answer.code, answer.remark, body=answer.body)
 
     def get_broker_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """Every subscription group's progress on this broker's topics (RocketMQ's ConsumeStatsList): per group,

@@ -17,6 +17,7 @@ from sluice.remoting.headers.admin import (
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
@@ -99,6 +100,7 @@ DECODERS: dict[int, Callable[[Mapping[str, str]], RequestHeader]] = {
     RequestCode.DELETE_SUBSCRIPTIONGROUP: DeleteSubscriptionGroupRequestHeader.decode,
     RequestCode.GET_PRODUCER_CONNECTION_LIST: GetProducerConnectionListRequestHeader.decode,
     RequestCode.GET_BROKER_CONSUME_STATS: GetConsumeStatsInBrokerHeader.decode,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader.decode,
 }
 
 
@@ -111,7 +113,8 @@ def decode_request_header(code: int, ext: Mapping[str, str]) -> RequestHeader | 
 __all__ = [
     "DECODERS", "AckMessageRequestHeader", "ChangeInvisibleTimeRequestHeader", "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "DeleteSubscriptionGroupRequestHeader",
-    "DeleteTopicRequestHeader", "GetConsumeStatsInBrokerHeader", "GetProducerConnectionListRequestHeader",
+    "DeleteTopicRequestHeader", "GetConsumeStatsInBrokerHeader", "GetConsumerRunningInfoRequestHeader",
+    "GetProducerConnectionListRequestHeader",
     "EndTransactionRequestHeader", "GetConsumeStatsRequestHeader", "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader", "GetEarliestMsgStoretimeRequestHeader", "GetMaxOffsetRequestHeader",
     "GetMinOffsetRequestHeader", "GetTopicConfigRequestHeader", "GetTopicStatsInfoRequestHeader",

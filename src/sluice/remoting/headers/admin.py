@@ -194,3 +194,23 @@ class GetConsumeStatsInBrokerHeader(RequestHeader):
 
     def encode(self) -> dict[str, str]:
         return {"isOrder": text_bool(self.is_order)}
+
+
+class GetConsumerRunningInfoRequestHeader(RequestHeader):
+    """GET_CONSUMER_RUNNING_INFO: what one client of a group is doing; the broker relays it to that client."""
+
+    __slots__ = ("consumer_group", "client_id", "jstack_enable")
+    GROUP_FIELD = "consumer_group"
+
+    def __init__(self, consumer_group: str, client_id: str, jstack_enable: bool = False) -> None:
+        self.consumer_group = consumer_group
+        self.client_id = client_id
+        self.jstack_enable = jstack_enable
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> Self:
+        return cls(field_str(ext, "consumerGroup"), field_str(ext, "clientId"), field_bool(ext, "jstackEnable"))
+
+    def encode(self) -> dict[str, str]:
+        return {"consumerGroup": self.consumer_group, "clientId": self.client_id,
+                "jstackEnable": text_bool(self.jstack_enable)}
