@@ -173,10 +173,11 @@ class TransactionalMessageService(AsyncService):
     def check_end(self, group: str, queue_offset: int, commit_log_offset: int,
                   topic: str | None = None) -> tuple[MessageExt | None, Decision]:
         """The half message END_TRANSACTION names, if it may be decided now; else why not (RocketMQ's remarks
-        where it has one). A ``topic`` named must be the half message's own: it is what authorization allowed."""
+        where it has one). A ``topic`` named must be the half message's own (what authorization allowed), or the
+        half topic a RocketMQ broker's check names (its clients answer with what the check named)."""
         half = self.store.look_message_by_offset(commit_log_offset)
         if half is None or half.topic != TRANS_HALF_TOPIC or (
-                topic is not None and half.properties.get(PROPERTY_REAL_TOPIC) != topic):
+                topic is not None and topic not in (half.properties.get(PROPERTY_REAL_TOPIC), TRANS_HALF_TOPIC)):
             return None, Decision(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
         if half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
             return None, Decision(ResponseCode.SYSTEM_ERROR, "The producer group wrong")
@@ -320,7 +321,10 @@ class TransactionalMessageService(AsyncService):
                         copy.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), group)
             return True
         uniq = new.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
-        header = CheckTransactionStateRequestHeader(TRANS_HALF_TOPIC, new.queue_offset, new.commit_log_offset, uniq,
+        # The header names the real topic, which the producer's answer echoes (RocketMQ names the half topic, which
+        # with authorization on only a user allowed to publish to that system topic could answer).
+        real_topic = new.properties.get(PROPERTY_REAL_TOPIC, TRANS_HALF_TOPIC)
+        header = CheckTransactionStateRequestHeader(real_topic, new.queue_offset, new.commit_log_offset, uniq,
                                                     uniq, create_message_id(self.broker_addr, new.commit_log_offset),
                                                     self.config.broker_name)
         req = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header.encode(), check_message_body(new),
