@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sluice.auth.signature import sign_remoting
+from sluice.auth.signature import HmacSha1Key, sign_remoting
 from sluice.remoting.command import RemotingCommand
 
 
@@ -38,20 +38,27 @@ def as_credentials(value: Credentials | tuple[str, str]) -> Credentials:
 
 
 def signing_hook(credentials: CredentialsLike | None) -> Callable[[RemotingCommand], None] | None:
-    """The request hook of a client with ``credentials`` (None: requests go unsigned)."""
+    """The request hook of a client with ``credentials`` (None: requests go unsigned). The secret's HMAC key is
+    prepared once (a provider's: again whenever the secret it returns changes)."""
     if credentials is None:
         return None
     if callable(credentials) and not isinstance(credentials, (Credentials, tuple)):
         provider = credentials
+        last: list[tuple[str, HmacSha1Key]] = []  # (the secret, its key): the provider's latest
 
         def sign_provided(request: RemotingCommand) -> None:
             c = as_credentials(provider())
-            sign_remoting(request.ext_fields, request.body, c.access_key, c.secret_key, c.security_token)
+            kept = last[0] if last else None  # (read once: another thread may replace it meanwhile)
+            if kept is None or kept[0] != c.secret_key:
+                kept = (c.secret_key, HmacSha1Key(c.secret_key))
+                last[:] = [kept]
+            sign_remoting(request.ext_fields, request.body, c.access_key, kept[1], c.security_token)
         return sign_provided
     fixed = as_credentials(credentials)
+    key = HmacSha1Key(fixed.secret_key)
 
     def sign(request: RemotingCommand) -> None:
-        sign_remoting(request.ext_fields, request.body, fixed.access_key, fixed.secret_key, fixed.security_token)
+        sign_remoting(request.ext_fields, request.body, fixed.access_key, key, fixed.security_token)
     return sign
 
 

@@ -1,9 +1,10 @@
 """Authentication and authorization of one request (RocketMQ's ``AuthenticationEvaluator`` and
 ``AuthorizationEvaluator`` with their default, stateless providers), over the users and ACLs in memory.
 
-Authentication recomputes the request's HMAC with the user's secret (constant-time comparison). Authorization
-picks, per (resource, actions), the most specific rule of the user's ACL; super users pass. Decisions are cached
-per user, resource, actions and source address until the users or ACLs change (``generation``).
+Authentication recomputes the request's HMAC with the user's secret (constant-time comparison); each user's prepared
+key is kept until the users or ACLs change (``generation``) or its secret does. Authorization picks, per (resource,
+actions), the most specific rule of the user's ACL; super users pass. Decisions are cached per user, resource,
+actions and source address until the users or ACLs change.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from sluice.auth.model import (
     UserType,
     deciding_entry,
 )
-from sluice.auth.signature import Content, signature_matches
+from sluice.auth.signature import Content, HmacSha1Key
 
 DECISION_CACHE_SIZE = 10_000
+KEY_CACHE_SIZE = 10_000
 
 
 class AuthMetadata(Protocol):
@@ -50,6 +52,21 @@ class Authenticator:
         self.metadata = metadata
         self.audit = audit
         self.whitelist = whitelist
+        self._keys: dict[str, tuple[str, HmacSha1Key]] = {}  # username → (its secret, the key prepared from it)
+        self._generation = -1
+
+    def _key(self, user: User) -> HmacSha1Key:
+        if self._generation != self.metadata.generation:
+            self._keys.clear()
+            self._generation = self.metadata.generation
+        kept = self._keys.get(user.username)
+        if kept is not None and kept[0] == user.password:
+            return kept[1]
+        key = HmacSha1Key(user.password)
+        if len(self._keys) >= KEY_CACHE_SIZE:
+            self._keys.clear()
+        self._keys[user.username] = (user.password, key)
+        return key
 
     def authenticate(self, username: str | None, signature: str | None, content: Content | bytes,
                      rpc_code: str) -> User | None:
@@ -65,7 +82,7 @@ class Authenticator:
                 raise AuthenticationError(f"User:{username} is not found.")
             if user.user_status is UserStatus.DISABLE:
                 raise AuthenticationError(f"User:{username} is disabled.")
-            if not signature_matches(user.password, content, signature):
+            if signature is None or not user.password or not self._key(user).matches(content, signature):
                 raise AuthenticationError("check signature failed.")
         except AuthenticationError:
             self.audit.authentication(username, signature, False)

@@ -13,8 +13,9 @@ import binascii
 import calendar
 import hashlib
 import hmac
+import operator
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 ACCESS_KEY = "AccessKey"
@@ -32,55 +33,113 @@ ALGORITHM = "MQv2-HMAC-SHA1"
 
 Content = tuple[bytes | memoryview, ...]  # the parts signed, in order (not joined: a body is not copied)
 
+_SHA1_BLOCK = 64
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
 
-# Bodies up to this size are joined to the fields and hashed in one call (hmac.digest: C, no hmac object); larger
-# ones are fed to an hmac object part by part, not copied.
-_JOIN_BELOW = 64 * 1024
+
+class HmacSha1Key:
+    """One secret's HMAC-SHA1 (RFC 2104) with its padded key hashed once: each digest starts from copies of the inner
+    and outer hash states instead of hashing the key again, and skips the algorithm look-up OpenSSL 3's one-shot
+    HMAC makes on every call. The same bytes as ``hmac.digest(secret, content, "sha1")``; no repr shows the secret.
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, secret: str) -> None:
+        key = secret.encode("utf-8")
+        if len(key) > _SHA1_BLOCK:
+            key = hashlib.sha1(key).digest()
+        key = key.ljust(_SHA1_BLOCK, b"\0")
+        self._inner = hashlib.sha1(key.translate(_IPAD))
+        self._outer = hashlib.sha1(key.translate(_OPAD))
+
+    def digest(self, content: Content | bytes) -> bytes:
+        inner = self._inner.copy()
+        if isinstance(content, bytes):
+            inner.update(content)
+        else:
+            for part in content:  # (a large body is hashed where it is, not copied)
+                inner.update(part)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+    def base64(self, content: Content | bytes) -> str:
+        return binascii.b2a_base64(self.digest(content), newline=False).decode("ascii")
+
+    def matches(self, content: Content | bytes, signature: str | None) -> bool:
+        """Constant-time: whether ``signature`` (base64) is the content's HMAC-SHA1 under this key."""
+        if signature is None:
+            return False
+        return hmac.compare_digest(self.base64(content).encode("ascii"), signature.encode("utf-8", "replace"))
 
 
 def hmac_sha1_base64(secret: str, content: Content | bytes) -> str:
-    key = secret.encode("utf-8")
-    if isinstance(content, bytes):
-        digest = hmac.digest(key, content, "sha1")
-    elif len(content) == 1:
-        digest = hmac.digest(key, content[0], "sha1")
-    elif len(content[1]) < _JOIN_BELOW:
-        digest = hmac.digest(key, b"".join(content), "sha1")
-    else:
-        mac = hmac.new(key, None, hashlib.sha1)
-        for part in content:
-            mac.update(part)
-        digest = mac.digest()
-    return base64.b64encode(digest).decode("ascii")
+    return HmacSha1Key(secret).base64(content)
+
+
+# The order a request's fields are signed in depends on their names only: kept per tuple of names as the request
+# holds them (a client sends the same names in the same order every time), for requests of a usual size, bounded.
+_Fields = Callable[[Mapping[str, str]], Sequence[str]]
+_SIGNED_FIELDS: dict[tuple[tuple[str, ...], bool], _Fields] = {}
+_SIGNED_FIELDS_SIZE = 1024
+_SIGNED_FIELDS_MAX_NAMES = 64
+
+
+def _no_fields(ext: Mapping[str, str]) -> Sequence[str]:
+    return ()
+
+
+def _signed_fields(names: tuple[str, ...], legacy: bool) -> _Fields:
+    """What picks a request's signed values, in order: every field but ``Signature`` (and, for a pre-4.9.3 client,
+    ``_UNIQUE_KEY_QUERY``) sorted by name."""
+    signed = [k for k in sorted(names) if k != SIGNATURE and not (legacy and k == UNIQUE_KEY_QUERY)]
+    if not signed:
+        return _no_fields
+    if len(signed) == 1:
+        only = signed[0]
+        return lambda ext: (ext[only],)
+    return operator.itemgetter(*signed)
 
 
 def remoting_content(ext_fields: Mapping[str, str], body: bytes | memoryview | None,
                      version: int | None = None) -> Content:
     """What a remoting request's signature covers."""
-    if version is not None and version <= V4_9_3 and UNIQUE_KEY_QUERY in ext_fields:
-        text = "".join([ext_fields[k] for k in sorted(ext_fields) if k != SIGNATURE and k != UNIQUE_KEY_QUERY])
+    legacy = version is not None and version <= V4_9_3 and UNIQUE_KEY_QUERY in ext_fields
+    names = tuple(ext_fields)
+    if len(names) > _SIGNED_FIELDS_MAX_NAMES:
+        values = _signed_fields(names, legacy)(ext_fields)
     else:
-        text = "".join([ext_fields[k] for k in sorted(ext_fields) if k != SIGNATURE])
-    head = text.encode("utf-8", "replace")  # (a lone surrogate: "?", as Java's getBytes writes it)
+        key = (names, legacy)
+        fields = _SIGNED_FIELDS.get(key)
+        if fields is None:
+            fields = _signed_fields(names, legacy)
+            if len(_SIGNED_FIELDS) >= _SIGNED_FIELDS_SIZE:
+                _SIGNED_FIELDS.clear()
+            _SIGNED_FIELDS[key] = fields
+        values = fields(ext_fields)
+    head = "".join(values).encode("utf-8", "replace")  # (a lone surrogate: "?", as Java's getBytes writes it)
     return (head, body) if body else (head,)
 
 
-def sign_remoting(ext_fields: dict[str, str], body: bytes | memoryview | None, access_key: str, secret_key: str,
-                  security_token: str | None = None) -> None:
-    """Add ``AccessKey`` (and ``SecurityToken``) and ``Signature`` to ``ext_fields``, as ``AclClientRPCHook``."""
+def sign_remoting(ext_fields: dict[str, str], body: bytes | memoryview | None, access_key: str,
+                  secret_key: str | HmacSha1Key, security_token: str | None = None) -> None:
+    """Add ``AccessKey`` (and ``SecurityToken``) and ``Signature`` to ``ext_fields``, as ``AclClientRPCHook``
+    (``secret_key``: the secret, or its ``HmacSha1Key`` kept between requests)."""
+    key = secret_key if isinstance(secret_key, HmacSha1Key) else HmacSha1Key(secret_key)
     ext_fields[ACCESS_KEY] = access_key
     if security_token is not None:
         ext_fields[SECURITY_TOKEN] = security_token
     ext_fields.pop(SIGNATURE, None)
-    ext_fields[SIGNATURE] = hmac_sha1_base64(secret_key, remoting_content(ext_fields, body))
+    ext_fields[SIGNATURE] = key.base64(remoting_content(ext_fields, body))
 
 
 def signature_matches(secret: str, content: Content | bytes, signature: str | None) -> bool:
     """Constant-time: whether ``signature`` (base64) is the content's HMAC-SHA1 under ``secret``."""
     if signature is None or not secret:
         return False
-    expected = hmac_sha1_base64(secret, content).encode("ascii")
-    return hmac.compare_digest(expected, signature.encode("utf-8", "replace"))
+    return HmacSha1Key(secret).matches(content, signature)
 
 
 # == gRPC ========================================================================================
