@@ -39,6 +39,16 @@ def test_status_requests_answer_with_rocketmqs_keys(empty_cluster: Cluster) -> N
                 assert key in info, key
             assert 0.0 < float(info["commitLogDiskRatio"]) < 1.0
 
+            resp = await admin.api.invoke(addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                                          {"statsName": "TOPIC_PUT_NUMS", "statsKey": "status-t"})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            stats = json.loads(resp.body)
+            assert stats["statsMinute"]["sum"] == stats["statsDay"]["sum"] == 3 and stats["statsMinute"]["tps"] > 0
+            resp = await admin.api.invoke(addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                                          {"statsName": "TOPIC_PUT_NUMS", "statsKey": "nope"})
+            assert (resp.code, resp.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                "The stats <TOPIC_PUT_NUMS> <nope> not exist")
+
             ha = json.loads((await admin.api.invoke(addr, RequestCode.GET_BROKER_HA_STATUS, {})).body)
             assert ha["master"] is True and ha["haConnectionInfo"] == [] and ha["masterCommitLogMaxOffset"] > 0
 

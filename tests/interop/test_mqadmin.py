@@ -79,6 +79,8 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
          lambda o: "success" in o and _no_error(o)),
         (("updateBrokerConfig", "-n", ns, "-b", addr, "-k", "listenPort", "-v", "1"),
          lambda o: "listenPort cannot be changed while the broker runs" in o),
+        (("statsAll", "-n", ns, "-t", "ops-t"), lambda o: bool(re.search(r"^ops-t\s.*\s8\s*\S*$", o, re.M))
+         and _no_error(o)),
         (("deleteSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "ops-g"), lambda o: "success." in o),
         (("deleteTopic", "-n", ns, "-c", "DefaultCluster", "-t", "ops-new"), lambda o: "success" in o),
     ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sluice.broker.stats_item import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsTable
 from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ class BrokerStats:
     """Totals since start, plus put latencies of the current interval in a bounded ring."""
 
     __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t",
-                 "_samples", "_day", "today_morning", "yesterday_morning")
+                 "_samples", "_day", "today_morning", "yesterday_morning", "items")
 
     def __init__(self) -> None:
         self.put_msgs = 0
@@ -40,6 +41,7 @@ class BrokerStats:
         # The totals (puts, gets) when today and yesterday began, as far as this process saw them.
         self.today_morning = (0, 0)
         self.yesterday_morning = (0, 0)
+        self.items = StatsTable()  # per topic and group (VIEW_BROKER_STATS_DATA)
         self._last_t = time.monotonic()
 
     def record_put(self, r: PutMessageResult, seconds: float | None = None) -> None:
@@ -54,8 +56,19 @@ class BrokerStats:
     def record_get(self, n: int) -> None:
         self.get_msgs += n
 
+    def record_topic_put(self, topic: str, msgs: int, size: int) -> None:
+        now = int(time.time() * 1000)
+        self.items.add(TOPIC_PUT_NUMS, topic, msgs, 1, now)
+        self.items.add(TOPIC_PUT_SIZE, topic, size, 1, now)
+
+    def record_group_get(self, topic: str, group: str, msgs: int, size: int) -> None:
+        key, now = f"{topic}@{group}", int(time.time() * 1000)
+        self.items.add(GROUP_GET_NUMS, key, msgs, 1, now)
+        self.items.add(GROUP_GET_SIZE, key, size, 1, now)
+
     def sample(self, now: float | None = None) -> None:
-        """Called once a second: the TPS windows and the day's first totals."""
+        """Called once a second: the TPS windows, the day's first totals, the per-topic and per-group items."""
+        self.items.sample()
         now = time.monotonic() if now is None else now
         self._samples.append((now, self.put_msgs, self.get_msgs))
         day = time.localtime().tm_yday

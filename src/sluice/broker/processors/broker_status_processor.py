@@ -1,6 +1,7 @@
 """What an operator reads and sets of a running broker (RocketMQ's AdminBrokerProcessor, its status half):
 GET_BROKER_RUNTIME_INFO (``mqadmin brokerStatus``, ``clusterList``), GET_BROKER_HA_STATUS (``haStatus``),
-GET_BROKER_CONFIG (``getBrokerConfig``) and UPDATE_BROKER_CONFIG (``updateBrokerConfig``)."""
+GET_BROKER_CONFIG (``getBrokerConfig``), UPDATE_BROKER_CONFIG (``updateBrokerConfig``) and VIEW_BROKER_STATS_DATA
+(``statsAll``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from sluice.broker.runtime_config import ConfigUpdateError, RuntimeConfig
+from sluice.broker.stats_item import STATS_NAMES
 from sluice.common import fastjson
 from sluice.common.config_text import config_properties_text
 from sluice.remoting.codes import ResponseCode
@@ -155,6 +157,15 @@ class BrokerStatusProcessor:
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({
             "haClientRuntimeInfo": client_info, "haConnectionInfo": connections, "inSyncSlaveNums": in_sync,
             "master": rt.role.is_master, "masterCommitLogMaxOffset": end}))
+
+    def view_broker_stats_data(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """One counter's last minute, hour and day (``statsName``: TOPIC_PUT_NUMS with a topic, GROUP_GET_NUMS with
+        ``topic@group``, ...): what ``mqadmin statsAll`` adds up; RocketMQ's remark when there is none."""
+        name, key = req.ext_fields.get("statsName", ""), req.ext_fields.get("statsKey", "")
+        data = self.runtime.stats.items.view(name, key) if name in STATS_NAMES else None
+        if data is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps(data))
 
     def get_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """The broker's settings as properties text under RocketMQ's names, secrets hidden; ``version`` as

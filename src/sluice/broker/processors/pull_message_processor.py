@@ -195,6 +195,7 @@ class PullMessageProcessor:
         if r.buffers:
             resp.body_parts = r.buffers
             self.stats.record_get(r.message_count)
+            self.stats.record_group_get(h.topic, h.consumer_group, r.message_count, r.buffer_total_size)
         return resp
 
     @staticmethod

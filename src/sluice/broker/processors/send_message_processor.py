@@ -276,6 +276,7 @@ class SendMessageProcessor:
         def respond(r: PutMessageResult, code: int) -> RemotingCommand:
             if code not in STORED_CODES:
                 return req.response(code, r.remark or None)
+            self.stats.record_topic_put(h.topic, r.msg_num, r.wrote_bytes)
             ids = create_message_ids(self.broker_addr, r.phys_offsets)
             return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
                                              "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
