@@ -465,3 +465,73 @@ def test_fields_a_handler_reads_cannot_be_used_around_the_check(acl_cluster: Clu
     audit = [r.getMessage() for r in caplog.records if r.name == "sluice.auth.audit"]
     assert any("ivan\\x0a2026 INFO forged line" in line for line in audit), audit
     assert not any("\n" in line for line in audit)
+
+
+def test_another_users_producer_of_the_group_is_not_asked_about_its_transactions(tmp_path: Path,
+                                                                                  server_loop: ServerLoop) -> None:
+    """A transaction check carries the half message: it goes only to a producer whose user may publish to the
+    message's topic, and one client cannot unregister another's registration."""
+    from sluice import LocalTransactionState, TransactionProducer
+    from sluice.remoting.codes import RequestCode
+    c = Cluster(tmp_path, server_loop)
+    c.credentials = ROOT
+    try:
+        c.start_broker(authentication_enabled=True, authorization_enabled=True,
+                       init_authentication_user=_auth_user(*ROOT), transaction_timeout=1000,
+                       transaction_check_interval=1000)
+        c.create_topic("secret", 1)
+        c.create_topic("mine", 1)
+        ns = c.namesrv_addr
+
+        async def users() -> None:
+            async with Admin(ns, credentials=ROOT) as admin:
+                for name in ("alice", "ivan"):
+                    await admin.create_user(name, f"{name}-secret")
+                await admin.create_acl("User:alice", [policy_entry("Topic:secret", "Pub")])
+                await admin.create_acl("User:ivan", [policy_entry("Topic:mine", "Pub")])
+        asyncio.run(users())
+
+        class Listener:
+            def __init__(self) -> None:
+                self.checked: list[bytes] = []
+
+            def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+                return LocalTransactionState.UNKNOWN if msg.body == b"payroll" else LocalTransactionState.COMMIT
+
+            def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+                self.checked.append(msg.body)
+                return LocalTransactionState.COMMIT
+
+        alice, ivan = Listener(), Listener()
+        broker = c.brokers[0]
+        with TransactionProducer("alice-pg", ivan, namesrv=ns, credentials=("ivan", "ivan-secret"),
+                                 heartbeat_broker_interval=500) as thief:
+            thief.send_message_in_transaction(Message("mine", b"ivan's"))  # (a route: its heartbeats reach the broker)
+            with TransactionProducer("alice-pg", alice, namesrv=ns, credentials=("alice", "alice-secret"),
+                                     heartbeat_broker_interval=500) as owner:
+                owner_id = owner.aio.client.client_id
+
+                async def unregister_owner() -> int:
+                    async with Admin(ns, credentials=("ivan", "ivan-secret")) as admin:
+                        addr = next(iter((await admin.brokers()).values()))
+                        resp = await admin.api.invoke(addr, RequestCode.UNREGISTER_CLIENT, {
+                            "clientID": owner_id, "producerGroup": "alice-pg"})
+                        return resp.code
+                owner.send_message_in_transaction(Message("secret", b"payroll"))
+                wait_until(lambda: owner_id in broker.producer_manager.groups.get("alice-pg", {}), 30,
+                           "the owner's heartbeat")
+                assert asyncio.run(unregister_owner()) == ResponseCode.SUCCESS
+                assert owner_id in broker.producer_manager.groups.get("alice-pg", {}), "another client unregistered it"
+            # The owner is gone; only the other user's producer of the group is online: it is never asked.
+            unasked = broker.transaction_service.checks_unasked
+            wait_until(lambda: broker.transaction_service.checks_unasked >= unasked + 3, 30,
+                       "three checks to find no producer allowed to be asked")
+            assert ivan.checked == []
+            with TransactionProducer("alice-pg", alice, namesrv=ns, credentials=("alice", "alice-secret"),
+                                     heartbeat_broker_interval=500) as back:
+                back.send_message_in_transaction(Message("secret", b"hello"))
+                wait_until(lambda: b"payroll" in alice.checked, 30, "the owner to be asked once it is back")
+                wait_until(lambda: asyncio.run(max_offset(ns, "secret")) == 2, 30, "the owner's answer to commit it")
+            assert ivan.checked == []
+    finally:
+        c.close()

@@ -12,9 +12,11 @@ from typing import Any
 
 from sluice.auth.audit import AuditLog
 from sluice.auth.auth_metadata_manager import AuthMetadataManager
+from sluice.auth.authorization_context_builder import AuthorizationContext
 from sluice.auth.credentials import is_loopback, signing_hook
 from sluice.auth.evaluator import Authenticator, Authorizer, parse_whitelist
-from sluice.auth.remoting_auth_pipeline import RemotingAuthPipeline
+from sluice.auth.model import Action, AuthorizationError, Resource
+from sluice.auth.remoting_auth_pipeline import RemotingAuthPipeline, source_ip
 from sluice.broker.broker_outer_api import BrokerOuterAPI
 from sluice.broker.broker_stats import BrokerStats, format_stats_line
 from sluice.broker.broker_stats import log as stats_log
@@ -129,6 +131,7 @@ class BrokerController(AsyncService):
         # ACL 2.0: the users and rules, and (when on) the check of every request; the inner credentials sign what
         # this broker sends (registrations, a slave's copying).
         self.auth_metadata = AuthMetadataManager(os.path.join(config.store.store_path_config, "auth.json"))
+        self.authorizer: Authorizer | None = None  # (with authorization on)
         inner = config.inner_client_authentication_credentials
         self.client = RemotingClient(config.remoting, request_hook=signing_hook(
             None if inner is None else (inner.access_key, inner.secret_key)),
@@ -292,12 +295,12 @@ class BrokerController(AsyncService):
                         "claims, unproven (as in RocketMQ); turn authentication_enabled on too")
         if c.authentication_enabled or c.authorization_enabled:
             audit = AuditLog()
+            self.authorizer = Authorizer(self.auth_metadata, audit, parse_whitelist(c.authorization_whitelist)) \
+                if c.authorization_enabled else None
             self.dispatcher.refusal = RemotingAuthPipeline(
                 Authenticator(self.auth_metadata, audit, parse_whitelist(c.authentication_whitelist))
                 if c.authentication_enabled else None,
-                Authorizer(self.auth_metadata, audit, parse_whitelist(c.authorization_whitelist))
-                if c.authorization_enabled else None,
-                c.broker_cluster_name).refusal
+                self.authorizer, c.broker_cluster_name).refusal
             if not self.auth_metadata.users:
                 log.warning("authentication is on and there is no user: every request will be refused (set "
                             "init_authentication_user)")
@@ -313,7 +316,7 @@ class BrokerController(AsyncService):
         self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
         self.transaction_service = TransactionalMessageService(c, self.broker_addr, self.store, self.producer_manager,
                                                                self.ensure_system_topic, self.schedule_service,
-                                                               self.timer_service)
+                                                               self.timer_service, self._may_check_transaction)
         self.transaction_service.load()  # before the first END_TRANSACTION can arrive
         self.pop_revive = PopReviveService(c, self.broker_addr, self.store, self.subscription_group_manager,
                                            self.ensure_system_topic)
@@ -453,6 +456,19 @@ class BrokerController(AsyncService):
         """A master that may not acknowledge writes now (its controller lease lapsed, or another was elected):
         it registers its topics without write permission, never as the writable master."""
         return self.role.is_master and self.write_guard is not None and bool(self.write_guard())
+
+    def _may_check_transaction(self, channel: ClientChannelInfo, topic: str) -> bool:
+        """Whether a producer may be asked about a half message of ``topic`` (it carries the message): with
+        authorization on, its user must be allowed to publish to that topic."""
+        if self.authorizer is None:
+            return True
+        try:
+            publish = AuthorizationContext(Resource.of_topic(topic), (Action.PUB,))
+            self.authorizer.authorize(channel.user, [publish], source_ip(channel.conn.remote_addr),
+                                      str(int(RequestCode.CHECK_TRANSACTION_STATE)))
+        except AuthorizationError:
+            return False
+        return True
 
     @property
     def special_service_running(self) -> bool:

@@ -19,3 +19,4 @@ class ClientChannelInfo:
     language: str = "OTHER"
     version: int = 0
     last_update: int = field(default_factory=monotonic_ms)
+    user: str | None = None  # the user who signed its registration (with authentication on)

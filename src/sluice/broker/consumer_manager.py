@@ -74,9 +74,12 @@ class ConsumerManager:
             changed = True
         return changed
 
-    def unregister_consumer(self, group: str, client_id: str) -> None:
+    def unregister_consumer(self, group: str, client_id: str, conn: Connection | None = None) -> None:
+        """``client_id`` leaves ``group`` — only the registration made over ``conn`` when it is given."""
         g = self.groups.get(group)
-        if g is not None and g.channels.pop(client_id, None) is not None:
+        ch = g.channels.get(client_id) if g is not None else None
+        if g is not None and ch is not None and (conn is None or ch.conn is conn):
+            del g.channels[client_id]
             log.info("consumer %s left group %s", client_id, group)
             self._removed(g)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 
 from sluice.broker.client_channel_info import ClientChannelInfo, monotonic_ms
 from sluice.remoting.connection import Connection
@@ -24,15 +25,22 @@ class ProducerManager:
         else:
             members[info.client_id] = info
 
-    def any_channel(self, group: str) -> ClientChannelInfo | None:
-        """A live producer of ``group``, chosen at random (RocketMQ's ``getAvailableChannel``); None when none is."""
-        live = [ch for ch in self.groups.get(group, {}).values() if not ch.conn.closed]
+    def any_channel(self, group: str,
+                    allowed: Callable[[ClientChannelInfo], bool] | None = None) -> ClientChannelInfo | None:
+        """A live producer of ``group`` (that ``allowed`` accepts), chosen at random (RocketMQ's
+        ``getAvailableChannel``); None when none is."""
+        live = [ch for ch in self.groups.get(group, {}).values()
+                if not ch.conn.closed and (allowed is None or allowed(ch))]
         return random.choice(live) if live else None
 
-    def unregister_producer(self, group: str, client_id: str) -> None:
+    def unregister_producer(self, group: str, client_id: str, conn: Connection | None = None) -> None:
+        """``client_id`` leaves ``group`` — only the registration made over ``conn`` when it is given (RocketMQ
+        removes the requesting channel's: another connection cannot unregister someone else)."""
         members = self.groups.get(group)
         if members is not None:
-            members.pop(client_id, None)
+            ch = members.get(client_id)
+            if ch is not None and (conn is None or ch.conn is conn):
+                del members[client_id]
             if not members:
                 del self.groups[group]
 

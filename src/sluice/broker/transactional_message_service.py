@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,7 @@ from sluice.store.consume_queue import BLANK_ENTRY_SIZE
 from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
+    from sluice.broker.client_channel_info import ClientChannelInfo
     from sluice.broker.producer_manager import ProducerManager
     from sluice.broker.schedule_message_service import ScheduleMessageService
     from sluice.broker.timer_message_service import TimerMessageService
@@ -78,8 +80,12 @@ class Decision:
 class TransactionalMessageService(AsyncService):
     def __init__(self, config: BrokerConfig, broker_addr: str, store: MessageStore,
                  producer_manager: ProducerManager, ensure_system_topic: EnsureSystemTopic,
-                 schedule_service: ScheduleMessageService, timer_service: TimerMessageService) -> None:
+                 schedule_service: ScheduleMessageService, timer_service: TimerMessageService,
+                 may_check: Callable[[ClientChannelInfo, str], bool] | None = None) -> None:
         super().__init__()
+        # With authorization on: whether a producer may be asked about a message of a topic (its user may publish
+        # to it) — a check carries the half message, which another group's would-be producer must not read.
+        self.may_check = may_check
         self.config = config
         self.broker_addr = broker_addr
         self.store = store
@@ -99,6 +105,7 @@ class TransactionalMessageService(AsyncService):
         self._deciding: set[int] = set()  # END_TRANSACTIONs being stored
         self.half_walked = 0
         self.checks_sent = 0
+        self.checks_unasked = 0  # checks due with no producer of the group (allowed to be) online to ask
         self.discarded = 0
 
     # == lifecycle ===================================================================================
@@ -173,11 +180,13 @@ class TransactionalMessageService(AsyncService):
     def check_end(self, group: str, queue_offset: int, commit_log_offset: int,
                   topic: str | None = None) -> tuple[MessageExt | None, Decision]:
         """The half message END_TRANSACTION names, if it may be decided now; else why not (RocketMQ's remarks
-        where it has one). A ``topic`` named must be the half message's own (what authorization allowed), or the
-        half topic a RocketMQ broker's check names (its clients answer with what the check named)."""
+        where it has one). A ``topic`` named must be the half message's own (what authorization allowed), or, with
+        authorization off, the half topic a RocketMQ broker's check names (its clients answer with what it named;
+        Sluice's checks name the real topic)."""
         half = self.store.look_message_by_offset(commit_log_offset)
         if half is None or half.topic != TRANS_HALF_TOPIC or (
-                topic is not None and topic not in (half.properties.get(PROPERTY_REAL_TOPIC), TRANS_HALF_TOPIC)):
+                topic is not None and topic != half.properties.get(PROPERTY_REAL_TOPIC) and (
+                    topic != TRANS_HALF_TOPIC or self.config.authorization_enabled)):
             return None, Decision(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
         if half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
             return None, Decision(ResponseCode.SYSTEM_ERROR, "The producer group wrong")
@@ -315,15 +324,18 @@ class TransactionalMessageService(AsyncService):
         if new is None:
             return True
         group = copy.properties.get(PROPERTY_PRODUCER_GROUP, "")
-        channel = self.producer_manager.any_channel(group)
+        real_topic = copy.properties.get(PROPERTY_REAL_TOPIC, TRANS_HALF_TOPIC)
+        may_check = self.may_check
+        channel = self.producer_manager.any_channel(
+            group, None if may_check is None else lambda ch: may_check(ch, real_topic))
         if channel is None:
+            self.checks_unasked += 1
             log.warning("transaction %s of group %s is undecided, and no producer of the group is online to ask",
                         copy.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), group)
             return True
         uniq = new.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
         # The header names the real topic, which the producer's answer echoes (RocketMQ names the half topic, which
         # with authorization on only a user allowed to publish to that system topic could answer).
-        real_topic = new.properties.get(PROPERTY_REAL_TOPIC, TRANS_HALF_TOPIC)
         header = CheckTransactionStateRequestHeader(real_topic, new.queue_offset, new.commit_log_offset, uniq,
                                                     uniq, create_message_id(self.broker_addr, new.commit_log_offset),
                                                     self.config.broker_name)

@@ -413,7 +413,8 @@ class MQClientInstance:
             return
         checker(conn.remote_addr, header, msg)
 
-    def _handle_server_request(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    def _handle_server_request(self, conn: Connection,
+                               req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand]:
         """Requests brokers send to clients."""
         if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             log.debug("broker %s: membership of group %s changed", conn.remote_addr,
@@ -429,4 +430,25 @@ class MQClientInstance:
             if c is None:
                 return req.response(ResponseCode.SYSTEM_ERROR, "The Consumer Group not exist in this consumer")
             return req.response(ResponseCode.SUCCESS, body=consumer_running_info(self, c))
+        if req.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return self._consume_message_directly(req)
         return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+
+    def _consume_message_directly(self, req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """A stored message a broker hands to this client's listener for its group (RocketMQ's
+        ConsumeMessageDirectlyResult answers); only a push consumer has a listener to call."""
+        group = req.ext_fields.get("consumerGroup", "")
+        c = self.consumers.get(group)
+        direct = getattr(c, "consume_message_directly", None)
+        if direct is None:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"The Consumer Group <{group}> not exist in this consumer, or it has no listener")
+        try:
+            msg = decode_record(bytes(req.body or b""))
+        except MessageFormatError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"the message is malformed: {exc}")
+
+        async def run() -> RemotingCommand:
+            result = await direct(msg)
+            return req.response(ResponseCode.SUCCESS, body=fastjson.dumps(result))
+        return run()

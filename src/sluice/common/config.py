@@ -388,7 +388,8 @@ class BrokerConfig(AuthSettings):
     register_broker_timeout_mills: Millis = 6_000
     # Pulls: long polling holds a PULL_NOT_FOUND up to the client's suspend timeout.
     long_polling_enable: bool = True
-    short_polling_time_mills: Millis = 1_000
+    # (at most two minutes: a pull held longer would outlive any client's timeout)
+    short_polling_time_mills: Annotated[int, Meta(ge=1, le=120_000)] = 1_000
     max_held_pulls: Positive = 100_000
     # Clients silent this long are dropped from their groups (RocketMQ: 120 s).
     channel_expired_timeout: Millis = 120_000

@@ -14,6 +14,7 @@ from sluice.broker.topic_config_manager import SYSTEM_TOPICS
 from sluice.common import fastjson
 from sluice.common.errors import InvalidNameError
 from sluice.common.fastjson import ObjectKey
+from sluice.common.message import decode_message_id
 from sluice.common.naming import validate_group, validate_topic
 from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -21,6 +22,7 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError, RemotingError
 from sluice.remoting.headers import (
+    ConsumeMessageDirectlyResultRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
@@ -327,16 +329,39 @@ class AdminBrokerProcessor:
         """Relayed to the client it names (RocketMQ's ``callConsumer``): its answer, ConsumerRunningInfo, is the
         answer (``mqadmin consumerStatus``, the dashboard's client view)."""
         h = GetConsumerRunningInfoRequestHeader.decode(req.ext_fields)
-        g = self.consumer_manager.get(h.consumer_group)
-        ch = g.channels.get(h.client_id) if g is not None else None
-        if ch is None or ch.conn.closed:
-            return req.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{h.client_id}> not online")
         ask = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, h.encode())
+        return await self._call_consumer(req, h.consumer_group, h.client_id, ask)
+
+    async def consume_message_directly(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """The stored message ``msgId`` handed to one client's listener (the dashboard's "resend to this consumer",
+        ``mqadmin queryMsgById -g G -d CLIENT``); the client's ConsumeMessageDirectlyResult is the answer. Beyond
+        RocketMQ, the message must be of the topic the request names (what authorization allowed), and with
+        authorization on it must name one."""
+        h = ConsumeMessageDirectlyResultRequestHeader.decode(req.ext_fields)
+        try:
+            _, offset = decode_message_id(h.msg_id)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad msgId {h.msg_id!r}: {exc}")
+        msg = self.store.look_message_by_offset(offset, visible_only=True)
+        record = self.store.select_one_message_by_offset(offset, visible_only=True) if msg is not None else None
+        if msg is None or record is None or (h.topic is not None and msg.topic != h.topic):
+            return req.response(ResponseCode.SYSTEM_ERROR, f"no message {h.msg_id} on this broker")
+        if h.topic is None and self.config.authorization_enabled:
+            return req.response(ResponseCode.NO_PERMISSION,
+                                "CONSUME_MESSAGE_DIRECTLY must name its topic when authorization is on")
+        ask = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, h.encode(), bytes(record))
+        return await self._call_consumer(req, h.consumer_group, h.client_id, ask)
+
+    async def _call_consumer(self, req: RemotingCommand, group: str, client_id: str,
+                             ask: RemotingCommand) -> RemotingCommand:
+        g = self.consumer_manager.get(group)
+        ch = g.channels.get(client_id) if g is not None else None
+        if ch is None or ch.conn.closed:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> not online")
         try:
             answer = await ch.conn.invoke(ask, CALL_CONSUMER_TIMEOUT)
         except (RemotingError, TimeoutError, OSError) as exc:
-            return req.response(ResponseCode.SYSTEM_ERROR,
-                                f"invoke consumer <{h.consumer_group}> <{h.client_id}> Exception: {exc}")
+            return req.response(ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {exc}")
         return req.response(answer.code, answer.remark, body=answer.body)
 
     def get_broker_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

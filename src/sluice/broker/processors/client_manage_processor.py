@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from sluice.auth.signature import ACCESS_KEY
 from sluice.broker.client_channel_info import ClientChannelInfo
 from sluice.common import fastjson
 from sluice.common.errors import InvalidSubscriptionError
@@ -72,18 +73,26 @@ class ClientManageProcessor:
             if self.config.enable_property_filter and (cd.subscriptions
                                                     or cd.consume_type is not ConsumeType.CONSUME_ACTIVELY):
                 self.consumer_filter_manager.register(cd.group_name, cd.subscriptions)
+        user = req.ext_fields.get(ACCESS_KEY)  # (checked by authentication when it is on)
         for group_name in hb.producer_groups:
-            self.producer_manager.register_producer(group_name,
-                                                 ClientChannelInfo(hb.client_id, conn, req.language, req.version))
+            self.producer_manager.register_producer(group_name, ClientChannelInfo(
+                hb.client_id, conn, req.language, req.version, user=user))
         return req.response(ResponseCode.SUCCESS)
+
+    def _registered_here(self, group: str, client_id: str, conn: Connection) -> bool:
+        g = self.consumer_manager.get(group)
+        ch = g.channels.get(client_id) if g is not None else None
+        return ch is None or ch.conn is conn
 
     def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = UnregisterClientRequestHeader.decode(req.ext_fields)
         client_id, producer_group, consumer_group = h.client_id, h.producer_group, h.consumer_group
         if producer_group:
-            self.producer_manager.unregister_producer(producer_group, client_id)
+            self.producer_manager.unregister_producer(producer_group, client_id, conn)
         if consumer_group:
-            self.consumer_manager.unregister_consumer(consumer_group, client_id)
+            if not self._registered_here(consumer_group, client_id, conn):
+                return req.response(ResponseCode.SUCCESS)  # someone else's: nothing of theirs is touched
+            self.consumer_manager.unregister_consumer(consumer_group, client_id, conn)
             # A client that unregisters has stopped consuming, so its orderly-queue locks go too. Java brokers keep
             # them until they expire (60 s), and the C++ 1.2.x client's shutdown leaves the first queue of each
             # broker locked (its unlockAll skips it): a restarted orderly consumer would wait a minute for it.

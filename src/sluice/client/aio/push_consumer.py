@@ -41,6 +41,11 @@ Listener = Callable[[list[MessageExt]], Any]
 
 # A batch that cannot be sent back is consumed again locally after this long (RocketMQ: 5 s).
 CONSUME_LATER_DELAY = 5.0
+# What a listener's answer is called in a ConsumeMessageDirectlyResult.
+_DIRECT_RESULTS: dict[object, str] = {
+    None: "CR_SUCCESS", ConsumeStatus.CONSUME_SUCCESS: "CR_SUCCESS", ConsumeStatus.RECONSUME_LATER: "CR_LATER",
+    ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS", ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER"}
+
 # The delay level a message whose listener timed out goes back with (RocketMQ cleanExpiredMsg: level 3, 10 s).
 CONSUME_TIMEOUT_DELAY_LEVEL = 3
 
@@ -350,6 +355,21 @@ class PushConsumer(ConsumerBase):
         if self._listener_async:
             return await fn(msgs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, msgs)
+
+    async def consume_message_directly(self, msg: MessageExt) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY (the dashboard's "resend to this consumer", ``mqadmin queryMsgById -d``): the
+        listener called on ``msg`` outside the queues, nothing committed or sent back; RocketMQ's
+        ConsumeMessageDirectlyResult."""
+        t0 = time.monotonic()
+        try:
+            status = await self._call_listener([msg])
+        except Exception as exc:
+            result, remark = "CR_THROW_EXCEPTION", f"{type(exc).__name__}: {exc}"
+        else:
+            result = _DIRECT_RESULTS.get(status, "CR_RETURN_NULL")  # (None: a success, as in the queues)
+            remark = ""
+        return {"order": self.orderly, "autoCommit": True, "consumeResult": result, "remark": remark,
+                "spentTimeMills": int((time.monotonic() - t0) * 1000)}
 
     async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """One listener call and what follows from its answer. Whatever goes wrong after the call, the messages

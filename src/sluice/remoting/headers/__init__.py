@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.headers._base import RequestHeader, field_bool, field_int, field_str
 from sluice.remoting.headers.admin import (
+    ConsumeMessageDirectlyResultRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
@@ -101,6 +102,7 @@ DECODERS: dict[int, Callable[[Mapping[str, str]], RequestHeader]] = {
     RequestCode.GET_PRODUCER_CONNECTION_LIST: GetProducerConnectionListRequestHeader.decode,
     RequestCode.GET_BROKER_CONSUME_STATS: GetConsumeStatsInBrokerHeader.decode,
     RequestCode.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader.decode,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: ConsumeMessageDirectlyResultRequestHeader.decode,
 }
 
 
@@ -111,7 +113,8 @@ def decode_request_header(code: int, ext: Mapping[str, str]) -> RequestHeader | 
 
 
 __all__ = [
-    "DECODERS", "AckMessageRequestHeader", "ChangeInvisibleTimeRequestHeader", "CheckTransactionStateRequestHeader",
+    "DECODERS", "AckMessageRequestHeader", "ConsumeMessageDirectlyResultRequestHeader",
+    "ChangeInvisibleTimeRequestHeader", "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "DeleteSubscriptionGroupRequestHeader",
     "DeleteTopicRequestHeader", "GetConsumeStatsInBrokerHeader", "GetConsumerRunningInfoRequestHeader",
     "GetProducerConnectionListRequestHeader",

@@ -214,3 +214,32 @@ class GetConsumerRunningInfoRequestHeader(RequestHeader):
     def encode(self) -> dict[str, str]:
         return {"consumerGroup": self.consumer_group, "clientId": self.client_id,
                 "jstackEnable": text_bool(self.jstack_enable)}
+
+
+class ConsumeMessageDirectlyResultRequestHeader(RequestHeader):
+    """CONSUME_MESSAGE_DIRECTLY: one stored message handed to one client's listener (the broker relays it)."""
+
+    __slots__ = ("consumer_group", "client_id", "msg_id", "broker_name", "topic")
+    TOPIC_FIELD = "topic"
+    GROUP_FIELD = "consumer_group"
+
+    def __init__(self, consumer_group: str, client_id: str, msg_id: str, broker_name: str | None = None,
+                 topic: str | None = None) -> None:
+        self.consumer_group = consumer_group
+        self.client_id = client_id
+        self.msg_id = msg_id
+        self.broker_name = broker_name
+        self.topic = topic
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> Self:
+        return cls(field_str(ext, "consumerGroup"), field_str(ext, "clientId"), field_str(ext, "msgId"),
+                   ext.get("brokerName") or None, ext.get("topic") or None)
+
+    def encode(self) -> dict[str, str]:
+        ext = {"consumerGroup": self.consumer_group, "clientId": self.client_id, "msgId": self.msg_id}
+        if self.broker_name is not None:
+            ext["brokerName"] = self.broker_name
+        if self.topic is not None:
+            ext["topic"] = self.topic
+        return ext
