@@ -135,3 +135,51 @@ def test_a_consumers_running_info_is_relayed_from_the_client_itself(empty_cluste
         assert (code, remark) == (ResponseCode.SYSTEM_ERROR, "The Consumer <nobody@1> not online")
     finally:
         consumer.shutdown()
+
+
+def test_a_stored_message_is_handed_to_one_clients_listener_directly(empty_cluster: Cluster) -> None:
+    """CONSUME_MESSAGE_DIRECTLY (the dashboard's "resend to this consumer"): the broker relays the stored message to
+    the client it names, whose listener gets it once; the client's ConsumeMessageDirectlyResult is the answer. A
+    message of another topic than the one named is not handed out."""
+    import threading
+
+    from sluice import ConsumeStatus, Producer, PushConsumer
+    from sluice.common.fastjson import loads as fastjson_loads
+    from tests.integration.helpers import FAST, wait_until
+    c = empty_cluster
+    broker = c.start_broker()
+    c.create_topic("direct-t", 1)
+    c.create_topic("direct-other", 1)
+    with Producer("direct-pg", namesrv=c.namesrv_addr) as producer:
+        other = producer.send(Message("direct-other", b"not-for-you"))
+    seen: list[bytes] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list) -> ConsumeStatus:
+        with lock:
+            seen.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+    consumer = PushConsumer("direct-g", namesrv=c.namesrv_addr, **FAST)
+    consumer.subscribe("direct-t")
+    consumer.register_listener(listener)
+    consumer.start()
+    try:
+        with Producer("direct-pg2", namesrv=c.namesrv_addr) as producer:
+            sent = producer.send(Message("direct-t", b"hello"))
+        wait_until(lambda: seen == [b"hello"], 30, "the consumer to get the message once")
+
+        async def direct(msg_id: str, topic: str) -> tuple[int, str | None, bytes]:
+            async with Admin(c.namesrv_addr) as admin:
+                resp = await admin.api.invoke(broker.broker_addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, {
+                    "consumerGroup": "direct-g", "clientId": consumer.aio.client.client_id, "msgId": msg_id,
+                    "brokerName": "broker-a", "topic": topic}, timeout_ms=10_000)
+                return resp.code, resp.remark, bytes(resp.body)
+        code, remark, body = asyncio.run(direct(sent.offset_msg_id, "direct-t"))
+        assert code == ResponseCode.SUCCESS, remark
+        result = fastjson_loads(body)
+        assert result["consumeResult"] == "CR_SUCCESS" and result["autoCommit"] is True
+        assert seen == [b"hello", b"hello"]
+        code, _, _ = asyncio.run(direct(other.offset_msg_id, "direct-t"))
+        assert code == ResponseCode.SYSTEM_ERROR and b"not-for-you" not in b"".join(seen)
+    finally:
+        consumer.shutdown()

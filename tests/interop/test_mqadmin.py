@@ -112,6 +112,9 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
                     "consumerStatus": await asyncio.to_thread(
                         mqadmin, java_build, home, "consumerStatus", "-n", ns, "-g", "ops-live-g", "-i",
                         consumer.client.client_id),
+                    "queryMsgById -d": await asyncio.to_thread(  # handed to that client's listener
+                        mqadmin, java_build, home, "queryMsgById", "-n", ns, "-t", "ops-t", "-i", msg_id, "-g",
+                        "ops-live-g", "-d", consumer.client.client_id),
                 }
             finally:
                 await consumer.shutdown()
@@ -119,5 +122,6 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
     assert re.search(r"0001\s+\S+", outs["producerConnection"]) and _no_error(outs["producerConnection"]), outs
     assert "ops-live-g" in outs["consumerConnection"] or "CONSUME_PASSIVELY" in outs["consumerConnection"] \
         or "CLUSTERING" in outs["consumerConnection"], outs["consumerConnection"][-1500:]
+    assert "CR_SUCCESS" in outs["queryMsgById -d"], outs["queryMsgById -d"][-1500:]
     assert "#Consumer Properties#" in outs["consumerStatus"] and "ops-t" in outs["consumerStatus"] \
         and _no_error(outs["consumerStatus"]), outs["consumerStatus"][-1500:]

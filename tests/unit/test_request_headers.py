@@ -13,6 +13,7 @@ from sluice.remoting.headers import (
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     CheckTransactionStateRequestHeader,
+    ConsumeMessageDirectlyResultRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
@@ -87,6 +88,8 @@ EXAMPLES: list[tuple[int | None, RequestHeader]] = [
     (RequestCode.GET_PRODUCER_CONNECTION_LIST, GetProducerConnectionListRequestHeader("PG")),
     (RequestCode.GET_BROKER_CONSUME_STATS, GetConsumeStatsInBrokerHeader(True)),
     (RequestCode.GET_CONSUMER_RUNNING_INFO, GetConsumerRunningInfoRequestHeader("CG", "client-1", True)),
+    (RequestCode.CONSUME_MESSAGE_DIRECTLY,
+     ConsumeMessageDirectlyResultRequestHeader("CG", "client-1", "0A" * 16, "broker-a", "T")),
 ]
 
 
