@@ -18,9 +18,6 @@ from sluice.client.message import Message
 from tests.conftest import Cluster
 from tests.interop.java_clients import JavaBuild
 
-# A group of its own: some twenty JVM starts in turn, beside the other Java tests rather than after them.
-pytestmark = pytest.mark.xdist_group("mqadmin")
-
 MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 JVM = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 Check = Callable[[str], bool]

@@ -34,9 +34,6 @@ from tests.interop.conftest import stored_messages
 from tests.interop.java_clients import JavaAdmin, JavaBuild, JavaClients
 from tests.reference.rocketmq_node import RocketMQNode
 
-# Its own xdist group: a second RocketMQ node, beside the session's, on another worker.
-pytestmark = pytest.mark.xdist_group("reference-acl")
-
 ROOT = ("root", "root-secret")
 ALICE = ("alice", "alice-secret")
 CAROL = ("carol", "carol-secret")  # disabled
