@@ -535,3 +535,37 @@ def test_another_users_producer_of_the_group_is_not_asked_about_its_transactions
             assert ivan.checked == []
     finally:
         c.close()
+
+
+def test_the_admin_status_and_relay_requests_need_their_rights(acl_cluster: Cluster) -> None:
+    """The operator requests (broker config and stats, HA status, connections, group deletion, relays to a client)
+    are refused to a user without the right, with RocketMQ's code, and served to the super user."""
+    from sluice.remoting.codes import RequestCode
+    ns = acl_cluster.namesrv_addr
+    requests: list[tuple[int, dict[str, str], bytes]] = [
+        (RequestCode.UPDATE_BROKER_CONFIG, {}, b"fileReservedTime=48\n"),
+        (RequestCode.GET_BROKER_CONFIG, {}, b""),
+        (RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "mine"}, b""),
+        (RequestCode.GET_BROKER_HA_STATUS, {}, b""),
+        (RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}, b""),
+        (RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "someone-pg"}, b""),
+        (RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "someone-g", "cleanOffset": "true"}, b""),
+        (RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "someone-g", "clientId": "c@1"}, b""),
+        (RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "someone-g", "clientId": "c@1",
+                                                "msgId": "0" * 32, "topic": "mine"}, b""),
+    ]
+
+    async def go() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("ivan", "ivan-secret")
+            await admin.create_acl("User:ivan", [policy_entry("Topic:mine", "Pub,Sub,Get")])
+            addr = next(iter((await admin.brokers()).values()))
+            for code, ext, body in requests:
+                resp = await admin.api.invoke(addr, code, dict(ext), body=body)
+                assert resp.code != ResponseCode.NO_PERMISSION, (code, resp.remark)
+        async with Admin(ns, credentials=("ivan", "ivan-secret")) as ivan:
+            for code, ext, body in requests:
+                resp = await ivan.api.invoke(addr, code, dict(ext), body=body)
+                assert resp.code == ResponseCode.NO_PERMISSION and "User:ivan has no permission" in (
+                    resp.remark or ""), (code, resp.remark)
+    asyncio.run(go())
