@@ -212,12 +212,18 @@ class Sender:
                                 on_wire: OnWire | None = None) -> tuple[RemotingCommand | None, MessageQueue]:
         """Attempts until one is answered with a send status; ``first``: an attempt already made (by
         ``send_async``), which counts as the first and whose deadline holds. A send of ``send_async`` retries
-        ``retry_times_when_send_async_failed`` times, others ``retry_times_when_send_failed`` (RocketMQ's two)."""
+        ``retry_times_when_send_async_failed`` times (none when pinned to a queue), others
+        ``retry_times_when_send_failed`` (RocketMQ's two)."""
         loop = asyncio.get_running_loop()
         timeout_s = self.timeout_s(timeout)
         deadline = first.deadline if first is not None else loop.time() + timeout_s
         retries = self.config.retry_times_when_send_async_failed if async_send or first is not None \
             else self.config.retry_times_when_send_failed
+        if (async_send or first is not None) and (sharding_key is not None or queue is not None
+                                                   or selector is not None):
+            # An async send pinned to a queue is not retried (RocketMQ's orderly sends are not): the sends made
+            # after it may be stored already, and a retry would store it after them.
+            retries = 0
         attempts = 1 if oneway else 1 + retries
         last_broker = first.broker if first is not None else None
         last_error = first.error if first is not None else None
