@@ -34,6 +34,9 @@ _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "cras
 # there is room. xdist hands out the groups with the most tests first, one to a worker, and a worker busy with a
 # group gets nothing else meanwhile.
 _XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "spark", "ha": "clusters", "fault": "clusters"}
+# Interop tests that start no JVM (the C++ and the Python 5.x clients) go wherever there is room: the Java group is
+# the suite's longest.
+_NO_JVM_INTEROP = ("test_cpp_", "test_python5_")
 TESTS_DIR = Path(__file__).resolve().parent
 
 # Hypothesis' deadline (200 ms an example) measures the machine, not the code: on a loaded box (CI's two cores, shared)
@@ -60,6 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if marker is not None:
             item.add_marker(marker)
         group = _XDIST_GROUPS.get(top)
+        if top == "interop" and Path(str(item.fspath)).name.startswith(_NO_JVM_INTEROP):
+            group = None
         if xdist and group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
 

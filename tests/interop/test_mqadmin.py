@@ -5,8 +5,12 @@ what tells."""
 from __future__ import annotations
 
 import asyncio
+import json
+import queue
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,7 +22,7 @@ from sluice.client.message import Message
 from tests.conftest import Cluster
 from tests.interop.java_clients import JavaBuild
 
-MQADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+SESSION = "sluice.interop.MqAdminSession"
 JVM = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 Check = Callable[[str], bool]
 
@@ -30,19 +34,62 @@ def node(empty_cluster: Cluster) -> Iterator[Cluster]:
     yield empty_cluster
 
 
-def mqadmin(build: JavaBuild, home: Path, *args: str) -> str:
-    home.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(build.argv(MQADMIN, *args, jvm=JVM, home=home), capture_output=True, text=True, timeout=120,
-                       stdin=subprocess.DEVNULL)
-    return r.stdout + r.stderr
+class MqAdmin:
+    """mqadmin commands run one after another in one JVM (``MqAdminSession``): what each printed. A JVM start per
+    command cost more than the commands."""
+
+    def __init__(self, build: JavaBuild, home: Path) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(build.argv(SESSION, jvm=JVM, home=home), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8")
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def __call__(self, *args: str, timeout: float = 120) -> str:
+        with self.lock:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(args) + "\n")
+            self.proc.stdin.flush()
+            deadline, skipped = time.monotonic() + timeout, []
+            while True:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                if line is None:
+                    raise AssertionError(f"mqadmin session ended at {args[0]}: {''.join(skipped)[-1500:]}")
+                if line.startswith('{"out":'):
+                    return str(json.loads(line)["out"])
+                skipped.append(line)  # what the JVM printed outside a command (its own warnings)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def mqadmin(java_build: JavaBuild, tmp_path: Path) -> Iterator[MqAdmin]:
+    session = MqAdmin(java_build, tmp_path / "home")
+    try:
+        yield session
+    finally:
+        session.close()
 
 
 def _no_error(out: str) -> bool:
     return not re.search(r"Exception|command failed|not supported|ERROR", out)
 
 
-def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster, java_build: JavaBuild,
-                                                                   tmp_path: Path) -> None:
+def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster, mqadmin: MqAdmin) -> None:
     ns, addr = node.namesrv_addr, node.brokers[0].broker_addr
 
     async def produce() -> str:
@@ -83,7 +130,7 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
     ]
     failed = {}
     for args, check in commands:
-        out = mqadmin(java_build, tmp_path / "home", *args)
+        out = mqadmin(*args)
         if not check(out):
             failed[" ".join(args[:1])] = out[-1500:]
     assert not failed, failed
@@ -100,17 +147,16 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
                 async with asyncio.timeout(30):
                     while sum(mq.topic == "ops-t" for mq in consumer.process_queues) < 4:
                         await asyncio.sleep(0.1)
-                home = tmp_path / "home"
                 return {
                     "producerConnection": await asyncio.to_thread(
-                        mqadmin, java_build, home, "producerConnection", "-n", ns, "-g", "ops-live-pg", "-t", "ops-t"),
+                        mqadmin, "producerConnection", "-n", ns, "-g", "ops-live-pg", "-t", "ops-t"),
                     "consumerConnection": await asyncio.to_thread(
-                        mqadmin, java_build, home, "consumerConnection", "-n", ns, "-g", "ops-live-g"),
+                        mqadmin, "consumerConnection", "-n", ns, "-g", "ops-live-g"),
                     "consumerStatus": await asyncio.to_thread(
-                        mqadmin, java_build, home, "consumerStatus", "-n", ns, "-g", "ops-live-g", "-i",
+                        mqadmin, "consumerStatus", "-n", ns, "-g", "ops-live-g", "-i",
                         consumer.client.client_id),
                     "queryMsgById -d": await asyncio.to_thread(  # handed to that client's listener
-                        mqadmin, java_build, home, "queryMsgById", "-n", ns, "-t", "ops-t", "-i", msg_id, "-g",
+                        mqadmin, "queryMsgById", "-n", ns, "-t", "ops-t", "-i", msg_id, "-g",
                         "ops-live-g", "-d", consumer.client.client_id),
                 }
             finally:
