@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -480,7 +481,8 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
     log = tmp_path / "dev.log"
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--store", str(tmp_path / "store"),
-                                 "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0"],
+                                 "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0",
+                                 "--metrics-port", "0"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -528,6 +530,18 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
 
         route = asyncio.run(query_route())
         assert route.status.code == 20000 and route.message_queues, route.status
+
+        # One Prometheus endpoint for the three servers, each family once, told apart by node_type.
+        metrics_url = re.search(r"metrics\s+(http://127\.0\.0\.1:\d+/metrics) \(Prometheus\)", text).group(1)
+        with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+            exposition = resp.read().decode()
+        families = [line.split()[2] for line in exposition.splitlines() if line.startswith("# TYPE ")]
+        assert len(families) == len(set(families))
+        assert {'node_type="broker"', 'node_type="namesrv"', 'node_type="proxy"'} <= set(
+            re.findall(r'node_type="\w+"', exposition))
+        assert re.search(r'rocketmq_messages_in_total\{[^}]*topic="dev-topic"[^}]*\} 1\.0', exposition)
+        assert re.search(r'rocketmq_rpc_latency_milliseconds_count\{[^}]*node_type="namesrv"', exposition)
+        assert re.search(r'rocketmq_proxy_up\{[^}]*\} 1\.0', exposition)
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0

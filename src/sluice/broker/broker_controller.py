@@ -17,6 +17,7 @@ from sluice.auth.credentials import is_loopback, signing_hook
 from sluice.auth.evaluator import Authenticator, Authorizer, parse_whitelist
 from sluice.auth.model import Action, AuthorizationError, Resource
 from sluice.auth.remoting_auth_pipeline import RemotingAuthPipeline, source_ip
+from sluice.broker.broker_metrics_manager import BrokerMetricsManager
 from sluice.broker.broker_outer_api import BrokerOuterAPI
 from sluice.broker.broker_stats import BrokerStats, format_stats_line
 from sluice.broker.broker_stats import log as stats_log
@@ -54,6 +55,7 @@ from sluice.broker.transactional_message_service import TransactionalMessageServ
 from sluice.common.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from sluice.common.loop_lag import LoopLagProbe
 from sluice.common.message import host_to_bytes
+from sluice.common.metrics_exporter import MetricsExporter
 from sluice.common.naming import SCHEDULE_TOPIC
 from sluice.common.service import AsyncService
 from sluice.common.structs import TopicConfig
@@ -63,6 +65,7 @@ from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.dispatcher import RequestDispatcher
+from sluice.remoting.rpc_latency import RpcLatency
 from sluice.remoting.server import RemotingServer
 from sluice.remoting.tls import bind_socket, inner_client_tls, server_tls
 from sluice.store.ha.epoch_file import EpochFile
@@ -121,6 +124,8 @@ class BrokerController(AsyncService):
         self.order_info = ConsumerOrderInfoManager(config.store.store_path_config)
         self.loop_lag = LoopLagProbe()
         self.stats = BrokerStats()
+        self.metrics = BrokerMetricsManager(config, self)
+        self.metrics_exporter: MetricsExporter | None = None
         self.dispatcher = RequestDispatcher()
         # TLS (tls_server_mode): the remoting port and the HA port share one context that follows its files.
         self.tls = server_tls(config, f"broker {config.broker_name}",
@@ -210,6 +215,11 @@ class BrokerController(AsyncService):
         self._spawn(self._register_loop())
         self._spawn(self._scan_clients_loop())
         self._spawn(self._stats_loop())
+        if c.metrics_exporter_type == "PROM":
+            self.metrics_exporter = await MetricsExporter(
+                self.metrics.registry(), c.metrics_prom_exporter_host or c.listen_host,
+                c.metrics_prom_exporter_port).start()
+            log.info("broker %s metrics at %s", c.broker_name, self.metrics_exporter.address)
         log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,
                  c.store.store_path_root_dir, c.store.flush_disk_type.value)
         if not c.authentication_enabled and not is_loopback(c.listen_host):
@@ -312,6 +322,7 @@ class BrokerController(AsyncService):
         self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
                                                        c.store.flush_consumer_offset_interval)
         self.schedule_service.load()
+        self.schedule_service.on_delivered = lambda topic, size: self.stats.record_topic_put(topic, 1, size, "delay")
         self.timer_service = TimerMessageService(self.store, self.ensure_system_topic)
         self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
         self.transaction_service = TransactionalMessageService(c, self.broker_addr, self.store, self.producer_manager,
@@ -340,7 +351,7 @@ class BrokerController(AsyncService):
                                  self.trigger_register, self.topic_config_wrapper, self.schedule_service,
                                  self.timer_service, self.producer_manager),
             BrokerStatusProcessor(c, addr, store, self, self.runtime_config, self.trigger_register),
-            EndTransactionProcessor(c, store, self.transaction_service),
+            EndTransactionProcessor(c, store, self.transaction_service, self.stats),
             PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
                                 self.pop_polling, self.order_info, self.swapped_out),
             AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info),
@@ -383,6 +394,10 @@ class BrokerController(AsyncService):
                                            lambda: self.master_address, self.auth_metadata)
         self.slave_sync.start()
 
+    @property
+    def rpc_latency(self) -> RpcLatency:
+        return self.server.rpc_latency
+
     async def stop(self) -> None:
         """Graceful: unregister, stop taking requests, answer held pulls, flush and close the store."""
         if not self.running:
@@ -392,6 +407,8 @@ class BrokerController(AsyncService):
         c = self.config
         self.loop_lag.stop()
         await super().stop()
+        if self.metrics_exporter is not None:
+            await self.metrics_exporter.stop()
         if c.namesrv_addrs:
             await self.outer_api.unregister_broker_all(c.namesrv_addrs, c.broker_cluster_name, self.broker_addr,
                                                        c.broker_name, self.registered_id)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sluice.broker.stats_item import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsTable
+from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
@@ -20,12 +22,37 @@ log = logging.getLogger("sluice.broker.stats")
 TPS_SAMPLES = 601
 PUT_LATENCY_SAMPLES = 65_536  # put latencies kept per stats interval (a ring: the newest win)
 
+# The metrics' buckets (RocketMQ's views, BrokerMetricsManager.registerMetricsView): message size in bytes, and the
+# time from a half message's birth to its commit in seconds.
+MESSAGE_SIZE_BUCKETS = (1024.0, 4096.0, 512 * 1024.0, 1024 * 1024.0, 2 * 1024 * 1024.0, 4 * 1024 * 1024.0)
+FINISH_LATENCY_BUCKETS = (5.0, 60.0, 600.0, 3600.0, 12 * 3600.0, 24 * 3600.0)
+# Label sets per metric beyond which clients' topic and group names are counted together (RocketMQ's
+# metricsOtelCardinalityLimit): a client cannot grow the metrics without bound.
+METRICS_CARDINALITY_LIMIT = 50_000
+OVERFLOW = None  # the key of what is counted past the limit
+
+
+def _slot(table: dict[Any, list[float]], key: object, width: int, limit: int) -> list[float]:
+    """``table[key]``, made (``width`` zeros) while there is room; past ``limit`` keys, the overflow's."""
+    row = table.get(key)
+    if row is None:
+        if len(table) >= limit:
+            key = OVERFLOW
+        row = table.setdefault(key, [0.0] * width)
+    return row
+
+
+def _countable(topic: str) -> bool:
+    """RocketMQ leaves retry and dead-letter topics out of messages in and out."""
+    return not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
 
 class BrokerStats:
     """Totals since start, plus put latencies of the current interval in a bounded ring."""
 
     __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t",
-                 "_samples", "_day", "today_morning", "yesterday_morning", "items")
+                 "_samples", "_day", "today_morning", "yesterday_morning", "items", "messages_in", "messages_out",
+                 "to_dlq", "commits", "rollbacks", "finish_latency", "limit")
 
     def __init__(self) -> None:
         self.put_msgs = 0
@@ -42,6 +69,16 @@ class BrokerStats:
         self.today_morning = (0, 0)
         self.yesterday_morning = (0, 0)
         self.items = StatsTable()  # per topic and group (VIEW_BROKER_STATS_DATA)
+        # The metrics' counters (sluice.broker.broker_metrics_manager exports them), per label set:
+        # (topic, message type) → [messages, bytes, size bucket counts..., size sum]
+        self.messages_in: dict[tuple[str, str] | None, list[float]] = {}
+        # (topic, group, is_retry: None for a pull) → [messages, bytes]
+        self.messages_out: dict[tuple[str, str, bool | None] | None, list[float]] = {}
+        self.to_dlq: dict[tuple[str, str] | None, list[float]] = {}  # (group, topic) → [messages]
+        self.commits: dict[str | None, list[float]] = {}  # real topic → [messages]
+        self.rollbacks: dict[str | None, list[float]] = {}
+        self.finish_latency: dict[str | None, list[float]] = {}  # real topic → [bucket counts..., sum of seconds]
+        self.limit = METRICS_CARDINALITY_LIMIT
         self._last_t = time.monotonic()
 
     def record_put(self, r: PutMessageResult, seconds: float | None = None) -> None:
@@ -56,15 +93,43 @@ class BrokerStats:
     def record_get(self, n: int) -> None:
         self.get_msgs += n
 
-    def record_topic_put(self, topic: str, msgs: int, size: int) -> None:
+    def record_topic_put(self, topic: str, msgs: int, size: int, message_type: str = "normal") -> None:
         now = int(time.time() * 1000)
         self.items.add(TOPIC_PUT_NUMS, topic, msgs, 1, now)
         self.items.add(TOPIC_PUT_SIZE, topic, size, 1, now)
+        if msgs > 0 and _countable(topic):
+            row = _slot(self.messages_in, (topic, message_type), len(MESSAGE_SIZE_BUCKETS) + 4, self.limit)
+            row[0] += msgs
+            row[1] += size
+            each = size // msgs  # one observation per put, of its average (as RocketMQ records it)
+            row[2 + bisect_left(MESSAGE_SIZE_BUCKETS, each)] += 1
+            row[-1] += each
 
-    def record_group_get(self, topic: str, group: str, msgs: int, size: int) -> None:
+    def record_group_get(self, topic: str, group: str, msgs: int, size: int, is_retry: bool | None = None,
+                         label_topic: str | None = None) -> None:
+        """``is_retry``: None for a pull (RocketMQ labels only POP's reads with it, and with the topic popped,
+        ``label_topic``, also for what came from its retry topic)."""
         key, now = f"{topic}@{group}", int(time.time() * 1000)
         self.items.add(GROUP_GET_NUMS, key, msgs, 1, now)
         self.items.add(GROUP_GET_SIZE, key, size, 1, now)
+        if is_retry is not None or _countable(topic):
+            row = _slot(self.messages_out, (label_topic or topic, group, is_retry), 2, self.limit)
+            row[0] += msgs
+            row[1] += size
+
+    def record_dlq(self, group: str, topic: str) -> None:
+        """A message a consumer of ``group`` gave up on went to its dead-letter queue."""
+        _slot(self.to_dlq, (group, topic), 1, self.limit)[0] += 1
+
+    def record_end_transaction(self, topic: str, commit: bool, born_ms: int) -> None:
+        """A half message of ``topic`` committed or rolled back; a commit's time since the half message's birth
+        goes to the histogram in seconds (RocketMQ's EndTransactionProcessor)."""
+        _slot(self.commits if commit else self.rollbacks, topic, 1, self.limit)[0] += 1
+        if commit:
+            seconds = max(0, int(time.time() * 1000) - born_ms) // 1000
+            row = _slot(self.finish_latency, topic, len(FINISH_LATENCY_BUCKETS) + 2, self.limit)
+            row[bisect_left(FINISH_LATENCY_BUCKETS, seconds)] += 1
+            row[-1] += seconds
 
     def sample(self, now: float | None = None) -> None:
         """Called once a second: the TPS windows, the day's first totals, the per-topic and per-group items."""

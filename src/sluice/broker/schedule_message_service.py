@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.common.config_manager import ConfigManager
@@ -58,6 +59,8 @@ class ScheduleMessageService(ConfigManager, AsyncService):
         # stored copies would be delivered again after a restart).
         self._delivering: set[asyncio.Future[bool]] = set()
         self.delivered = 0
+        # Told of each delayed message delivered to its topic, with its size (the metrics count it as coming in).
+        self.on_delivered: Callable[[str, int], None] | None = None
 
     @property
     def max_level(self) -> int:
@@ -206,6 +209,10 @@ class ScheduleMessageService(ConfigManager, AsyncService):
                             r.status.name, r.remark)
                 return False
             self.delivered += len(batch)
+            if self.on_delivered is not None:
+                each = r.wrote_bytes // len(batch)
+                for m in batch:
+                    self.on_delivered(m.topic, each)
         if self.offsets.get(level, 0) != offset:
             self.offsets[level] = offset
             self._dirty = True

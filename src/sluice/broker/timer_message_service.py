@@ -165,6 +165,14 @@ class TimerMessageService(ConfigManager, AsyncService):
         super().close()
         self.timer_log.close()
 
+    def behind(self, now: int) -> tuple[int, int, int, int]:
+        """(timer messages not yet in the wheel, the age in ms of the oldest of them, messages due and not yet
+        delivered, how far delivery is behind in ms): RocketMQ's timer enqueue and dequeue lag and latency."""
+        waiting = max(0, self.store.get_max_offset_in_queue(TIMER_TOPIC, 0) - self.enqueue_offset)
+        oldest = self.store.get_message_store_timestamp(TIMER_TOPIC, 0, self.enqueue_offset) if waiting else -1
+        due = self.wheel.waiting(self.delivered_ms, now) if self.enabled else 0
+        return waiting, max(0, now - oldest) if oldest > 0 else 0, due, max(0, now - self.delivered_ms) if due else 0
+
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == TIMER_TOPIC:
             self._wake_enqueue.set()

@@ -194,6 +194,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
     bcfg.auto_create_topic_enable = True
     if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
         raise ConfigError(f"--grpc-port {args.grpc_port}: a port is 0 to 65535")
+    if not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port {args.metrics_port}: a port is 0 to 65535")
+    # One endpoint serves the name server's, the broker's and the front's metrics (--metrics-port).
+    nscfg.metrics_exporter_type = bcfg.metrics_exporter_type = "DISABLE"
     secured = bcfg.authentication_enabled or bcfg.authorization_enabled
     if secured and not args.no_grpc and bcfg.inner_client_authentication_credentials is None:
         raise ConfigError(f"{where} [broker]: authentication_enabled / authorization_enabled with the gRPC front need "
@@ -207,6 +211,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     ns = NamesrvController(nscfg)
     broker: BrokerController | None = None
     front: list[Any] = []
+    exporters: list[Any] = []
 
     async def start() -> None:
         nonlocal broker
@@ -227,7 +232,25 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 front[:] = [server, service]
                 grpc_line = (f"\n  gRPC         {nscfg.host}:{port} (RocketMQ 5 clients; TLS "
                              f"{bcfg.tls_server_mode})")
+            if not args.no_metrics:
+                from sluice.common.metrics import MergedCollector
+                from sluice.common.metrics_exporter import MetricsExporter
+                from sluice.proxy.proxy_metrics_manager import ProxyMetricsManager
+
+                collectors: list[Any] = [ns.metrics(), broker.metrics]
+                if front:
+                    collectors.append(ProxyMetricsManager(f"{nscfg.host}:{port}", bcfg.broker_cluster_name))
+                try:
+                    exporter = await MetricsExporter(MergedCollector(collectors).registry(), nscfg.host,
+                                                     args.metrics_port).start()
+                except OSError as exc:
+                    raise OSError(exc.errno, f"--metrics-port {args.metrics_port}: {exc.strerror} (another port, "
+                                             "0 for any free one, or --no-metrics)") from exc
+                exporters.append(exporter)
+                grpc_line += f"\n  metrics      {exporter.address} (Prometheus)"
         except BaseException:
+            for exporter in exporters:
+                await exporter.stop()
             if broker is not None:
                 await broker.stop()
             await ns.stop()
@@ -237,6 +260,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
               f"Ctrl-C stops it.", flush=True)
 
     async def stop() -> None:
+        for exporter in exporters:
+            await exporter.stop()
         if front:
             from sluice.proxy.messaging_service import stop as stop_front
 
@@ -355,6 +380,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             "sluice proxy listens on %s with authentication off: anyone who reaches it may send, consume and "
             "administer (authentication_enabled in [proxy], docs/security.md)", args.host)
     running: list[Any] = []
+    exporters: list[Any] = []
 
     async def start() -> None:
         auth, signing = None, None
@@ -389,10 +415,22 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             raise
         running[:0] = [server, service]
         acl = "on" if secured else "off"
+        metrics_line = ""
+        if pcfg.metrics_exporter_type == "PROM":
+            from sluice.common.metrics_exporter import MetricsExporter
+            from sluice.proxy.proxy_metrics_manager import ProxyMetricsManager
+
+            registry = ProxyMetricsManager(f"{args.host}:{port}", metrics_label=pcfg.metrics_label).registry()
+            exporter = await MetricsExporter(registry, pcfg.metrics_prom_exporter_host or args.host,
+                                             pcfg.metrics_prom_exporter_port).start()
+            exporters.append(exporter)
+            metrics_line = f", metrics {exporter.address}"
         print(f"sluice proxy (gRPC, RocketMQ 5 clients; TLS {pcfg.tls_server_mode}, ACL {acl}) ready on "
-              f"{args.host}:{port}, name server {args.namesrv}", flush=True)
+              f"{args.host}:{port}, name server {args.namesrv}{metrics_line}", flush=True)
 
     async def halt() -> None:
+        for exporter in exporters:
+            await exporter.stop()
         if len(running) >= 2:
             await stop(running[0], running[1])
         for item in running[2:]:
@@ -421,6 +459,9 @@ def add_server_commands(sub: Any) -> None:
     dev.add_argument("--grpc-port", type=int, default=8081,
                      help="port of the gRPC front for RocketMQ 5 clients (default 8081; 0: any free port)")
     dev.add_argument("--no-grpc", action="store_true", help="no gRPC front")
+    dev.add_argument("--metrics-port", type=int, default=5557,
+                     help="port of the Prometheus endpoint, /metrics (default 5557; 0: any free port)")
+    dev.add_argument("--no-metrics", action="store_true", help="no Prometheus endpoint")
     dev.add_argument("--ha", action="store_true", help="three brokers of one group with automatic failover, "
                      "elected through an etcd started as a child process (docs/ha.md; needs etcd installed)")
     dev.set_defaults(func=cmd_dev)

@@ -53,9 +53,13 @@ NAME_PATTERN = r"^[%|a-zA-Z0-9_-]{1,127}$"
 HOURS_PATTERN = r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$"
 Name = Annotated[str, Meta(pattern=NAME_PATTERN)]
 Hours = Annotated[str, Meta(pattern=HOURS_PATTERN)]
+METRICS_LABEL_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*:[^,:]+(,[A-Za-z_][A-Za-z0-9_]*:[^,:]+)*)?$"
+MetricsLabels = Annotated[str, Meta(pattern=METRICS_LABEL_PATTERN)]
 # What the patterns allow, in words (for the errors).
 PATTERN_WORDS = {NAME_PATTERN: "1 to 127 letters, digits, '%', '|', '_' or '-'",
-                 HOURS_PATTERN: "hours of the day from 0 to 23, separated by ';' (as \"04;16\")"}
+                 HOURS_PATTERN: "hours of the day from 0 to 23, separated by ';' (as \"04;16\")",
+                 METRICS_LABEL_PATTERN: "label:value pairs separated by ',' (as \"region:eu,zone:a\"), label names "
+                                        "of letters, digits and '_'"}
 
 
 class _Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -249,7 +253,19 @@ class AuthCredentials(_Config):
         return f"AuthCredentials(access_key={self.access_key!r}, secret_key=***)"
 
 
-class TlsSettings(_Config):
+class MetricsSettings(_Config):
+    """A server's Prometheus endpoint (docs/operations.md; RocketMQ's ``metrics*`` settings in snake_case):
+    ``metrics_exporter_type`` ``PROM`` serves ``/metrics`` on ``metrics_prom_exporter_host`` (empty: the host the
+    server listens on) and ``metrics_prom_exporter_port`` (0: any free port); ``metrics_label`` adds labels to
+    every series (``"region:eu,zone:a"``)."""
+
+    metrics_exporter_type: Literal["DISABLE", "PROM"] = "DISABLE"
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: Port = 5557
+    metrics_label: MetricsLabels = ""
+
+
+class TlsSettings(MetricsSettings):
     """TLS of a server's port and of its own client connections (docs/security.md; RocketMQ's ``tls.*`` settings in
     snake_case). ``tls_server_mode``: ``disabled``, ``permissive`` (TLS and plaintext on one port, RocketMQ's
     default) or ``enforcing``; without a certificate and key, a self-signed one is made at start (RocketMQ's test

@@ -24,6 +24,21 @@ TIMER_TOPIC = "rmq_sys_wheel_timer"  # timer messages wait here for the timer wh
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                                      TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, TIMER_TOPIC})
 
+# The topics RocketMQ counts as the system's (TopicValidator.SYSTEM_TOPIC_SET; a broker adds its cluster's and its
+# own name): metrics label them ``is_system``.
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
+                           "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC,
+                           OFFSET_MOVED_EVENT, "CHECKPOINT_TOPIC"})
+SYSTEM_GROUP_PREFIX = "cid_rmq_sys_"  # (compared in lower case, as RocketMQ's MixAll.isSysConsumerGroup)
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def is_system_group(group: str) -> bool:
+    return group.lower().startswith(SYSTEM_GROUP_PREFIX)
+
 
 def validate_topic(topic: str) -> None:
     """Raise ``InvalidNameError`` unless ``topic`` is a legal topic name."""

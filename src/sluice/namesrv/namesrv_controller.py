@@ -9,9 +9,11 @@ import os
 from sluice.auth.credentials import is_loopback
 from sluice.auth.inner_credentials_check import InnerCredentialsCheck
 from sluice.common.config import NamesrvConfig
+from sluice.common.metrics_exporter import MetricsExporter
 from sluice.common.service import AsyncService
 from sluice.namesrv.default_request_processor import DefaultRequestProcessor, monotonic_ms
 from sluice.namesrv.kv_config_manager import KVConfigManager
+from sluice.namesrv.namesrv_metrics import NamesrvMetrics
 from sluice.namesrv.route_info_manager import BrokerLiveInfo, RouteInfoManager
 from sluice.remoting.connection import Connection
 from sluice.remoting.dispatcher import RequestDispatcher
@@ -44,6 +46,12 @@ class NamesrvController(AsyncService):
             (self.config.host,)))
         self._watched: set[Connection] = set()
         self._started = False
+        self.metrics_exporter: MetricsExporter | None = None
+
+    def metrics(self) -> NamesrvMetrics:
+        """Its metrics (``rocketmq_rpc_latency``), to be served by its own endpoint or another's."""
+        return NamesrvMetrics(f"{self.config.host}:{self.server.port}", self.server.rpc_latency,
+                              self.config.metrics_label)
 
     @property
     def port(self) -> int:
@@ -60,6 +68,12 @@ class NamesrvController(AsyncService):
         self._started = True
         self._spawn(self._scan_loop(), name="namesrv-scan")
         log.info("name server listening on %s", self.address)
+        c = self.config
+        if c.metrics_exporter_type == "PROM":
+            self.metrics_exporter = await MetricsExporter(self.metrics().registry(),
+                                                          c.metrics_prom_exporter_host or c.host,
+                                                          c.metrics_prom_exporter_port).start()
+            log.info("name server metrics at %s", self.metrics_exporter.address)
         if not self.config.authentication_enabled and not is_loopback(self.config.host):
             log.warning("name server listens on %s with authentication off: anyone who reaches the port may "
                         "register brokers and change its KV config (authentication_enabled, docs/security.md)",
@@ -71,6 +85,8 @@ class NamesrvController(AsyncService):
             return
         self._started = False
         await super().stop()
+        if self.metrics_exporter is not None:
+            await self.metrics_exporter.stop()
         await self.server.stop()
         self._watched.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.kv_config.close)

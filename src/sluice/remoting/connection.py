@@ -28,6 +28,7 @@ from sluice.remoting.errors import (
     ProtocolError,
     RemotingTimeoutError,
 )
+from sluice.remoting.rpc_latency import RESULT_ONEWAY, RESULT_SUCCESS, RESULT_WRITE_CHANNEL_FAILED, RpcLatency
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,10 @@ class Connection(asyncio.Protocol):
     """A framed, multiplexed remoting connection."""
 
     def __init__(self, handler: RequestHandler = no_handler, config: RemotingConfig | None = None,
-                 on_close: Callable[[Connection], None] | None = None, server_side: bool = False) -> None:
+                 on_close: Callable[[Connection], None] | None = None, server_side: bool = False,
+                 rpc_latency: RpcLatency | None = None) -> None:
         self.handler = handler
+        self.rpc_latency = rpc_latency  # a server's answer times (metrics), None: not counted
         self.config = config or RemotingConfig()
         self.server_side = server_side
         self._on_close = on_close
@@ -189,6 +192,7 @@ class Connection(asyncio.Protocol):
 
     # == requests from the peer =======================================================================
     def _handle_request(self, req: RemotingCommand) -> None:
+        read_at = self.last_active  # when the read that brought it came (RocketMQ times from the decode)
         try:
             result = self.handler(self, req)
         except BadRequestError as exc:
@@ -202,26 +206,28 @@ class Connection(asyncio.Protocol):
                 result.cancel()
                 return
             self._deferred.add(result)
+            result.read_at = read_at
             result.bind(self, req)  # an answer the handler made already leaves here
             if self.inflight >= self.config.max_inflight_requests:
                 self._pause_reading("inflight")
         elif inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._finish(req, result))
+            task = asyncio.ensure_future(self._finish(req, result, read_at))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
             if self.inflight >= self.config.max_inflight_requests:
                 self._pause_reading("inflight")
         else:
-            self._reply(req, cast(RemotingCommand | None, result))
+            self._reply(req, cast(RemotingCommand | None, result), read_at)
 
     def deferred_done(self, deferred: DeferredResponse, req: RemotingCommand, resp: RemotingCommand | None) -> None:
         """A ``DeferredResponse`` this connection bound has its answer: send it."""
         self._deferred.discard(deferred)
         if self.inflight <= self.config.max_inflight_requests // 2:
             self._resume_reading("inflight")
-        self._reply(req, resp)
+        self._reply(req, resp, deferred.read_at, True)
 
-    async def _finish(self, req: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+    async def _finish(self, req: RemotingCommand, pending: Awaitable[RemotingCommand | None],
+                      read_at: float) -> None:
         try:
             resp = await pending
         except asyncio.CancelledError:
@@ -232,7 +238,7 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             log.exception("request code %s from %s failed", req.code, self.remote_addr)
             resp = req.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        self._reply(req, resp)
+        self._reply(req, resp, read_at, True)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -240,13 +246,22 @@ class Connection(asyncio.Protocol):
         if self.inflight <= self.config.max_inflight_requests // 2:
             self._resume_reading("inflight")
 
-    def _reply(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
-        if resp is None or req.flag & ONEWAY_FLAG:
+    def _reply(self, req: RemotingCommand, resp: RemotingCommand | None, read_at: float,
+               held: bool = False) -> None:
+        if resp is None:
+            return
+        rpc_latency = self.rpc_latency
+        if req.flag & ONEWAY_FLAG:
+            if rpc_latency is not None:
+                rpc_latency.record(req.code, resp.code, held, RESULT_ONEWAY, read_at)
             return
         resp.opaque = req.opaque
         resp.flag |= RESPONSE_FLAG
         resp.serialize_type = req.serialize_type  # answer in the request's type, as Java does
-        self.write(resp)
+        written = self.write(resp)
+        if rpc_latency is not None:
+            rpc_latency.record(req.code, resp.code, held, RESULT_SUCCESS if written else RESULT_WRITE_CHANNEL_FAILED,
+                               read_at)
 
     # == reading back-pressure ========================================================================
     def _pause_reading(self, why: str) -> None:

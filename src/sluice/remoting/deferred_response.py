@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class DeferredResponse:
     """One request's answer, to be made later on the connection's loop."""
 
-    __slots__ = ("_conn", "_req", "_resolved", "_early", "on_cancel")
+    __slots__ = ("_conn", "_req", "_resolved", "_early", "on_cancel", "read_at")
 
     def __init__(self, on_cancel: Callable[[], None] | None = None) -> None:
         self._conn: Connection | None = None
@@ -33,6 +33,7 @@ class DeferredResponse:
         self._resolved = False
         self._early: Callable[[], RemotingCommand | None] | None = None  # resolved before it was bound
         self.on_cancel = on_cancel
+        self.read_at = 0.0  # when the request was read (time.monotonic(): its answer's latency)
 
     def bind(self, conn: Connection, req: RemotingCommand) -> None:
         """Called by the connection the handler returned this to (an answer made already is sent now)."""

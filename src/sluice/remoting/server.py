@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from sluice.common.config import RemotingConfig
 from sluice.remoting.connection import Connection, RequestHandler
+from sluice.remoting.rpc_latency import RpcLatency
 from sluice.remoting.tls import HANDSHAKE_TIMEOUT, ServerTls, TlsAcceptor, bind_socket
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class RemotingServer:
         self.host = ""
         self.port = 0
         self.refused = 0  # connections closed at once because the limit was reached
+        self.rpc_latency = RpcLatency()  # every answer's time (the metrics endpoint exports it)
         self._refused_logged = -1e9
 
     def _closed(self, conn: Connection) -> None:
@@ -67,7 +69,8 @@ class RemotingServer:
             self.on_close(conn)
 
     def _protocol(self) -> Connection:
-        return Connection(self.handler, self.config, on_close=self._closed, server_side=True)
+        return Connection(self.handler, self.config, on_close=self._closed, server_side=True,
+                          rpc_latency=self.rpc_latency)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None) -> int:
         """Listen on ``host:port``, or on ``sock`` when given (bound already, e.g. to learn the port early)."""

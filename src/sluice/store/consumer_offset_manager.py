@@ -21,6 +21,9 @@ class ConsumerOffsetManager(ConfigManager):
         # Offsets an admin reset (RocketMQ 5's server-side reset): the queue's next pull answers OFFSET_MOVED to
         # them, and commits from clients that have not seen the reset yet are ignored until then. Not persisted.
         self.reset_offset_table: dict[str, dict[int, int]] = {}
+        # Where each group's last pull ended (RocketMQ's pullOffsetTable): what was handed out and not yet
+        # committed is in flight (the metrics). Not persisted.
+        self.pull_offset_table: dict[str, dict[int, int]] = {}
         self._dirty = False
         super().__init__(os.path.join(config_dir, "consumerOffset.json"))
 
@@ -35,6 +38,13 @@ class ConsumerOffsetManager(ConfigManager):
         with self._lock:
             self.offset_table.setdefault(key, {})[queue_id] = offset
             self._dirty = True
+
+    def commit_pull_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.pull_offset_table.setdefault(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {})[queue_id] = offset
+
+    def query_pull_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Where the group's last pull of the queue ended, or -1."""
+        return self.pull_offset_table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}).get(queue_id, -1)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed one for this queue."""
@@ -88,6 +98,7 @@ class ConsumerOffsetManager(ConfigManager):
             # on the store thread)
             self.offset_table = {k: v for k, v in self.offset_table.items() if not k.startswith(prefix)}
             self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.startswith(prefix)}
+            self.pull_offset_table = {k: v for k, v in self.pull_offset_table.items() if not k.startswith(prefix)}
             self._dirty = True
 
     def remove_group(self, group: str) -> None:
@@ -97,6 +108,7 @@ class ConsumerOffsetManager(ConfigManager):
         with self._lock:
             self.offset_table = {k: v for k, v in self.offset_table.items() if not k.endswith(suffix)}
             self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.endswith(suffix)}
+            self.pull_offset_table = {k: v for k, v in self.pull_offset_table.items() if not k.endswith(suffix)}
             self._dirty = True
 
     def persist(self, force: bool = False) -> Future[None]:

@@ -50,6 +50,13 @@ class TimerWheel:
         self.count[i] += 1
         self.pending += 1
 
+    def waiting(self, start: int, end: int) -> int:
+        """How many messages are due in [``start``, ``end``) (the metrics' snapshot: one pass over the wheel)."""
+        if not self.pending:
+            return 0
+        held = self.count > 0
+        return int(self.count[held & (self.time >= start) & (self.time < end)].sum())
+
     def take(self, due: int) -> tuple[int, int]:
         """The newest unit due at ``due`` and how many are, and the slot emptied."""
         i = self._index(due)

@@ -503,7 +503,8 @@ class PopMessageProcessor:
             r = rd.result
             info.add(rd.topic, rd.queue_id, rd.start, r.queue_offsets)
             count += r.message_count
-            self.stats.record_group_get(rd.topic, h.consumer_group, r.message_count, r.buffer_total_size)
+            self.stats.record_group_get(rd.topic, h.consumer_group, r.message_count, r.buffer_total_size,
+                                        rd.topic.startswith(RETRY_GROUP_TOPIC_PREFIX), h.topic)
             if not rd.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 parts.extend(r.buffers)
                 continue

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sluice.broker.processors.send_message_processor import PUT_STATUS_CODES
+from sluice.common.properties import PROPERTY_REAL_TOPIC
 from sluice.common.structs import perm_writeable
 from sluice.common.sysflag import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from sluice.remoting.codes import ResponseCode
@@ -14,6 +15,7 @@ from sluice.remoting.connection import Connection
 from sluice.remoting.headers import EndTransactionRequestHeader
 
 if TYPE_CHECKING:
+    from sluice.broker.broker_stats import BrokerStats
     from sluice.broker.transactional_message_service import TransactionalMessageService
     from sluice.common.config import BrokerConfig
     from sluice.store.message_store import MessageStore
@@ -23,10 +25,11 @@ log = logging.getLogger(__name__)
 
 class EndTransactionProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore,
-                 transaction_service: TransactionalMessageService) -> None:
+                 transaction_service: TransactionalMessageService, stats: BrokerStats) -> None:
         self.config = config
         self.store = store
         self.transaction_service = transaction_service
+        self.stats = stats
 
     async def end_transaction(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         """Java producers send it one-way; whoever asks for an answer gets SUCCESS or a code with a remark. An
@@ -61,4 +64,6 @@ class EndTransactionProcessor:
         r = await self.transaction_service.end(half, commit)
         if not r.ok:
             return req.response(PUT_STATUS_CODES.get(r.status, ResponseCode.SYSTEM_ERROR), r.remark or r.status.name)
+        self.stats.record_end_transaction(half.properties.get(PROPERTY_REAL_TOPIC, half.topic), commit,
+                                          half.born_timestamp)
         return req.response(ResponseCode.SUCCESS)

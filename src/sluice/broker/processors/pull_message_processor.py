@@ -196,6 +196,7 @@ class PullMessageProcessor:
             resp.body_parts = r.buffers
             self.stats.record_get(r.message_count)
             self.stats.record_group_get(h.topic, h.consumer_group, r.message_count, r.buffer_total_size)
+            self.store.consumer_offsets.commit_pull_offset(h.consumer_group, h.topic, h.queue_id, r.next_begin_offset)
         return resp
 
     @staticmethod

@@ -27,6 +27,10 @@ from sluice.common.properties import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
@@ -95,6 +99,18 @@ _GROUPED_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V
 # after the requests it holds, so it must stay a small part of the loop's serving slice.
 GROUP_MAX_MESSAGES = 32
 GROUP_MAX_BYTES = 1024 * 1024
+
+
+def metrics_message_type(props: dict[str, str]) -> str:
+    """A send's ``message_type`` label (RocketMQ's TopicMessageType.parseFromMessageProperty, in lower case)."""
+    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        return "transaction"
+    if PROPERTY_DELAY_TIME_LEVEL in props or PROPERTY_TIMER_DELIVER_MS in props or PROPERTY_TIMER_DELAY_SEC in props \
+            or PROPERTY_TIMER_DELAY_MS in props:
+        return "delay"
+    if PROPERTY_SHARDING_KEY in props:
+        return "fifo"
+    return "normal"
 
 
 @dataclass(slots=True)
@@ -170,6 +186,7 @@ class SendMessageProcessor:
             max_times = sub.retry_max_times
         levels = len(self.config.delay_levels)
         if msg.reconsume_times >= max_times or delay_level < 0:
+            self.stats.record_dlq(group, h.origin_topic or props[PROPERTY_RETRY_TOPIC])
             topic = dlq_topic(group)
             self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
             queue_id = 0
@@ -226,6 +243,9 @@ class SendMessageProcessor:
                                 f"the message body size {len(req.body)} is larger than max_message_size {max_size}")
         born_host = ipv4_addr(conn.remote_addr)
         header_props = decode_properties(h.properties) if h.properties else {}
+        message_type = metrics_message_type(header_props)
+        stored_topic = h.topic  # (RocketMQ counts a send under the topic it is stored in: a delayed one's is
+        # SCHEDULE_TOPIC_XXXX, a half message's RMQ_SYS_TRANS_HALF_TOPIC)
         if h.batch:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be sent to a retry topic")
@@ -252,6 +272,7 @@ class SendMessageProcessor:
                 mrt = header_props.get(PROPERTY_MAX_RECONSUME_TIMES)
                 max_times = parse_long(mrt, max_times)
                 if h.reconsume_times >= max_times:
+                    self.stats.record_dlq(group, h.topic)
                     topic = dlq_topic(group)
                     self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
                     queue_id = 0
@@ -272,11 +293,12 @@ class SendMessageProcessor:
                 if refusal is not None:
                     return req.response(refusal.code, refusal.remark)
                 msgs = [self.schedule_service.redirect(inner)]
+            stored_topic = msgs[0].topic
 
         def respond(r: PutMessageResult, code: int) -> RemotingCommand:
             if code not in STORED_CODES:
                 return req.response(code, r.remark or None)
-            self.stats.record_topic_put(h.topic, r.msg_num, r.wrote_bytes)
+            self.stats.record_topic_put(stored_topic, r.msg_num, r.wrote_bytes, message_type)
             ids = create_message_ids(self.broker_addr, r.phys_offsets)
             return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
                                              "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",

@@ -1,0 +1,136 @@
+"""The Prometheus endpoint of a Sluice server (RocketMQ's ``metricsExporterType=PROM``): ``GET /metrics`` on its own
+port, served on the server's event loop so that collectors read the server's state without locks.
+
+HTTP is kept to what a scraper sends: one GET per connection, a bounded head, a deadline to send it; anything else
+gets 404 or 405 and the connection is closed. The exposition is prometheus_client's: the text format 0.0.4 (what
+RocketMQ's exporter answers), OpenMetrics to a scraper that asks for it, gzip when accepted, ``?name[]=`` to pick
+families, and ``/-/healthy``, as the Prometheus Java client's server has them."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+from collections.abc import Callable, Iterator
+from typing import cast
+from urllib.parse import parse_qs
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD = 8192  # bytes of request line and headers
+HEAD_TIMEOUT = 10.0  # seconds a client has to send them
+MAX_CONNECTIONS = 64  # scrapers at once; more are closed at once
+TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
+TEXT = "text/plain; charset=utf-8"
+
+
+class MetricsExporter:
+    """Serves ``registry`` at ``http://host:port/metrics``; port 0 picks a free one (``port`` after start)."""
+
+    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.Task[None]] = set()
+        self.scrapes = 0
+
+    @property
+    def address(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    async def start(self) -> MetricsExporter:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEAD)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._open):
+            task.cancel()
+        await asyncio.gather(*self._open, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._open) >= MAX_CONNECTIONS:
+            writer.close()
+            return
+        self._open.add(task)
+        try:
+            try:
+                async with asyncio.timeout(HEAD_TIMEOUT):
+                    head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+                return
+            status, body, ctype = self._answer(head, _header(head, b"accept"))
+            headers = [f"HTTP/1.1 {status}", f"Content-Type: {ctype}", f"Content-Length: {len(body)}",
+                       "Connection: close"]
+            if status.startswith("200") and b"gzip" in _header(head, b"accept-encoding"):
+                body = gzip.compress(body, 1)
+                headers[2] = f"Content-Length: {len(body)}"
+                headers.append("Content-Encoding: gzip")
+            if head.startswith(b"HEAD "):
+                body = b""
+            writer.write(("\r\n".join(headers) + "\r\n\r\n").encode() + body)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            self._open.discard(task)
+            writer.close()
+
+    def _answer(self, head: bytes, accept: bytes) -> tuple[str, bytes, str]:
+        line = head.split(b"\r\n", 1)[0].split(b" ")
+        if len(line) != 3 or not line[2].startswith(b"HTTP/1."):
+            return "400 Bad Request", b"bad request line\n", TEXT
+        method, (path, _, query) = line[0], line[1].partition(b"?")
+        if path == b"/-/healthy":
+            return "200 OK", b"Exporter is healthy.\n", TEXT
+        if path != b"/metrics":
+            return "404 Not Found", b"metrics are at /metrics\n", TEXT
+        if method not in (b"GET", b"HEAD"):
+            return "405 Method Not Allowed", b"GET /metrics\n", TEXT
+        self.scrapes += 1
+        registry: Collector = self.registry
+        names = parse_qs(query.decode("latin-1")).get("name[]")
+        if names:
+            registry = _Only(self.registry, set(names[:100]))
+        try:
+            if b"application/openmetrics-text" in accept:
+                return "200 OK", _openmetrics(registry), openmetrics.CONTENT_TYPE_LATEST
+            return "200 OK", generate_latest(registry), TEXT_0_0_4
+        except Exception:  # a collector's bug must not take the endpoint down with it
+            log.exception("collecting the metrics failed")
+            return "500 Internal Server Error", b"collecting the metrics failed\n", TEXT
+
+
+def _header(head: bytes, name: bytes) -> bytes:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip().lower()
+    return b""
+
+
+_openmetrics = cast(Callable[[Collector], bytes], openmetrics.generate_latest)
+
+
+class _Only(Collector):
+    """The families of ``registry`` named in ``names`` (a sample's name or its family's: ``x_total`` or ``x``)."""
+
+    def __init__(self, registry: Collector, names: set[str]) -> None:
+        self.registry = registry
+        self.names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            if family.name in self.names or any(s.name in self.names for s in family.samples):
+                yield family
