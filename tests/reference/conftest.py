@@ -26,7 +26,7 @@ import pytest
 from sluice.client.admin import Admin
 from tests.conftest import Cluster
 from tests.interop.java_clients import JavaAdmin, JavaBuild, JavaClients
-from tests.reference.rocketmq_node import RocketMQNode
+from tests.reference.rocketmq_node import RocketMQNode, free_port
 
 DELAY_LEVELS = " ".join(["1s"] * 18)
 # Undecided transactions are checked back after a second, every second (RocketMQ: 6 s, then every 30 s).
@@ -39,7 +39,7 @@ T = TypeVar("T")
 def rocketmq(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocketMQNode]:
     node = RocketMQNode(java_build, tmp_path_factory.mktemp("rocketmq"), broker_settings={
         "messageDelayLevel": DELAY_LEVELS, "mappedFileSizeCommitLog": str(128 << 20), **TRANSACTION_CHECKS,
-        "enablePropertyFilter": "true"})
+        "enablePropertyFilter": "true", **metrics_settings()})
     try:
         node.start()
     except RuntimeError as exc:
@@ -48,6 +48,16 @@ def rocketmq(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) ->
         yield node
     finally:
         node.stop()
+
+
+def metrics_settings() -> dict[str, str]:
+    """RocketMQ's Prometheus exporter on a free loopback port (``metrics_url`` reads it back)."""
+    return {"metricsExporterType": "PROM", "metricsPromExporterHost": "127.0.0.1",
+            "metricsPromExporterPort": str(free_port())}
+
+
+def metrics_url(node: RocketMQNode) -> str:
+    return f"http://127.0.0.1:{node.broker_settings['metricsPromExporterPort']}/metrics"
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
@@ -59,8 +69,9 @@ class System:
     """One side of a differential test: where its servers are, and clients to reach them."""
 
     def __init__(self, name: str, namesrv: str, broker_addr: str, java: JavaClients, admin_home: Path,
-                 build: JavaBuild, prefix: str) -> None:
+                 build: JavaBuild, prefix: str, metrics_url: str = "") -> None:
         self.name = name
+        self.metrics_url = metrics_url  # its broker's Prometheus endpoint
         self.namesrv = namesrv
         self.broker_addr = broker_addr
         self.java = java
@@ -108,15 +119,17 @@ def systems(request: pytest.FixtureRequest, rocketmq: RocketMQNode, empty_cluste
             tmp_path: Path) -> Iterator[dict[str, System]]:
     """``{"sluice": System, "rocketmq": System}``; Sluice's side must not see a request it does not serve."""
     broker = empty_cluster.start_broker("broker-a", message_delay_level=DELAY_LEVELS, transaction_timeout=1000,
-                                        transaction_check_interval=1000, enable_property_filter=True)
+                                        transaction_check_interval=1000, enable_property_filter=True,
+                                        metrics_exporter_type="PROM", metrics_prom_exporter_port=0)
+    assert broker.metrics_exporter is not None
     prefix = _prefix(request)
     both = {
         "sluice": System("sluice", empty_cluster.namesrv_addr, broker.broker_addr,
                          JavaClients(java_build, tmp_path / "sluice" / "java"), tmp_path / "sluice" / "admin",
-                         java_build, prefix),
+                         java_build, prefix, broker.metrics_exporter.address),
         "rocketmq": System("rocketmq", rocketmq.namesrv, rocketmq.broker_addr,
                            JavaClients(java_build, tmp_path / "rocketmq" / "java"), tmp_path / "rocketmq" / "admin",
-                           java_build, prefix),
+                           java_build, prefix, metrics_url(rocketmq)),
     }
     try:
         yield both

@@ -105,6 +105,10 @@ class BrokerMetricsManager(Collector):
         return []  # (registering must not collect: the broker may not have started)
 
     def collect(self) -> Iterator[Metric]:
+        # A family with no series yet is left out, as RocketMQ's exporter leaves it out.
+        return (family for family in self._families() if family.samples)
+
+    def _families(self) -> Iterator[Metric]:
         yield from self._stats_metrics()
         yield from self._request_metrics()
         yield from self._connection_metrics()

@@ -29,5 +29,7 @@ class NamesrvMetrics(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        yield rpc_latency_family(self.families, self.rpc_latency)
+        rpc = rpc_latency_family(self.families, self.rpc_latency)
+        if rpc.samples:
+            yield rpc
         yield target_info()
