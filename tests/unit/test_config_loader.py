@@ -59,6 +59,8 @@ def test_flags_override_the_file(tmp_path):
     ("[broker]\nstore = 5\n", "store must be a table"),
     ("[broker]\nmessage_delay_level = '1s 5x'\n", "message_delay_level: delay level '5x'"),
     ("[broker\n", "not valid TOML"),
+    ("[broker]\nmetrics_label = 'region=eu'\n", "metrics_label: label:value pairs separated by ','"),
+    ("[broker]\nmetrics_exporter_type = 'OTLP'\n", "metrics_exporter_type"),
 ])
 def test_config_mistakes_are_named_with_the_file_the_key_and_what_is_allowed(tmp_path, toml, message):
     path = tmp_path / "bad.toml"

@@ -97,13 +97,16 @@ class BrokerStats:
         now = int(time.time() * 1000)
         self.items.add(TOPIC_PUT_NUMS, topic, msgs, 1, now)
         self.items.add(TOPIC_PUT_SIZE, topic, size, 1, now)
-        if msgs > 0 and _countable(topic):
+        row = self.messages_in.get((topic, message_type))
+        if row is None:
+            if msgs <= 0 or not _countable(topic):
+                return
             row = _slot(self.messages_in, (topic, message_type), len(MESSAGE_SIZE_BUCKETS) + 4, self.limit)
-            row[0] += msgs
-            row[1] += size
-            each = size // msgs  # one observation per put, of its average (as RocketMQ records it)
-            row[2 + bisect_left(MESSAGE_SIZE_BUCKETS, each)] += 1
-            row[-1] += each
+        row[0] += msgs
+        row[1] += size
+        each = size // msgs  # one observation per put, of its average (as RocketMQ records it)
+        row[2 + bisect_left(MESSAGE_SIZE_BUCKETS, each)] += 1
+        row[-1] += each
 
     def record_group_get(self, topic: str, group: str, msgs: int, size: int, is_retry: bool | None = None,
                          label_topic: str | None = None) -> None:
