@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sluice.broker.broker_metrics_manager import version_desc
 from sluice.broker.broker_stats import BrokerStats
 from sluice.broker.processors.send_message_processor import metrics_message_type
-from sluice.common.metrics import Families, MergedCollector, parse_metrics_label, target_info
+from sluice.common.metrics import Families, Snapshot, collect, parse_metrics_label, target_info
 from sluice.namesrv.namesrv_metrics import NamesrvMetrics
 from sluice.proxy.proxy_metrics_manager import ProxyMetricsManager
 from sluice.remoting import rpc_latency as rpc_module
@@ -64,9 +64,8 @@ def test_the_servers_of_sluice_dev_share_one_endpoint_with_each_family_once():
     rpc_a, rpc_b = RpcLatency(), RpcLatency()
     rpc_a.record(RequestCode.HEART_BEAT, 0, False, "success", time.monotonic())
     rpc_b.record(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, False, "success", time.monotonic())
-    merged = MergedCollector([NamesrvMetrics("ns-a", rpc_a), NamesrvMetrics("ns-b", rpc_b),
-                              ProxyMetricsManager("front")]).registry()
-    text = generate_latest(merged).decode()
+    metrics = collect([NamesrvMetrics("ns-a", rpc_a), NamesrvMetrics("ns-b", rpc_b), ProxyMetricsManager("front")])
+    text = generate_latest(Snapshot(metrics)).decode()
     types = [line for line in text.splitlines() if line.startswith("# TYPE")]
     assert len(types) == len(set(types)) == 3  # rpc latency, proxy up, target_info
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -78,14 +77,17 @@ def test_the_servers_of_sluice_dev_share_one_endpoint_with_each_family_once():
 def test_a_family_may_mix_label_sets_and_every_series_carries_the_base_labels():
     families = Families({"cluster": "c", "node_type": "broker"})
     counter = families.counter("rocketmq_messages_out_total", [({"topic": "t", "is_retry": "false"}, 2),
-                                                               ({"topic": "t"}, 3), (None, 1)])
+                                                               ({"topic": "t"}, 3), (None, 1)]).metric()
     assert [s.name for s in counter.samples] == ["rocketmq_messages_out_total"] * 3
     assert [s.labels for s in counter.samples] == [
         {"cluster": "c", "node_type": "broker", "topic": "t", "is_retry": "false"},
         {"cluster": "c", "node_type": "broker", "topic": "t"},
         {"cluster": "c", "node_type": "broker", "otel_metric_overflow": "true"}]
-    histogram = families.histogram("h", "a histogram", (1, 5), [({}, [1, 0, 2, 30.5])])
+    row = [1.0, 0.0, 2.0, 30.5]
+    histogram = families.histogram("h", "a histogram", (1, 5), [({}, row)])
+    row[0] = 100  # (a copy was taken: the counters go on changing while the text is made)
+    histogram = histogram.metric()
     assert [(s.name, s.labels.get("le"), s.value) for s in histogram.samples] == [
         ("h_bucket", "1.0", 1), ("h_bucket", "5.0", 1), ("h_bucket", "+Inf", 3), ("h_count", None, 3),
         ("h_sum", None, 30.5)]
-    assert target_info().samples[0].labels == {}
+    assert target_info().metric().samples[0].labels == {}

@@ -217,7 +217,7 @@ class BrokerController(AsyncService):
         self._spawn(self._stats_loop())
         if c.metrics_exporter_type == "PROM":
             self.metrics_exporter = await MetricsExporter(
-                self.metrics.registry(), c.metrics_prom_exporter_host or c.listen_host,
+                [self.metrics], c.metrics_prom_exporter_host or c.listen_host,
                 c.metrics_prom_exporter_port).start()
             log.info("broker %s metrics at %s", c.broker_name, self.metrics_exporter.address)
         log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,

@@ -13,12 +13,9 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
-
 from sluice.broker.broker_stats import FINISH_LATENCY_BUCKETS, MESSAGE_SIZE_BUCKETS
 from sluice.common.extra_info import pop_retry_topic
-from sluice.common.metrics import Families, bool_label, parse_metrics_label, target_info
+from sluice.common.metrics import Families, Family, Series, bool_label, parse_metrics_label, target_info
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, is_system_group, is_system_topic
 from sluice.common.structs import ConsumeType, perm_readable, perm_writeable
 from sluice.remoting.rpc_latency import RpcLatency
@@ -83,8 +80,8 @@ def version_desc(version: int) -> str:
     return f"v{4 + pair // 100}_{pair // 10 % 10}_{pair % 10}" + ("" if snapshot else "_snapshot")
 
 
-class BrokerMetricsManager(Collector):
-    """The broker's families, collected at each scrape."""
+class BrokerMetricsManager:
+    """The broker's families, read at each scrape (a ``MetricsSource``)."""
 
     def __init__(self, config: BrokerConfig, broker: BrokerMetricsView) -> None:
         self.config = config
@@ -92,23 +89,14 @@ class BrokerMetricsManager(Collector):
         base = parse_metrics_label(config.metrics_label)
         base.update({"cluster": config.broker_cluster_name, "node_type": "broker", "node_id": config.broker_name,
                      "otel_scope_name": "broker-meter"})
-        self.families = Families(base)
+        self.labels = Families(base)
         # The store's families carry the storage type and medium (DefaultStoreMetricsManager).
-        self.store_families = Families({**base, "storage_type": "local", "storage_medium": "disk"})
+        self.store_labels = Families({**base, "storage_type": "local", "storage_medium": "disk"})
 
-    def registry(self) -> CollectorRegistry:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(self)
-        return registry
+    def families(self) -> list[Family]:
+        return list(self._families())
 
-    def describe(self) -> list[Metric]:
-        return []  # (registering must not collect: the broker may not have started)
-
-    def collect(self) -> Iterator[Metric]:
-        # A family with no series yet is left out, as RocketMQ's exporter leaves it out.
-        return (family for family in self._families() if family.samples)
-
-    def _families(self) -> Iterator[Metric]:
+    def _families(self) -> Iterator[Family]:
         yield from self._stats_metrics()
         yield from self._request_metrics()
         yield from self._connection_metrics()
@@ -121,8 +109,8 @@ class BrokerMetricsManager(Collector):
         yield target_info()
 
     # == broker stats (initStatsMetrics) ===========================================================
-    def _stats_metrics(self) -> Iterator[Metric]:
-        f, b = self.families, self.broker
+    def _stats_metrics(self) -> Iterator[Family]:
+        f, b = self.labels, self.broker
         yield f.gauge("rocketmq_processor_watermark",
                       (({"processor": p}, 0) for p in PROCESSORS))
         yield f.gauge("rocketmq_broker_permission", [({}, self.config.broker_permission)])
@@ -131,51 +119,23 @@ class BrokerMetricsManager(Collector):
                       [({}, len(b.subscription_group_manager.table))])
 
     # == messages in and out (initRequestMetrics, initLagAndDlqMetrics' counter) ====================
-    def _request_metrics(self) -> Iterator[Metric]:
-        f, stats = self.families, self.broker.stats
+    def _request_metrics(self) -> Iterator[Family]:
+        """(the label dicts are made in the worker thread: a broker may count thousands of topics)"""
+        f, stats = self.labels, self.broker.stats
         ins = list(stats.messages_in.items())
-
-        def in_labels(key: tuple[str, str] | None) -> dict[str, str] | None:
-            if key is None:
-                return None
-            return {"topic": key[0], "message_type": key[1], "is_system": bool_label(is_system_topic(key[0]))}
-
-        yield f.counter("rocketmq_messages_in_total",
-                        ((in_labels(k), row[0]) for k, row in ins))
-        yield f.counter("rocketmq_throughput_in_total",
-                        ((in_labels(k), row[1]) for k, row in ins))
+        yield f.counter("rocketmq_messages_in_total", [(k, row[0]) for k, row in ins], _in_labels)
+        yield f.counter("rocketmq_throughput_in_total", [(k, row[1]) for k, row in ins], _in_labels)
         yield f.histogram("rocketmq_message_size", "Incoming messages size", MESSAGE_SIZE_BUCKETS,
-                          ((in_labels(k), row[2:]) for k, row in ins))
+                          [(k, row[2:]) for k, row in ins], _in_labels)
         outs = list(stats.messages_out.items())
-
-        def out_labels(key: tuple[str, str, bool | None] | None) -> dict[str, str] | None:
-            if key is None:
-                return None
-            topic, group, is_retry = key
-            labels = {"topic": topic, "consumer_group": group,
-                      "is_system": bool_label(is_system_topic(topic) or is_system_group(group))}
-            if is_retry is not None:
-                labels["is_retry"] = bool_label(is_retry)
-            return labels
-
-        yield f.counter("rocketmq_messages_out_total",
-                        ((out_labels(k), row[0]) for k, row in outs))
-        yield f.counter("rocketmq_throughput_out_total",
-                        ((out_labels(k), row[1]) for k, row in outs))
-
-        def dlq_labels(key: tuple[str, str] | None) -> dict[str, str] | None:
-            if key is None:
-                return None
-            group, topic = key
-            return {"consumer_group": group, "topic": topic,
-                    "is_system": bool_label(is_system_topic(topic) or is_system_group(group))}
-
-        yield f.counter("rocketmq_send_to_dlq_messages_total",
-                        ((dlq_labels(k), row[0]) for k, row in list(stats.to_dlq.items())))
+        yield f.counter("rocketmq_messages_out_total", [(k, row[0]) for k, row in outs], _out_labels)
+        yield f.counter("rocketmq_throughput_out_total", [(k, row[1]) for k, row in outs], _out_labels)
+        yield f.counter("rocketmq_send_to_dlq_messages_total", [(k, row[0]) for k, row in list(stats.to_dlq.items())],
+                        _dlq_labels)
 
     # == connections (initConnectionMetrics) ========================================================
-    def _connection_metrics(self) -> Iterator[Metric]:
-        f, b = self.families, self.broker
+    def _connection_metrics(self) -> Iterator[Family]:
+        f, b = self.labels, self.broker
         producers: dict[tuple[str, int], int] = {}
         for channels in b.producer_manager.groups.values():
             for info in channels.values():
@@ -239,16 +199,16 @@ class BrokerMetricsManager(Collector):
             out[key] = (n + len(unacked), min(first, unacked[0]))
         return out
 
-    def _lag_metrics(self) -> Iterator[Metric]:
+    def _lag_metrics(self) -> Iterator[Family]:
         b = self.broker
         store, offsets, topics = b.store, b.store.consumer_offsets, b.topic_config_manager.table
         now = int(time.time() * 1000)
         pop_inflight = self._inflight_pop()
-        lag: list[tuple[dict[str, str], float]] = []
-        lag_latency: list[tuple[dict[str, str], float]] = []
-        inflight: list[tuple[dict[str, str], float]] = []
-        queueing: list[tuple[dict[str, str], float]] = []
-        ready: list[tuple[dict[str, str], float]] = []
+        lag: list[Series] = []
+        lag_latency: list[Series] = []
+        inflight: list[Series] = []
+        queueing: list[Series] = []
+        ready: list[Series] = []
 
         def stamp(topic: str, qid: int, offset: int) -> int:
             if offset < 0:
@@ -295,7 +255,7 @@ class BrokerMetricsManager(Collector):
                 inflight.append((labels, total_inflight))
                 queueing.append((labels, now - oldest_unpulled if oldest_unpulled else 0))
                 ready.append((labels, total_ready))
-        f = self.families
+        f = self.labels
         yield f.gauge("rocketmq_consumer_lag_messages", lag)
         yield f.gauge("rocketmq_consumer_lag_latency_milliseconds", lag_latency)
         yield f.gauge("rocketmq_consumer_inflight_messages", inflight)
@@ -303,30 +263,25 @@ class BrokerMetricsManager(Collector):
         yield f.gauge("rocketmq_consumer_ready_messages", ready)
 
     # == transactions (initTransactionMetrics) ======================================================
-    def _transaction_metrics(self) -> Iterator[Metric]:
-        f, stats = self.families, self.broker.stats
-
-        def topic(key: str | None) -> dict[str, str] | None:
-            return None if key is None else {"topic": key}
-
-        yield f.counter("rocketmq_commit_messages_total",
-                        ((topic(k), row[0]) for k, row in list(stats.commits.items())))
+    def _transaction_metrics(self) -> Iterator[Family]:
+        f, stats = self.labels, self.broker.stats
+        yield f.counter("rocketmq_commit_messages_total", [(k, row[0]) for k, row in list(stats.commits.items())],
+                        _topic_labels)
         yield f.counter("rocketmq_rollback_messages_total",
-                        ((topic(k), row[0]) for k, row in list(stats.rollbacks.items())))
+                        [(k, row[0]) for k, row in list(stats.rollbacks.items())], _topic_labels)
         yield f.histogram("rocketmq_finish_message_latency_milliseconds", "Transaction finish latency",
-                          FINISH_LATENCY_BUCKETS,
-                          ((topic(k), row) for k, row in list(stats.finish_latency.items())))
+                          FINISH_LATENCY_BUCKETS, list(stats.finish_latency.items()), _topic_labels)
 
     # == remoting (RemotingMetricsManager) ==========================================================
-    def _rpc_metrics(self) -> Iterator[Metric]:
-        yield rpc_latency_family(self.families, self.broker.rpc_latency)
+    def _rpc_metrics(self) -> Iterator[Family]:
+        yield rpc_latency_family(self.labels, self.broker.rpc_latency)
 
     # == timers (DefaultStoreMetricsManager's timer gauges) ===========================================
-    def _timer_metrics(self) -> Iterator[Metric]:
+    def _timer_metrics(self) -> Iterator[Family]:
         timer = self.broker.timer_service
         if timer is None or not timer.enabled:
             return
-        f, now = self.store_families, int(time.time() * 1000)
+        f, now = self.store_labels, int(time.time() * 1000)
         waiting, oldest_ms, due, behind_ms = timer.behind(now)
         yield f.gauge("rocketmq_timer_enqueue_lag", [({}, waiting)])
         yield f.gauge("rocketmq_timer_enqueue_latency_milliseconds", [({}, oldest_ms)])
@@ -335,11 +290,11 @@ class BrokerMetricsManager(Collector):
         yield f.gauge("rocketmq_timer_message_snapshot", _timer_snapshot(timer, now))
 
     # == POP (PopMetricsManager's gauges) ============================================================
-    def _pop_metrics(self) -> Iterator[Metric]:
+    def _pop_metrics(self) -> Iterator[Family]:
         revive = self.broker.pop_revive
         if revive is None:
             return
-        f, now = self.families, int(time.time() * 1000)
+        f, now = self.labels, int(time.time() * 1000)
         checkpoints = list(revive.checkpoints.values())
         yield f.gauge("rocketmq_pop_checkpoint_buffer_size", [({}, len(checkpoints))])
         yield f.gauge("rocketmq_pop_offset_buffer_size", [({}, 0)])  # (offsets are committed at once here)
@@ -354,10 +309,10 @@ class BrokerMetricsManager(Collector):
         yield f.gauge("rocketmq_pop_revive_latency_milliseconds", lag)
 
     # == the store (DefaultStoreMetricsManager) =====================================================
-    def _store_metrics(self) -> Iterator[Metric]:
-        f, store = self.store_families, self.broker.store
+    def _store_metrics(self) -> Iterator[Family]:
+        f, store = self.store_labels, self.broker.store
         root = self.config.store.store_path_root_dir
-        size: list[tuple[dict[str, str], float]] = []
+        size: list[Series] = []
         if os.path.isdir(root):
             usage = shutil.disk_usage(root)
             if usage.total > 0:
@@ -368,18 +323,41 @@ class BrokerMetricsManager(Collector):
                       [({}, max(0, cl.max_offset - cl.flushed_where))])
         yield f.gauge("rocketmq_storage_dispatch_behind_bytes",
                       [({}, max(0, cl.max_offset - store.dispatched_offset))])
-        reserve: list[tuple[dict[str, str], float]] = []
+        reserve: list[Series] = []
         first = cl.store_timestamp_at(store.get_min_phy_offset(), 8) if cl.max_offset > 0 else None
         if first:
             reserve.append(({}, max(0, int(time.time() * 1000) - first)))
         yield f.gauge("rocketmq_storage_message_reserve_time_milliseconds", reserve)
 
 
-def _timer_snapshot(timer: TimerMessageService, now: int) -> list[tuple[dict[str, str] | None, float]]:
-    series: list[tuple[dict[str, str] | None, float]] = []
+def _timer_snapshot(timer: TimerMessageService, now: int) -> list[Series]:
+    series: list[Series] = []
     start = now
     for bound in TIMER_BOUNDS_S:
         end = now + bound * 1000
         series.append(({"timer_bound_s": str(bound)}, timer.wheel.waiting(start, end)))
         start = end
     return series
+
+
+def _in_labels(key: tuple[str, str]) -> dict[str, str]:
+    return {"topic": key[0], "message_type": key[1], "is_system": bool_label(is_system_topic(key[0]))}
+
+
+def _out_labels(key: tuple[str, str, bool | None]) -> dict[str, str]:
+    topic, group, is_retry = key
+    labels = {"topic": topic, "consumer_group": group,
+              "is_system": bool_label(is_system_topic(topic) or is_system_group(group))}
+    if is_retry is not None:
+        labels["is_retry"] = bool_label(is_retry)
+    return labels
+
+
+def _dlq_labels(key: tuple[str, str]) -> dict[str, str]:
+    group, topic = key
+    return {"consumer_group": group, "topic": topic,
+            "is_system": bool_label(is_system_topic(topic) or is_system_group(group))}
+
+
+def _topic_labels(key: str) -> dict[str, str]:
+    return {"topic": key}

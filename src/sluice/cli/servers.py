@@ -233,7 +233,6 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 grpc_line = (f"\n  gRPC         {nscfg.host}:{port} (RocketMQ 5 clients; TLS "
                              f"{bcfg.tls_server_mode})")
             if not args.no_metrics:
-                from sluice.common.metrics import MergedCollector
                 from sluice.common.metrics_exporter import MetricsExporter
                 from sluice.proxy.proxy_metrics_manager import ProxyMetricsManager
 
@@ -241,7 +240,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 if front:
                     collectors.append(ProxyMetricsManager(f"{nscfg.host}:{port}", bcfg.broker_cluster_name))
                 try:
-                    exporter = await MetricsExporter(MergedCollector(collectors).registry(), nscfg.host,
+                    exporter = await MetricsExporter(collectors, nscfg.host,
                                                      args.metrics_port).start()
                 except OSError as exc:
                     raise OSError(exc.errno, f"--metrics-port {args.metrics_port}: {exc.strerror} (another port, "
@@ -420,8 +419,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             from sluice.common.metrics_exporter import MetricsExporter
             from sluice.proxy.proxy_metrics_manager import ProxyMetricsManager
 
-            registry = ProxyMetricsManager(f"{args.host}:{port}", metrics_label=pcfg.metrics_label).registry()
-            exporter = await MetricsExporter(registry, pcfg.metrics_prom_exporter_host or args.host,
+            source = ProxyMetricsManager(f"{args.host}:{port}", metrics_label=pcfg.metrics_label)
+            exporter = await MetricsExporter([source], pcfg.metrics_prom_exporter_host or args.host,
                                              pcfg.metrics_prom_exporter_port).start()
             exporters.append(exporter)
             metrics_line = f", metrics {exporter.address}"

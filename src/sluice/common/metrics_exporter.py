@@ -1,5 +1,6 @@
 """The Prometheus endpoint of a Sluice server (RocketMQ's ``metricsExporterType=PROM``): ``GET /metrics`` on its own
-port, served on the server's event loop so that collectors read the server's state without locks.
+port, served on the server's event loop: the sources read the server's state there, without locks, and the text is
+made in a worker thread (sluice.common.metrics).
 
 HTTP is kept to what a scraper sends: one GET per connection, a bounded head, a deadline to send it; anything else
 gets 404 or 405 and the connection is closed. The exposition is prometheus_client's: the text format 0.0.4 (what
@@ -15,10 +16,12 @@ from collections.abc import Callable, Iterator
 from typing import cast
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
+
+from sluice.common.metrics import Family, MetricsSource, Snapshot, merged
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +33,11 @@ TEXT = "text/plain; charset=utf-8"
 
 
 class MetricsExporter:
-    """Serves ``registry`` at ``http://host:port/metrics``; port 0 picks a free one (``port`` after start)."""
+    """Serves the ``sources``' metrics at ``http://host:port/metrics``; port 0 picks a free one (``port`` after
+    start)."""
 
-    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.registry = registry
+    def __init__(self, sources: list[MetricsSource], host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sources = sources
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -70,12 +74,19 @@ class MetricsExporter:
                     head = await reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
                 return
-            status, body, ctype = self._answer(head, _header(head, b"accept"))
+            status, families, names = self._route(head)
+            if families is None:
+                body, ctype, gzipped = status.split(" ", 1)[1].encode() + b"\n", TEXT, False
+                if status.startswith("200"):
+                    body = b"Exporter is healthy.\n"
+            else:
+                body, ctype, gzipped = await asyncio.to_thread(
+                    _render, families, names, _header(head, b"accept"), b"gzip" in _header(head, b"accept-encoding"))
+                if not body:
+                    status, body, ctype = "500 Internal Server Error", b"collecting the metrics failed\n", TEXT
             headers = [f"HTTP/1.1 {status}", f"Content-Type: {ctype}", f"Content-Length: {len(body)}",
                        "Connection: close"]
-            if status.startswith("200") and b"gzip" in _header(head, b"accept-encoding"):
-                body = gzip.compress(body, 1)
-                headers[2] = f"Content-Length: {len(body)}"
+            if gzipped:
                 headers.append("Content-Encoding: gzip")
             if head.startswith(b"HEAD "):
                 body = b""
@@ -87,29 +98,43 @@ class MetricsExporter:
             self._open.discard(task)
             writer.close()
 
-    def _answer(self, head: bytes, accept: bytes) -> tuple[str, bytes, str]:
+    def _route(self, head: bytes) -> tuple[str, list[Family] | None, set[str]]:
+        """The status, and for a scrape what the sources have now (read here, on the loop) and the names asked."""
         line = head.split(b"\r\n", 1)[0].split(b" ")
         if len(line) != 3 or not line[2].startswith(b"HTTP/1."):
-            return "400 Bad Request", b"bad request line\n", TEXT
+            return "400 Bad Request", None, set()
         method, (path, _, query) = line[0], line[1].partition(b"?")
         if path == b"/-/healthy":
-            return "200 OK", b"Exporter is healthy.\n", TEXT
+            return "200 OK", None, set()
         if path != b"/metrics":
-            return "404 Not Found", b"metrics are at /metrics\n", TEXT
+            return "404 Not Found", None, set()
         if method not in (b"GET", b"HEAD"):
-            return "405 Method Not Allowed", b"GET /metrics\n", TEXT
+            return "405 Method Not Allowed", None, set()
         self.scrapes += 1
-        registry: Collector = self.registry
-        names = parse_qs(query.decode("latin-1")).get("name[]")
+        families: list[Family] = []
+        for source in self.sources:
+            try:
+                families.extend(source.families())
+            except Exception:  # a source's bug must not take the endpoint, or the others' metrics, down with it
+                log.exception("reading the metrics of %s failed", type(source).__name__)
+        return "200 OK", families, set(parse_qs(query.decode("latin-1")).get("name[]", [])[:100])
+
+
+def _render(families: list[Family], names: set[str], accept: bytes, gzipped: bool) -> tuple[bytes, str, bool]:
+    """The exposition (in a worker thread): the text, its content type, and whether it is gzipped; no text when
+    it could not be made."""
+    try:
+        metrics: Collector = Snapshot(merged(families))
         if names:
-            registry = _Only(self.registry, set(names[:100]))
-        try:
-            if b"application/openmetrics-text" in accept:
-                return "200 OK", _openmetrics(registry), openmetrics.CONTENT_TYPE_LATEST
-            return "200 OK", generate_latest(registry), TEXT_0_0_4
-        except Exception:  # a collector's bug must not take the endpoint down with it
-            log.exception("collecting the metrics failed")
-            return "500 Internal Server Error", b"collecting the metrics failed\n", TEXT
+            metrics = _Only(metrics, names)
+        if b"application/openmetrics-text" in accept:
+            body, ctype = _openmetrics(metrics), openmetrics.CONTENT_TYPE_LATEST
+        else:
+            body, ctype = generate_latest(metrics), TEXT_0_0_4
+    except Exception:
+        log.exception("writing the metrics failed")
+        return b"", TEXT, False
+    return (gzip.compress(body, 1), ctype, True) if gzipped else (body, ctype, False)
 
 
 def _header(head: bytes, name: bytes) -> bytes:
@@ -129,6 +154,7 @@ class _Only(Collector):
     def __init__(self, registry: Collector, names: set[str]) -> None:
         self.registry = registry
         self.names = names
+
 
     def collect(self) -> Iterator[Metric]:
         for family in self.registry.collect():

@@ -70,7 +70,7 @@ class NamesrvController(AsyncService):
         log.info("name server listening on %s", self.address)
         c = self.config
         if c.metrics_exporter_type == "PROM":
-            self.metrics_exporter = await MetricsExporter(self.metrics().registry(),
+            self.metrics_exporter = await MetricsExporter([self.metrics()],
                                                           c.metrics_prom_exporter_host or c.host,
                                                           c.metrics_prom_exporter_port).start()
             log.info("name server metrics at %s", self.metrics_exporter.address)
