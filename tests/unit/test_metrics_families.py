@@ -91,3 +91,16 @@ def test_a_family_may_mix_label_sets_and_every_series_carries_the_base_labels():
         ("h_bucket", "1.0", 1), ("h_bucket", "5.0", 1), ("h_bucket", "+Inf", 3), ("h_count", None, 3),
         ("h_sum", None, 30.5)]
     assert target_info().metric().samples[0].labels == {}
+
+
+def test_the_grafana_dashboard_queries_only_families_the_docs_list():
+    import json
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    dashboard = json.loads((docs / "grafana-sluice.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_bucket$", "", name) for e in exprs for name in re.findall(r"rocketmq_[a-z_]+", e)}
+    documented = set(re.findall(r"`(rocketmq_[a-z_]+)`", (docs / "operations.md").read_text()))
+    assert used and used <= documented, used - documented
