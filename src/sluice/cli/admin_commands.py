@@ -26,7 +26,7 @@ from sluice.common.structs import perm_to_string
 
 NAMESRV_ENV = "SLUICE_NAMESRV"
 CREDENTIALS_FILE_ENV = "SLUICE_CREDENTIALS_FILE"
-ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl")
+ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq")
 TEXT_BODY_LIMIT = 4096  # characters of a text body shown by get-by-id (--body-only prints it all)
 BINARY_BODY_LIMIT = 256  # bytes of a binary body shown as hex
 PREVIEW = 32  # characters of a body shown in a get-by-key row
@@ -534,3 +534,6 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--begin", help="stored at or after (ms since the epoch, or e.g. 2024-05-01T12:00)")
     p.add_argument("--end", help="stored at or before (ms since the epoch, or a date / time)")
     add_auth_commands(sub, verb)
+    from sluice.cli.dlq_commands import add_dlq_commands
+
+    add_dlq_commands(sub, verb)

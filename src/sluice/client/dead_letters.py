@@ -1,0 +1,314 @@
+"""Dead letters: the messages a consumer group gave up on, in ``%DLQ%<group>``: listed, and re-sent at a chosen rate
+with a cursor that survives an interruption (``sluice dlq``).
+
+A message is re-sent, by default, to the group's retry topic ``%RETRY%<group>`` with its original topic named in
+``RETRY_TOPIC``, as the broker itself sends a retry: the group's push consumers get it again as a message of its
+original topic, and no other group sees it. ``to_topic`` sends it to any topic instead (the original topic: every
+group subscribed there gets it again).
+
+Progress is kept in a state directory: ``<group>.cursor.json`` (per DLQ queue, the next offset to look at) and
+``<group>.resent.jsonl`` (a line per message re-sent: its DLQ id, the new id, where it went, when). The record line
+is written before the cursor moves, and a resumed run skips what the record holds past the cursor: each message is
+re-sent once, also when a run is interrupted (Ctrl-C ends it after the send under way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.client.admin import Admin, AdminError
+from sluice.client.message import Message, SendResult
+from sluice.common.files import write_json_atomic
+from sluice.common.message import MessageExt
+from sluice.common.message_codec import decode_records
+from sluice.common.naming import dlq_topic, retry_topic
+from sluice.common.properties import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+)
+from sluice.common.structs import MessageQueue
+
+PULL_BATCH = 32
+# Kept from a dead letter's properties when it is re-sent: what its producer set (user properties and keys, tags
+# travel as such). Everything the brokers stamped on its way (retry topic, delays, ids, offsets) is left behind.
+_SYSTEM_PREFIXES = ("__", "TIMER_", "POP_", "1ST_POP")
+_BROKER_STAMPED = frozenset({
+    "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET",
+    "ORIGIN_MESSAGE_ID", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "CLUSTER",
+    "MSG_REGION", "TRACE_ON", "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "DLQ_ORIGIN_TOPIC",
+    "DLQ_ORIGIN_MESSAGE_ID", "INNER_MULTI_QUEUE_OFFSET", "KEYS", "TAGS"})
+# Set on a re-sent message: the dead letter it copies (RocketMQ 5's name for it).
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """One message in a group's dead-letter queue, and where it lies there."""
+
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    message: MessageExt
+
+    @property
+    def position(self) -> str:
+        return f"{self.broker_name}/{self.queue_id}/{self.queue_offset}"
+
+    @property
+    def original_topic(self) -> str | None:
+        return self.message.properties.get(PROPERTY_RETRY_TOPIC)
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.message
+        return {"msgId": m.msg_id, "originalTopic": self.original_topic, "failures": m.reconsume_times,
+                "bornTimestamp": m.born_timestamp, "deadTimestamp": m.store_timestamp, "tags": m.tags,
+                "keys": m.keys, "position": self.position}
+
+
+@dataclass(slots=True)
+class DeadLetterSummary:
+    """A group's dead letters of one original topic."""
+
+    topic: str
+    messages: int = 0
+    max_failures: int = 0
+    first_ms: int = 0  # when the first of them was stored in the DLQ
+    last_ms: int = 0
+
+    def add(self, d: DeadLetter) -> None:
+        m = d.message
+        self.messages += 1
+        self.max_failures = max(self.max_failures, m.reconsume_times)
+        self.first_ms = m.store_timestamp if not self.first_ms else min(self.first_ms, m.store_timestamp)
+        self.last_ms = max(self.last_ms, m.store_timestamp)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "messages": self.messages, "maxFailures": self.max_failures,
+                "firstTimestamp": self.first_ms, "lastTimestamp": self.last_ms}
+
+
+async def _queues(admin: Admin, group: str) -> list[tuple[str, str, MessageQueue]]:
+    """(broker name, address, queue) of every queue of the group's DLQ topic."""
+    topic = dlq_topic(group)
+    route = await admin.api.get_topic_route(topic)
+    if route is None:
+        raise AdminError(f"consumer group {group!r} has no dead letters (no topic {topic})")
+    out: list[tuple[str, str, MessageQueue]] = []
+    for qd in route.queue_datas:
+        addr = next((b.select_addr() for b in route.broker_datas if b.broker_name == qd.broker_name), None)
+        if addr:
+            out.extend((qd.broker_name, addr, MessageQueue(topic, qd.broker_name, q))
+                       for q in range(qd.read_queue_nums))
+    return out
+
+
+async def dead_letters(admin: Admin, group: str,
+                       start: Callable[[str, int, int], int] | None = None) -> AsyncIterator[DeadLetter]:
+    """Every message of the group's DLQ, queue by queue in offset order; ``start(broker, queue, min offset)``
+    says where to begin a queue (default: its oldest message)."""
+    for broker, addr, mq in await _queues(admin, group):
+        low = await admin.api.get_min_offset(addr, mq)
+        high = await admin.api.get_max_offset(addr, mq)
+        offset = max(low, start(broker, mq.queue_id, low)) if start is not None else low
+        while offset < high:
+            pulled = await admin.api.pull_message(addr, group, mq, offset, min(PULL_BATCH, high - offset))
+            msgs = decode_records(pulled.body) if pulled.body else []
+            if not msgs:
+                if pulled.next_begin_offset <= offset:
+                    break
+                offset = pulled.next_begin_offset  # (removed by retention meanwhile: skip ahead)
+                continue
+            for m in msgs:
+                if m.queue_offset >= high:
+                    break
+                yield DeadLetter(broker, mq.queue_id, m.queue_offset, m)
+            offset = msgs[-1].queue_offset + 1
+
+
+async def summarize(admin: Admin, group: str) -> list[DeadLetterSummary]:
+    by_topic: dict[str, DeadLetterSummary] = {}
+    async for d in dead_letters(admin, group):
+        topic = d.original_topic or "?"
+        by_topic.setdefault(topic, DeadLetterSummary(topic)).add(d)
+    return [by_topic[t] for t in sorted(by_topic)]
+
+
+def resend_copy(d: DeadLetter, group: str, to_topic: str | None) -> tuple[Message, str]:
+    """The message to send for a dead letter (its body, tags, keys and user properties) and the system
+    properties to add, encoded."""
+    m = d.message
+    props = m.properties
+    user = {k: v for k, v in props.items()
+            if k not in _BROKER_STAMPED and not k.startswith(_SYSTEM_PREFIXES)}
+    original = d.original_topic
+    if to_topic is None and original is None:
+        raise AdminError(f"dead letter {m.msg_id} at {d.position} does not say its original topic; give a "
+                         "topic to send it to")
+    target = to_topic or retry_topic(group)
+    msg = Message(target, bytes(m.body), tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS),
+                  properties=user, flag=m.flag)
+    system = {PROPERTY_DLQ_ORIGIN_MESSAGE_ID: m.msg_id}
+    if to_topic is None:
+        assert original is not None
+        system[PROPERTY_RETRY_TOPIC] = original  # the consumer sees it as a message of its original topic
+    return msg, "".join(f"{PROPERTY_SEPARATOR}{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in system.items())
+
+
+@dataclass
+class ResendProgress:
+    total: int  # messages the run looks at (those chosen among them are re-sent)
+    looked: int = 0
+    resent: int = 0
+    skipped: int = 0  # re-sent already by an interrupted run
+    started: float = field(default_factory=time.monotonic)
+
+
+class DeadLetterResend:
+    """Re-sends a group's dead letters: those with the given ids, or stored since a time, or all; at most
+    ``rate`` a second; resumable from ``state_dir``."""
+
+    def __init__(self, admin: Admin, group: str, state_dir: str, *, msg_ids: set[str] | None = None,
+                 since_ms: int | None = None, to_topic: str | None = None, rate: float | None = None,
+                 restart: bool = False) -> None:
+        if rate is not None and rate <= 0:
+            raise AdminError(f"rate {rate}: must be above 0 messages a second")
+        self.admin = admin
+        self.group = group
+        self.msg_ids = msg_ids
+        self.since_ms = since_ms
+        self.to_topic = to_topic
+        self.rate = rate
+        os.makedirs(state_dir, exist_ok=True)
+        self.cursor_path = os.path.join(state_dir, f"{group}.cursor.json")
+        self.record_path = os.path.join(state_dir, f"{group}.resent.jsonl")
+        if restart:
+            for path in (self.cursor_path, self.record_path):
+                if os.path.exists(path):
+                    os.remove(path)
+        # The cursor is of one selection: another starts from the queues' oldest (what the record holds is still
+        # not sent twice).
+        self.selection = {"msgIds": sorted(msg_ids) if msg_ids is not None else None, "since": since_ms,
+                          "toTopic": to_topic}
+        self.cursor: dict[str, int] = self._load_cursor()
+        self.recorded: set[str] = self._load_record()
+        self.found: set[str] = set()  # ids asked for that were seen
+        self.interrupted = False
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """End the run after the message under way (a signal handler's call): the cursor and record say where."""
+        self.interrupted = True
+        self._stop.set()
+
+    def _load_cursor(self) -> dict[str, int]:
+        if not os.path.exists(self.cursor_path):
+            return {}
+        try:
+            with open(self.cursor_path) as f:
+                data = json.load(f)
+            if data.get("selection") != self.selection:
+                return {}
+            return {str(k): int(v) for k, v in data["next"].items()}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AdminError(f"cursor file {self.cursor_path} cannot be read ({exc}); --restart begins again") \
+                from None
+
+    def _load_record(self) -> set[str]:
+        if not os.path.exists(self.record_path):
+            return set()
+        out = set()
+        with open(self.record_path) as f:
+            for line in f:
+                try:
+                    out.add(str(json.loads(line)["position"]))
+                except (ValueError, KeyError, TypeError):
+                    continue  # (a line cut by a crash: its message was not recorded)
+        return out
+
+    @property
+    def resuming(self) -> bool:
+        return bool(self.cursor)
+
+    def _start(self, broker: str, queue_id: int, low: int) -> int:
+        return self.cursor.get(f"{broker}/{queue_id}", low)
+
+    async def count(self) -> int:
+        """Messages between the cursor and the queues' ends (what the run will look at)."""
+        total = 0
+        for broker, addr, mq in await _queues(self.admin, self.group):
+            low = await self.admin.api.get_min_offset(addr, mq)
+            high = await self.admin.api.get_max_offset(addr, mq)
+            total += max(0, high - max(low, self._start(broker, mq.queue_id, low)))
+        return total
+
+    def _chosen(self, d: DeadLetter) -> bool:
+        m = d.message
+        if self.msg_ids is not None:
+            hit = m.msg_id in self.msg_ids or m.offset_msg_id in self.msg_ids
+            if hit:
+                self.found.add(m.msg_id if m.msg_id in self.msg_ids else m.offset_msg_id)
+            return hit
+        return self.since_ms is None or m.store_timestamp >= self.since_ms
+
+    async def run(self, progress: Callable[[ResendProgress], None] | None = None) -> ResendProgress:
+        from sluice.client.aio.producer import Producer
+
+        state = ResendProgress(await self.count())
+        interval = 1 / self.rate if self.rate else 0.0
+        next_at = time.monotonic()
+        async with Producer(f"CID_SLUICE_DLQ_RESEND_{self.group}"[:255], self.admin.namesrv,
+                            credentials=self.admin.credentials, tls=self.admin.tls) as producer:
+            with open(self.record_path, "a") as record:
+                async for d in dead_letters(self.admin, self.group, self._start):
+                    if self.interrupted:
+                        break
+                    state.looked += 1
+                    if self._chosen(d):
+                        if d.position in self.recorded:
+                            state.skipped += 1
+                        else:
+                            if interval:
+                                delay = next_at - time.monotonic()
+                                if delay > 0:
+                                    with contextlib.suppress(TimeoutError):
+                                        await asyncio.wait_for(self._stop.wait(), delay)
+                                    if self.interrupted:
+                                        break
+                                next_at = max(next_at + interval, time.monotonic() - 1)
+                            result = await self._send(producer, d)
+                            record.write(json.dumps({"position": d.position, "dlqMsgId": d.message.msg_id,
+                                                     "msgId": result.msg_id, "topic": result.queue.topic,
+                                                     "at": int(time.time() * 1000)}) + "\n")
+                            record.flush()
+                            os.fsync(record.fileno())
+                            self.recorded.add(d.position)
+                            state.resent += 1
+                    self.cursor[f"{d.broker_name}/{d.queue_id}"] = d.queue_offset + 1
+                    self._save_cursor()
+                    if progress is not None:
+                        progress(state)
+        if self.msg_ids is not None and self.found != self.msg_ids and not self.interrupted:
+            missing = ", ".join(sorted(self.msg_ids - self.found))
+            raise AdminError(f"no dead letter of group {self.group!r} has the id(s) {missing}")
+        return state
+
+    async def _send(self, producer: Any, d: DeadLetter) -> SendResult:
+        msg, system = resend_copy(d, self.group, self.to_topic)
+        uniq, request = producer.sender.single_request(msg, None, system.encode())
+        resp, mq = await producer.sender.send_with_retries(msg.topic, request, msg, None, None, None, None, None,
+                                                           False)
+        result: SendResult = producer.sender.result(resp, mq, [uniq])
+        return result
+
+    def _save_cursor(self) -> None:
+        write_json_atomic(self.cursor_path, {"group": self.group, "selection": self.selection, "next": self.cursor})
