@@ -104,3 +104,24 @@ def test_the_grafana_dashboard_queries_only_families_the_docs_list():
     used = {re.sub(r"_bucket$", "", name) for e in exprs for name in re.findall(r"rocketmq_[a-z_]+", e)}
     documented = set(re.findall(r"`(rocketmq_[a-z_]+)`", (docs / "operations.md").read_text()))
     assert used and used <= documented, used - documented
+
+
+def test_the_timer_wheel_counts_what_falls_due_in_each_span_in_one_pass():
+    from sluice.store.timer_wheel import TimerWheel
+
+    wheel = TimerWheel(1000, 3_600_000)
+    for due, n in ((5_000, 2), (9_000, 1), (60_000, 4), (3_000_000, 1)):
+        for i in range(n):
+            wheel.add(due, i)
+    assert wheel.waiting([0, 5_000, 10_000, 61_000, 3_600_000]) == [0, 3, 4, 1]
+    assert wheel.waiting([9_000]) == [] and TimerWheel(1000, 60_000).waiting([0, 10]) == [0]
+
+
+def test_a_group_that_popped_stays_a_pop_group_and_delayed_deliveries_count_in_again():
+    stats = BrokerStats()
+    stats.record_group_get("t", "pop-g", 2, 200, is_retry=False, label_topic="t")
+    stats.record_group_get("t", "pull-g", 2, 200)
+    assert stats.pop_groups == {"pop-g"}
+    stats.record_delivered("%RETRY%g", 300)  # (RocketMQ's schedule service counts retry topics too)
+    stats.record_delivered("t", 300)
+    assert stats.messages_in[("%RETRY%g", "delay")][:2] == [1, 300] and stats.messages_in[("t", "delay")][0] == 1

@@ -216,9 +216,13 @@ class BrokerController(AsyncService):
         self._spawn(self._scan_clients_loop())
         self._spawn(self._stats_loop())
         if c.metrics_exporter_type == "PROM":
-            self.metrics_exporter = await MetricsExporter(
-                [self.metrics], c.metrics_prom_exporter_host or c.listen_host,
-                c.metrics_prom_exporter_port).start()
+            try:
+                self.metrics_exporter = await MetricsExporter(
+                    [self.metrics], c.metrics_prom_exporter_host or c.listen_host,
+                    c.metrics_prom_exporter_port).start()
+            except BaseException:  # (a taken port): no broker half started
+                await self.stop()
+                raise
             log.info("broker %s metrics at %s", c.broker_name, self.metrics_exporter.address)
         log.info("broker %s (%s) serving on %s, store %s, %s", c.broker_name, c.broker_cluster_name, self.broker_addr,
                  c.store.store_path_root_dir, c.store.flush_disk_type.value)
@@ -322,8 +326,9 @@ class BrokerController(AsyncService):
         self.schedule_service = ScheduleMessageService(self.store, c.delay_levels, c.schedule_poll_interval,
                                                        c.store.flush_consumer_offset_interval)
         self.schedule_service.load()
-        self.schedule_service.on_delivered = lambda topic, size: self.stats.record_topic_put(topic, 1, size, "delay")
+        self.schedule_service.on_delivered = self.stats.record_delivered
         self.timer_service = TimerMessageService(self.store, self.ensure_system_topic)
+        self.timer_service.on_delivered = self.stats.record_delivered
         self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
         self.transaction_service = TransactionalMessageService(c, self.broker_addr, self.store, self.producer_manager,
                                                                self.ensure_system_topic, self.schedule_service,

@@ -7,6 +7,7 @@ read from the broker's tables when a scraper asks, on the broker's loop."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -64,6 +65,8 @@ class BrokerMetricsView(Protocol):
     def timer_service(self) -> TimerMessageService: ...
 
 
+log = logging.getLogger(__name__)
+
 # MQVersion.Version's ordinals from V4_0_0_SNAPSHOT on: a SNAPSHOT and a release per x_y_z, 4_0_0 to 5_9_9.
 _V4_FIRST = 212
 _HIGHER = _V4_FIRST + 2 * 200
@@ -94,19 +97,16 @@ class BrokerMetricsManager:
         self.store_labels = Families({**base, "storage_type": "local", "storage_medium": "disk"})
 
     def families(self) -> list[Family]:
-        return list(self._families())
-
-    def _families(self) -> Iterator[Family]:
-        yield from self._stats_metrics()
-        yield from self._request_metrics()
-        yield from self._connection_metrics()
-        yield from self._lag_metrics()
-        yield from self._transaction_metrics()
-        yield from self._rpc_metrics()
-        yield from self._store_metrics()
-        yield from self._timer_metrics()
-        yield from self._pop_metrics()
-        yield target_info()
+        out: list[Family] = []
+        for section in (self._stats_metrics, self._request_metrics, self._connection_metrics, self._lag_metrics,
+                        self._transaction_metrics, self._rpc_metrics, self._store_metrics, self._timer_metrics,
+                        self._pop_metrics):
+            try:
+                out.extend(section())
+            except Exception:  # one section's failure (a state it did not expect) leaves the others' series
+                log.exception("reading the broker's metrics (%s) failed", section.__name__)
+        out.append(target_info())
+        return out
 
     # == broker stats (initStatsMetrics) ===========================================================
     def _stats_metrics(self) -> Iterator[Family]:
@@ -145,8 +145,9 @@ class BrokerMetricsManager:
                       (({"language": lang.lower(), "version": version_desc(ver), "protocol_type": "remoting"}, n)
                        for (lang, ver), n in producers.items()))
         consumers: dict[tuple[str, str, int, str], int] = {}
-        for group, group_info in b.consumer_manager.groups.items():
-            mode = "pop" if self._is_pop(group) else _CONSUME_MODES.get(group_info.consume_type, "push")
+        pop_groups = self._pop_groups()
+        for group, group_info in list(b.consumer_manager.groups.items()):
+            mode = "pop" if group in pop_groups else _CONSUME_MODES.get(group_info.consume_type, "push")
             for ch in group_info.channels.values():
                 ckey = (group, ch.language, ch.version, mode)
                 consumers[ckey] = consumers.get(ckey, 0) + 1
@@ -157,11 +158,12 @@ class BrokerMetricsManager:
                        for (group, lang, ver, mode), n in consumers.items()))
 
     # == consumer lag (ConsumerLagCalculator) =======================================================
-    def _is_pop(self, group: str) -> bool:
-        """A group POP consumers read (a remoting client's heartbeat says PUSH or PULL only): one whose pops left
-        checkpoints, or whose POP retry topic exists."""
+    def _pop_groups(self) -> set[str]:
+        """The groups POP consumers read (a remoting client's heartbeat says PUSH or PULL only): those that popped
+        since the broker started, or have pops open (from before a restart)."""
         revive = self.broker.pop_revive
-        return revive is not None and any(ck.group == group for ck in revive.checkpoints.values())
+        open_pops = {ck.group for ck in list(revive.checkpoints.values())} if revive is not None else set()
+        return self.broker.stats.pop_groups | open_pops
 
     def _groups(self) -> Iterator[tuple[str, str, bool, str | None]]:
         """(group, topic, is_pop, POP retry topic) of each online group and topic it subscribes, as RocketMQ's
@@ -169,7 +171,7 @@ class BrokerMetricsManager:
         b = self.broker
         topics = b.topic_config_manager.table
         perm = self.config.broker_permission
-        pop_groups = {ck.group for ck in b.pop_revive.checkpoints.values()} if b.pop_revive is not None else set()
+        pop_groups = self._pop_groups()
         for group in list(b.subscription_group_manager.table):
             info = b.consumer_manager.get(group)
             if info is None:
@@ -219,6 +221,7 @@ class BrokerMetricsManager:
         def earliest(a: int, b_: int) -> int:
             return b_ if a == 0 else a if b_ == 0 else min(a, b_)
 
+        limit, over = b.stats.limit, [0, 0, 0, 0, 0, 0]
         for group, topic, is_pop, retry in self._groups():
             sides = [(topic, False)] + ([(retry, True)] if is_pop and retry is not None else [])
             if is_pop and retry is None:
@@ -250,11 +253,20 @@ class BrokerMetricsManager:
                     total_inflight += max(0, in_pull - (committed if committed >= 0 else in_pull))
                     oldest_unpulled = earliest(oldest_unpulled, stamp(read_topic, qid, in_pull))
                     total_ready += max(0, max_off - (pulled if pulled >= 0 else max_off))
+                lag_ms = now - oldest_unconsumed if oldest_unconsumed else 0
+                queued_ms = now - oldest_unpulled if oldest_unpulled else 0
+                if len(lag) >= limit:  # past the limit, the rest together in one series (lags summed, ages max)
+                    over = [over[0] + total_lag, max(over[1], lag_ms), over[2] + total_inflight,
+                            max(over[3], queued_ms), over[4] + total_ready, 1]
+                    continue
                 lag.append((labels, total_lag))
-                lag_latency.append((labels, now - oldest_unconsumed if oldest_unconsumed else 0))
+                lag_latency.append((labels, lag_ms))
                 inflight.append((labels, total_inflight))
-                queueing.append((labels, now - oldest_unpulled if oldest_unpulled else 0))
+                queueing.append((labels, queued_ms))
                 ready.append((labels, total_ready))
+        if over[5]:
+            for series, value in zip((lag, lag_latency, inflight, queueing, ready), over, strict=False):
+                series.append((None, value))
         f = self.labels
         yield f.gauge("rocketmq_consumer_lag_messages", lag)
         yield f.gauge("rocketmq_consumer_lag_latency_milliseconds", lag_latency)
@@ -282,12 +294,13 @@ class BrokerMetricsManager:
         if timer is None or not timer.enabled:
             return
         f, now = self.store_labels, int(time.time() * 1000)
-        waiting, oldest_ms, due, behind_ms = timer.behind(now)
+        waiting, oldest_ms, due, behind_ms, snapshot = timer.behind(now, [b * 1000 for b in TIMER_BOUNDS_S])
         yield f.gauge("rocketmq_timer_enqueue_lag", [({}, waiting)])
         yield f.gauge("rocketmq_timer_enqueue_latency_milliseconds", [({}, oldest_ms)])
         yield f.gauge("rocketmq_timer_dequeue_lag", [({}, due)])
         yield f.gauge("rocketmq_timer_dequeue_latency_milliseconds", [({}, behind_ms)])
-        yield f.gauge("rocketmq_timer_message_snapshot", _timer_snapshot(timer, now))
+        yield f.gauge("rocketmq_timer_message_snapshot",
+                      [({"timer_bound_s": str(b)}, n) for b, n in zip(TIMER_BOUNDS_S, snapshot, strict=True)])
 
     # == POP (PopMetricsManager's gauges) ============================================================
     def _pop_metrics(self) -> Iterator[Family]:
@@ -329,15 +342,6 @@ class BrokerMetricsManager:
             reserve.append(({}, max(0, int(time.time() * 1000) - first)))
         yield f.gauge("rocketmq_storage_message_reserve_time_milliseconds", reserve)
 
-
-def _timer_snapshot(timer: TimerMessageService, now: int) -> list[Series]:
-    series: list[Series] = []
-    start = now
-    for bound in TIMER_BOUNDS_S:
-        end = now + bound * 1000
-        series.append(({"timer_bound_s": str(bound)}, timer.wheel.waiting(start, end)))
-        start = end
-    return series
 
 
 def _in_labels(key: tuple[str, str]) -> dict[str, str]:

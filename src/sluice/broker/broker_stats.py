@@ -27,8 +27,9 @@ PUT_LATENCY_SAMPLES = 65_536  # put latencies kept per stats interval (a ring: t
 MESSAGE_SIZE_BUCKETS = (1024.0, 4096.0, 512 * 1024.0, 1024 * 1024.0, 2 * 1024 * 1024.0, 4 * 1024 * 1024.0)
 FINISH_LATENCY_BUCKETS = (5.0, 60.0, 600.0, 3600.0, 12 * 3600.0, 24 * 3600.0)
 # Label sets per metric beyond which clients' topic and group names are counted together (RocketMQ's
-# metricsOtelCardinalityLimit): a client cannot grow the metrics without bound.
-METRICS_CARDINALITY_LIMIT = 50_000
+# metricsOtelCardinalityLimit, 50,000, makes a scrape of 160 MB at its limit): a client cannot grow the metrics, or
+# a scrape, without bound.
+METRICS_CARDINALITY_LIMIT = 5_000
 OVERFLOW = None  # the key of what is counted past the limit
 
 
@@ -52,7 +53,7 @@ class BrokerStats:
 
     __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t",
                  "_samples", "_day", "today_morning", "yesterday_morning", "items", "messages_in", "messages_out",
-                 "to_dlq", "commits", "rollbacks", "finish_latency", "limit")
+                 "to_dlq", "commits", "rollbacks", "finish_latency", "limit", "pop_groups")
 
     def __init__(self) -> None:
         self.put_msgs = 0
@@ -79,6 +80,7 @@ class BrokerStats:
         self.rollbacks: dict[str | None, list[float]] = {}
         self.finish_latency: dict[str | None, list[float]] = {}  # real topic → [bucket counts..., sum of seconds]
         self.limit = METRICS_CARDINALITY_LIMIT
+        self.pop_groups: set[str] = set()  # groups POP consumers read (their lag is a POP group's; bounded)
         self._last_t = time.monotonic()
 
     def record_put(self, r: PutMessageResult, seconds: float | None = None) -> None:
@@ -115,10 +117,23 @@ class BrokerStats:
         key, now = f"{topic}@{group}", int(time.time() * 1000)
         self.items.add(GROUP_GET_NUMS, key, msgs, 1, now)
         self.items.add(GROUP_GET_SIZE, key, size, 1, now)
+        if is_retry is not None and group not in self.pop_groups and len(self.pop_groups) < self.limit:
+            self.pop_groups.add(group)
         if is_retry is not None or _countable(topic):
             row = _slot(self.messages_out, (label_topic or topic, group, is_retry), 2, self.limit)
             row[0] += msgs
             row[1] += size
+
+    def record_delivered(self, topic: str, size: int) -> None:
+        """A delayed or timer message delivered to its topic: counted as coming in (RocketMQ's schedule service
+        counts it so, retry topics included)."""
+        row = self.messages_in.get((topic, "delay"))
+        if row is None:
+            row = _slot(self.messages_in, (topic, "delay"), len(MESSAGE_SIZE_BUCKETS) + 4, self.limit)
+        row[0] += 1
+        row[1] += size
+        row[2 + bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
+        row[-1] += size
 
     def record_dlq(self, group: str, topic: str) -> None:
         """A message a consumer of ``group`` gave up on went to its dead-letter queue."""

@@ -21,6 +21,7 @@ import collections
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.common.config_manager import ConfigManager
@@ -93,6 +94,8 @@ class TimerMessageService(ConfigManager, AsyncService):
         self.dequeue_ms = 0  # every message due before this is taken out of the wheel (maybe being delivered)
         self.delivered_ms = 0  # every message due before this was delivered
         self.delivered = 0
+        # Told of each timer message delivered to its topic, with its size (the metrics count it as coming in).
+        self.on_delivered: Callable[[str, int], None] | None = None
         # (dequeue_ms reached, the commit-log end then): what the checkpoint may claim once that much is flushed
         self._delivered_marks: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
         self._checkpoint = (0, 0, 0)  # enqueue offset, timer-log end, dequeue ms: consistent with one another
@@ -165,13 +168,16 @@ class TimerMessageService(ConfigManager, AsyncService):
         super().close()
         self.timer_log.close()
 
-    def behind(self, now: int) -> tuple[int, int, int, int]:
+    def behind(self, now: int, bounds_ms: list[int]) -> tuple[int, int, int, int, list[int]]:
         """(timer messages not yet in the wheel, the age in ms of the oldest of them, messages due and not yet
-        delivered, how far delivery is behind in ms): RocketMQ's timer enqueue and dequeue lag and latency."""
+        delivered, how far delivery is behind in ms: RocketMQ's timer enqueue and dequeue lag and latency; and how
+        many fall due within each of ``bounds_ms`` from now, beyond the one before)."""
         waiting = max(0, self.store.get_max_offset_in_queue(TIMER_TOPIC, 0) - self.enqueue_offset)
         oldest = self.store.get_message_store_timestamp(TIMER_TOPIC, 0, self.enqueue_offset) if waiting else -1
-        due = self.wheel.waiting(self.delivered_ms, now) if self.enabled else 0
-        return waiting, max(0, now - oldest) if oldest > 0 else 0, due, max(0, now - self.delivered_ms) if due else 0
+        counts = self.wheel.waiting([min(self.delivered_ms, now), now, *(now + b for b in bounds_ms)])
+        due = counts[0]
+        return (waiting, max(0, now - oldest) if oldest > 0 else 0, due,
+                max(0, now - self.delivered_ms) if due else 0, counts[1:])
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == TIMER_TOPIC:
@@ -402,6 +408,10 @@ class TimerMessageService(ConfigManager, AsyncService):
                 r = await self.store.put_async(chunk)
                 if r.stored:
                     self.delivered += len(chunk)
+                    if self.on_delivered is not None:
+                        each = r.wrote_bytes // len(chunk)
+                        for m in chunk:
+                            self.on_delivered(m.topic, each)
                     break
                 log.warning("cannot deliver %d timer message(s): %s %s; trying again in 1 s", len(chunk),
                             r.status.name, r.remark)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 from urllib.parse import parse_qs
 
@@ -27,7 +29,9 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 8192  # bytes of request line and headers
 HEAD_TIMEOUT = 10.0  # seconds a client has to send them
-MAX_CONNECTIONS = 64  # scrapers at once; more are closed at once
+WRITE_TIMEOUT = 30.0  # seconds a client has to read the answer
+MAX_CONNECTIONS = 16  # scrapers at once; more are closed at once
+REUSE_SECONDS = 1.0  # scrapes within this of one another share its answer
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 TEXT = "text/plain; charset=utf-8"
 
@@ -43,6 +47,11 @@ class MetricsExporter:
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.Task[None]] = set()
         self.scrapes = 0
+        # One thread of its own writes the text, one scrape at a time: not the loop's default executor, which the
+        # server's own work (TLS reloads, an HA slave's flushes) needs.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="metrics")
+        # (key, when, answer) of the last scrape: scrapers that come together share one collection and text.
+        self._last: tuple[tuple[bool, bool, frozenset[str]], float, tuple[bytes, str, bool]] | None = None
 
     @property
     def address(self) -> str:
@@ -60,6 +69,7 @@ class MetricsExporter:
         for task in list(self._open):
             task.cancel()
         await asyncio.gather(*self._open, return_exceptions=True)
+        self._writer.shutdown(wait=False, cancel_futures=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -74,16 +84,7 @@ class MetricsExporter:
                     head = await reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
                 return
-            status, families, names = self._route(head)
-            if families is None:
-                body, ctype, gzipped = status.split(" ", 1)[1].encode() + b"\n", TEXT, False
-                if status.startswith("200"):
-                    body = b"Exporter is healthy.\n"
-            else:
-                body, ctype, gzipped = await asyncio.to_thread(
-                    _render, families, names, _header(head, b"accept"), b"gzip" in _header(head, b"accept-encoding"))
-                if not body:
-                    status, body, ctype = "500 Internal Server Error", b"collecting the metrics failed\n", TEXT
+            status, body, ctype, gzipped = await self._answer(head)
             headers = [f"HTTP/1.1 {status}", f"Content-Type: {ctype}", f"Content-Length: {len(body)}",
                        "Connection: close"]
             if gzipped:
@@ -91,14 +92,35 @@ class MetricsExporter:
             if head.startswith(b"HEAD "):
                 body = b""
             writer.write(("\r\n".join(headers) + "\r\n\r\n").encode() + body)
-            await writer.drain()
-        except ConnectionError:
-            pass
+            async with asyncio.timeout(WRITE_TIMEOUT):  # a scraper that does not read lets go of its slot
+                await writer.drain()
+        except (ConnectionError, TimeoutError):
+            writer.transport.abort()
         finally:
             self._open.discard(task)
             writer.close()
 
-    def _route(self, head: bytes) -> tuple[str, list[Family] | None, set[str]]:
+    async def _answer(self, head: bytes) -> tuple[str, bytes, str, bool]:
+        status, families, names = self._route(head)
+        if families is None:
+            body = b"Exporter is healthy.\n" if status.startswith("200") else status.split(" ", 1)[1].encode() + b"\n"
+            return status, body, TEXT, False
+        accept, gzip_ok = _header(head, b"accept"), b"gzip" in _header(head, b"accept-encoding")
+        key = (b"application/openmetrics-text" in accept, gzip_ok, frozenset(names))
+        now = time.monotonic()
+        if self._last is not None and self._last[0] == key and now - self._last[1] < REUSE_SECONDS:
+            body, ctype, gzipped = self._last[2]
+        else:
+            loop = asyncio.get_running_loop()
+            body, ctype, gzipped = await loop.run_in_executor(self._writer, _render, families(), names, accept,
+                                                              gzip_ok)
+            if body:
+                self._last = (key, time.monotonic(), (body, ctype, gzipped))
+        if not body:
+            return "500 Internal Server Error", b"collecting the metrics failed\n", TEXT, False
+        return "200 OK", body, ctype, gzipped
+
+    def _route(self, head: bytes) -> tuple[str, Callable[[], list[Family]] | None, set[str]]:
         """The status, and for a scrape what the sources have now (read here, on the loop) and the names asked."""
         line = head.split(b"\r\n", 1)[0].split(b" ")
         if len(line) != 3 or not line[2].startswith(b"HTTP/1."):
@@ -111,13 +133,17 @@ class MetricsExporter:
         if method not in (b"GET", b"HEAD"):
             return "405 Method Not Allowed", None, set()
         self.scrapes += 1
+        return "200 OK", self._collect, set(parse_qs(query.decode("latin-1")).get("name[]", [])[:100])
+
+    def _collect(self) -> list[Family]:
+        """What the sources have now (on the loop: they read the server's state)."""
         families: list[Family] = []
         for source in self.sources:
             try:
                 families.extend(source.families())
             except Exception:  # a source's bug must not take the endpoint, or the others' metrics, down with it
                 log.exception("reading the metrics of %s failed", type(source).__name__)
-        return "200 OK", families, set(parse_qs(query.decode("latin-1")).get("name[]", [])[:100])
+        return families
 
 
 def _render(families: list[Family], names: set[str], accept: bytes, gzipped: bool) -> tuple[bytes, str, bool]:

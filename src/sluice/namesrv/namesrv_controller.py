@@ -70,9 +70,12 @@ class NamesrvController(AsyncService):
         log.info("name server listening on %s", self.address)
         c = self.config
         if c.metrics_exporter_type == "PROM":
-            self.metrics_exporter = await MetricsExporter([self.metrics()],
-                                                          c.metrics_prom_exporter_host or c.host,
-                                                          c.metrics_prom_exporter_port).start()
+            try:
+                self.metrics_exporter = await MetricsExporter([self.metrics()], c.metrics_prom_exporter_host or c.host,
+                                                              c.metrics_prom_exporter_port).start()
+            except BaseException:  # (a taken port): no name server half started
+                await self.stop()
+                raise
             log.info("name server metrics at %s", self.metrics_exporter.address)
         if not self.config.authentication_enabled and not is_loopback(self.config.host):
             log.warning("name server listens on %s with authentication off: anyone who reaches the port may "

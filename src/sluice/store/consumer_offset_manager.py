@@ -98,7 +98,9 @@ class ConsumerOffsetManager(ConfigManager):
             # on the store thread)
             self.offset_table = {k: v for k, v in self.offset_table.items() if not k.startswith(prefix)}
             self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.startswith(prefix)}
-            self.pull_offset_table = {k: v for k, v in self.pull_offset_table.items() if not k.startswith(prefix)}
+            # (a copy of the items: pulls add to this table, on the loop, without the lock)
+            self.pull_offset_table = {k: v for k, v in list(self.pull_offset_table.items())
+                                      if not k.startswith(prefix)}
             self._dirty = True
 
     def remove_group(self, group: str) -> None:
@@ -108,7 +110,8 @@ class ConsumerOffsetManager(ConfigManager):
         with self._lock:
             self.offset_table = {k: v for k, v in self.offset_table.items() if not k.endswith(suffix)}
             self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.endswith(suffix)}
-            self.pull_offset_table = {k: v for k, v in self.pull_offset_table.items() if not k.endswith(suffix)}
+            self.pull_offset_table = {k: v for k, v in list(self.pull_offset_table.items())
+                                      if not k.endswith(suffix)}
             self._dirty = True
 
     def persist(self, force: bool = False) -> Future[None]:

@@ -50,12 +50,17 @@ class TimerWheel:
         self.count[i] += 1
         self.pending += 1
 
-    def waiting(self, start: int, end: int) -> int:
-        """How many messages are due in [``start``, ``end``) (the metrics' snapshot: one pass over the wheel)."""
-        if not self.pending:
-            return 0
-        held = self.count > 0
-        return int(self.count[held & (self.time >= start) & (self.time < end)].sum())
+    def waiting(self, edges: list[int]) -> list[int]:
+        """How many messages are due in each [``edges[i]``, ``edges[i + 1]``) (the metrics: one pass over the
+        wheel for all of them)."""
+        if not self.pending or len(edges) < 2:
+            return [0] * max(0, len(edges) - 1)
+        held = np.nonzero(self.count)[0]
+        times, counts = self.time[held], self.count[held]
+        order = np.argsort(times)
+        cumulative = np.concatenate(([0], np.cumsum(counts[order])))
+        at = np.searchsorted(times[order], np.asarray(edges, dtype=np.int64), side="left")
+        return [int(cumulative[at[i + 1]] - cumulative[at[i]]) for i in range(len(edges) - 1)]
 
     def take(self, due: int) -> tuple[int, int]:
         """The newest unit due at ``due`` and how many are, and the slot emptied."""

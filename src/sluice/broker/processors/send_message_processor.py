@@ -272,7 +272,7 @@ class SendMessageProcessor:
                 mrt = header_props.get(PROPERTY_MAX_RECONSUME_TIMES)
                 max_times = parse_long(mrt, max_times)
                 if h.reconsume_times >= max_times:
-                    self.stats.record_dlq(group, h.topic)
+                    self.stats.record_dlq(h.producer_group, h.topic)  # (RocketMQ names the sender here)
                     topic = dlq_topic(group)
                     self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
                     queue_id = 0
