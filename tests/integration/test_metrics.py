@@ -19,6 +19,7 @@ from sluice.aio import Producer, PullConsumer
 from sluice.broker.broker_controller import BrokerController
 from sluice.client.admin import Admin
 from sluice.client.message import Message
+from sluice.common.message import MessageExt
 from tests.conftest import Cluster
 
 BASE_LABELS = {"cluster", "node_id", "node_type", "otel_scope_name"}
@@ -188,3 +189,64 @@ def test_the_endpoint_answers_metrics_only_and_closes_on_a_bad_request(broker: B
         s.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n")
         assert s.recv(100) == b""
     assert "rocketmq_topic_number" in scrape(base + "/metrics")
+
+
+def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_cluster: Cluster,
+                                                                    broker: BrokerController) -> None:
+    """RocketMQ's POP lag: messages not yet popped plus those popped and not acknowledged; still a POP group's once
+    nothing is open."""
+    from sluice.client.aio.simple_consumer import SimpleConsumer
+
+    cluster = empty_cluster
+    cluster.create_topic("metrics-pop", 1)
+    ns = cluster.namesrv_addr
+    assert broker.metrics_exporter is not None
+    url = broker.metrics_exporter.address
+    series = dict(topic="metrics-pop", consumer_group="metrics-pop-g", is_retry="false", is_system="false")
+
+    def gauges() -> tuple[float, float, float]:
+        samples = scrape(url)
+        return tuple(value(samples, f"rocketmq_consumer_{g}_messages", **series)  # type: ignore[return-value]
+                     for g in ("lag", "inflight", "ready"))
+
+    async def run() -> list[tuple[float, float, float]]:
+        seen = []
+        online = PullConsumer("metrics-pop-g", ns, auto_commit=False)  # (heartbeats: the group is online)
+        online.subscribe("metrics-pop")
+        popper = SimpleConsumer("metrics-pop-g", ns, consume_from_first=True, invisible_duration=60)
+        popper.subscribe("metrics-pop")
+        await online.start()
+        await popper.start()
+        try:
+            async with Producer("metrics-pop-pg", ns, auto_batch=False) as producer:
+                for i in range(5):
+                    await producer.send(Message("metrics-pop", b"p%d" % i))
+                got: list[MessageExt] = []
+                async with asyncio.timeout(30):
+                    while len(got) < 5:
+                        got += await popper.receive(5)
+                for m in got[:2]:
+                    await popper.ack(m)
+                await _until(lambda: gauges() == (3, 3, 0))  # 3 popped and not acknowledged
+                seen.append((3, 3, 0))
+                for i in range(4):
+                    await producer.send(Message("metrics-pop", b"q%d" % i))
+                await _until(lambda: gauges() == (7, 3, 4))
+                seen.append((7, 3, 4))
+                for m in got[2:]:
+                    await popper.ack(m)
+                await _until(lambda: gauges() == (4, 0, 4))  # nothing open: still a POP group's numbers
+                seen.append((4, 0, 4))
+        finally:
+            await popper.shutdown()
+            await online.shutdown()
+        return seen
+
+    assert asyncio.run(run()) == [(3, 3, 0), (7, 3, 4), (4, 0, 4)]
+
+
+async def _until(check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, "the gauges never got there"
+        await asyncio.sleep(0.3)
