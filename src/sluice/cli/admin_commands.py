@@ -26,7 +26,7 @@ from sluice.common.structs import perm_to_string
 
 NAMESRV_ENV = "SLUICE_NAMESRV"
 CREDENTIALS_FILE_ENV = "SLUICE_CREDENTIALS_FILE"
-ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq")
+ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq", "producer")
 TEXT_BODY_LIMIT = 4096  # characters of a text body shown by get-by-id (--body-only prints it all)
 BINARY_BODY_LIMIT = 256  # bytes of a binary body shown as hex
 PREVIEW = 32  # characters of a body shown in a get-by-key row
@@ -503,6 +503,20 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         dest="cluster_command", required=True, metavar="VERB")
     verb(cluster, "status", cluster_status, "every broker: role, back-pressure, queued writes, data not yet "
          "served (not yet durable), event-loop lag", json_flag=True)
+    from sluice.cli import operator_commands as ops
+
+    p = verb(cluster, "broker-status", ops.broker_status, "a broker's runtime info (mqadmin brokerStatus)", True)
+    p.add_argument("broker", metavar="BROKER", help="its name or host:port")
+    p = verb(cluster, "broker-config", ops.broker_config, "a broker's settings (mqadmin getBrokerConfig)", True)
+    p.add_argument("broker", metavar="BROKER", help="its name or host:port")
+    p = verb(cluster, "broker-config-set", ops.broker_config_set, "change one of the settings a broker allows "
+             "to change while it runs, kept for its next start (mqadmin updateBrokerConfig)")
+    p.add_argument("broker", metavar="BROKER", help="its name or host:port")
+    p.add_argument("key", metavar="KEY", help="RocketMQ's name, e.g. fileReservedTime")
+    p.add_argument("value", metavar="VALUE")
+    p = verb(cluster, "ha-status", ops.ha_status, "replication: each master's slaves, how far behind, in sync "
+             "(mqadmin haStatus)", True)
+    p.add_argument("broker", metavar="BROKER", nargs="?", help="only this broker (default: every master)")
 
     group = sub.add_parser("group", help="inspect consumer groups").add_subparsers(
         dest="group_command", required=True, metavar="VERB")
@@ -510,6 +524,20 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = verb(group, "progress", group_progress, "per queue: broker offset, committed offset and lag", True)
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--topic", help="only this topic")
+    p = verb(group, "connections", ops.group_connections, "the group's consumers online and its subscriptions "
+             "(mqadmin consumerConnection)", True)
+    p.add_argument("group", metavar="GROUP")
+    p = verb(group, "delete", ops.group_delete, "delete a group and its committed offsets from every broker "
+             "(mqadmin deleteSubGroup)")
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("--cluster", help="only on this cluster's brokers")
+    p.add_argument("--keep-offsets", action="store_true", help="keep the group's committed offsets")
+
+    producer = sub.add_parser("producer", help="inspect producer groups").add_subparsers(
+        dest="producer_command", required=True, metavar="VERB")
+    p = verb(producer, "connections", ops.producer_connections, "the group's producers connected to each broker "
+             "(mqadmin producerConnection)", True)
+    p.add_argument("group", metavar="GROUP")
 
     msg = sub.add_parser("msg", help="send and look up messages").add_subparsers(
         dest="msg_command", required=True, metavar="VERB")

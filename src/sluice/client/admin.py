@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Iterable
@@ -33,6 +34,7 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import ConnectionClosedError, RemotingConnectError, RemotingError
+from sluice.remoting.headers import DeleteSubscriptionGroupRequestHeader, GetProducerConnectionListRequestHeader
 from sluice.remoting.tls import TlsLike, client_tls
 
 T = TypeVar("T")
@@ -220,6 +222,75 @@ class Admin:
             return await self.api.get_broker_runtime_info(addr)
         except RemotingError as exc:
             raise AdminError(f"broker {broker} did not answer: {exc}") from exc
+
+    async def _broker_addr(self, broker: str) -> str:
+        """A broker by its name (its master's address) or by its host:port."""
+        if ":" in broker:
+            return broker
+        brokers = await self.brokers()
+        addr = brokers.get(broker)
+        if addr is None:
+            raise AdminError(f"no broker named {broker!r} has a master (brokers: {', '.join(brokers) or 'none'})")
+        return addr
+
+    async def broker_config(self, broker: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's settings under RocketMQ's names (secrets as ``******``)."""
+        resp = await self.api.invoke_ok(await self._broker_addr(broker), RequestCode.GET_BROKER_CONFIG)
+        out = {}
+        for line in bytes(resp.body or b"").decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                out[key.strip()] = value.strip()
+        return out
+
+    async def update_broker_config(self, broker: str, key: str, value: str) -> None:
+        """UPDATE_BROKER_CONFIG: one setting changed while the broker runs (those it allows; docs/configuration.md),
+        kept for its next start; refused naming the key otherwise."""
+        if not key or any(c in key + value for c in "=\n\r"):
+            raise AdminError(f"setting {key!r} = {value!r}: neither may hold '=' or a line break")
+        await self.api.invoke_ok(await self._broker_addr(broker), RequestCode.UPDATE_BROKER_CONFIG,
+                                 body=f"{key}={value}\n".encode())
+
+    async def ha_status(self, broker: str) -> dict[str, Any]:
+        """GET_BROKER_HA_STATUS: a master's slaves (acknowledged offset, how far behind, in sync) or a slave's
+        master."""
+        resp = await self.api.invoke_ok(await self._broker_addr(broker), RequestCode.GET_BROKER_HA_STATUS)
+        return dict(json.loads(bytes(resp.body or b"{}")))
+
+    async def producer_connections(self, group: str) -> list[dict[str, Any]]:
+        """The producers of ``group`` connected to each broker (GET_PRODUCER_CONNECTION_LIST), ``broker`` added."""
+        brokers = await self.brokers()
+        answers = await self._gather(self.api.invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                                     GetProducerConnectionListRequestHeader(group).encode())
+                                     for addr in brokers.values())
+        out: list[dict[str, Any]] = []
+        for name, resp in zip(brokers, answers, strict=True):
+            if resp.code == 0 and resp.body:
+                out.extend({**c, "broker": name} for c in json.loads(bytes(resp.body)).get("connectionSet") or [])
+        return out
+
+    async def group_connections(self, group: str) -> dict[str, Any]:
+        """The consumers of ``group`` online on each broker: clients, the group's subscriptions and modes."""
+        brokers = await self.brokers()
+        answers = await self._gather(self.api.get_consumer_connections(addr, group) for addr in brokers.values())
+        merged: dict[str, Any] = {"group": group, "connections": [], "subscriptions": {}}
+        for name, conns in zip(brokers, answers, strict=True):
+            if not conns:
+                continue
+            merged["connections"].extend({**c, "broker": name} for c in conns.get("connectionSet") or [])
+            merged["subscriptions"].update(conns.get("subscriptionTable") or {})
+            for key in ("consumeType", "messageModel", "consumeFromWhere"):
+                if key in conns:
+                    merged[key] = conns[key]
+        return merged
+
+    async def delete_group(self, group: str, cluster: str | None = None, clean_offset: bool = True) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP on every master (of ``cluster``): the brokers it was deleted on."""
+        brokers = await self.brokers(cluster)
+        await self._gather(self.api.invoke_ok(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                              DeleteSubscriptionGroupRequestHeader(group, clean_offset).encode())
+                           for addr in brokers.values())
+        return list(brokers)
 
     async def topic_route(self, topic: str) -> TopicRouteData:
         route = await self.api.get_topic_route(topic)
