@@ -50,3 +50,29 @@ def test_a_groups_connections_are_listed_and_the_group_deleted(cluster: Cluster,
     assert "deleted group ops-cli-g on broker-a" in ok(capsys, "group", "delete", "ops-cli-g", "--namesrv", ns)
     groups = json.loads(ok(capsys, "group", "list", "--namesrv", ns, "--json"))
     assert "ops-cli-g" not in {g["name"] for g in groups}
+
+
+def test_a_groups_offsets_are_reset_to_the_earliest_and_the_latest(cluster: Cluster, capsys):
+    ns = cluster.namesrv_addr
+    cluster.create_topic("ops-reset-t", 2)
+    with sluice.Producer("ops-reset-pg", namesrv=ns) as producer:
+        for i in range(6):
+            producer.send(sluice.Message("ops-reset-t", b"m%d" % i))
+    ok(capsys, "group", "delete", "ops-reset-g", "--namesrv", ns)  # (no such group yet: nothing to delete)
+    consumer = sluice.PushConsumer("ops-reset-g", namesrv=ns, consume_from="first")  # (creates the group)
+    consumer.subscribe("ops-reset-t")
+    consumer.register_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    consumer.start()
+    consumer.shutdown()
+    latest = json.loads(ok(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t", "--to", "latest",
+                           "--namesrv", ns, "--json"))
+    assert sum(latest.values()) == 6 and len(latest) == 2
+    assert json.loads(ok(capsys, "group", "progress", "ops-reset-g", "--topic", "ops-reset-t", "--namesrv", ns,
+                         "--json"))["totalLag"] == 0
+    earliest = json.loads(ok(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t", "--to", "earliest",
+                             "--namesrv", ns, "--json"))
+    assert set(earliest.values()) == {0}
+    assert json.loads(ok(capsys, "group", "progress", "ops-reset-g", "--topic", "ops-reset-t", "--namesrv", ns,
+                         "--json"))["totalLag"] == 6
+    assert "time 'yesterday'" in fails(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t", "--to",
+                                       "yesterday", "--namesrv", ns)

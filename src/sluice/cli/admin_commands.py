@@ -532,6 +532,12 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--cluster", help="only on this cluster's brokers")
     p.add_argument("--keep-offsets", action="store_true", help="keep the group's committed offsets")
+    p = verb(group, "reset-offset", ops.group_reset_offset, "move a group's offsets on a topic to the earliest, "
+             "the latest, or a time (mqadmin resetOffsetByTime)", True)
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--to", required=True, metavar="WHEN", help="earliest, latest, or a time (ms since the epoch or "
+                   "a local date / time such as 2026-11-28T12:00)")
 
     producer = sub.add_parser("producer", help="inspect producer groups").add_subparsers(
         dest="producer_command", required=True, metavar="VERB")

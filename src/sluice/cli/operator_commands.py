@@ -1,12 +1,13 @@
 """The operator's verbs named after mqadmin's: a broker's runtime status, settings and replication
-(``sluice cluster broker-status|broker-config|broker-config-set|ha-status``), a group's connections and deletion
-(``sluice group connections|delete``) and a producer group's connections (``sluice producer connections``)."""
+(``sluice cluster broker-status|broker-config|broker-config-set|ha-status``), a group's connections, deletion and
+offsets (``sluice group connections|delete|reset-offset``) and a producer group's connections
+(``sluice producer connections``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from sluice.cli.admin_commands import command, out, print_json, print_table
+from sluice.cli.admin_commands import command, out, parse_time, print_json, print_table
 from sluice.client.admin import Admin
 
 
@@ -92,4 +93,18 @@ async def producer_connections(admin: Admin, args: argparse.Namespace) -> int:
                 [[c.get("clientId", "?"), c.get("clientAddr", "?"), c.get("language", "?"), c.get("version", "?"),
                   c["broker"]] for c in conns])
     out(f"{len(conns)} connection(s) of producer group {args.group}")
+    return 0
+
+
+@command
+async def group_reset_offset(admin: Admin, args: argparse.Namespace) -> int:
+    to = args.to.strip().lower()
+    timestamp = 0 if to == "earliest" else -1 if to == "latest" else parse_time(args.to)
+    table = await admin.reset_offset(args.group, args.topic, timestamp)
+    if args.json:
+        print_json(table)
+        return 0
+    print_table(["QUEUE", "OFFSET"], [[k, v] for k, v in table.items()], right=(1,))
+    out(f"group {args.group} on {args.topic} reset to {args.to} ({len(table)} queues); consumers online move at "
+        "their next pull")
     return 0

@@ -23,6 +23,7 @@ from sluice.auth.credentials import CredentialsLike, signing_hook
 from sluice.client.auth_admin import AuthAdminAPI, acl_info, user_info
 from sluice.client.message import Message, SendResult
 from sluice.client.mq_client_api import MQClientAPI
+from sluice.common import fastjson
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import RemotingConfig
 from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
@@ -34,7 +35,11 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import ConnectionClosedError, RemotingConnectError, RemotingError
-from sluice.remoting.headers import DeleteSubscriptionGroupRequestHeader, GetProducerConnectionListRequestHeader
+from sluice.remoting.headers import (
+    DeleteSubscriptionGroupRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    ResetOffsetRequestHeader,
+)
 from sluice.remoting.tls import TlsLike, client_tls
 
 T = TypeVar("T")
@@ -283,6 +288,23 @@ class Admin:
                 if key in conns:
                     merged[key] = conns[key]
         return merged
+
+    async def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[str, int]:
+        """Move the group's offsets on ``topic`` to the first message stored at or after ``timestamp_ms`` (0: the
+        oldest kept; -1: the end) on every broker of the topic (INVOKE_BROKER_TO_RESET_OFFSET, RocketMQ 5's
+        server-side reset: consumers online are told at their next pull). ``broker@topic@queue`` → the offset."""
+        route = await self.topic_route(topic)
+        addrs = [a for b in route.broker_datas if (a := b.select_addr())]
+        answers = await self._gather(self.api.invoke_ok(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                                        ResetOffsetRequestHeader(topic, group, -1, timestamp_ms)
+                                                        .encode(), timeout_ms=10_000) for addr in addrs)
+        out: dict[str, int] = {}
+        for resp in answers:
+            table = fastjson.loads(bytes(resp.body or b"{}")).get("offsetTable") or {}  # (MessageQueue keys)
+            for key, offset in table.items():
+                mq = dict(key.items()) if hasattr(key, "items") else {}
+                out[f"{mq.get('brokerName', '?')}@{mq.get('topic', topic)}@{mq.get('queueId', '?')}"] = int(offset)
+        return dict(sorted(out.items()))
 
     async def delete_group(self, group: str, cluster: str | None = None, clean_offset: bool = True) -> list[str]:
         """DELETE_SUBSCRIPTIONGROUP on every master (of ``cluster``): the brokers it was deleted on."""
