@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from sluice.aio import Producer, PushConsumer
+from sluice.aio import Producer, PullConsumer, PushConsumer
 from sluice.client.admin import Admin
 from sluice.client.message import ConsumeStatus, Message
 from tests.conftest import Cluster
@@ -92,9 +92,15 @@ def test_dead_letters_are_listed_and_resent_once_each_at_the_rate_across_an_inte
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert len(lines) == COUNT and len({r["position"] for r in lines}) == COUNT
     assert {r["topic"] for r in lines} == {f"%RETRY%{GROUP}"}
-    # Once more: nothing new to send.
+    # Once more: nothing new to send; another selection (its own cursor) finds them all in the record.
     assert json.loads(ok(capsys, "dlq", "resend", GROUP, "--all", "--namesrv", ns, "--state", str(state),
                          "--json"))["resent"] == 0
+    again = json.loads(ok(capsys, "dlq", "resend", GROUP, "--since", "0", "--namesrv", ns, "--state", str(state),
+                          "--json"))
+    assert (again["resent"], again["skipped"]) == (0, COUNT)
+    one = json.loads(ok(capsys, "dlq", "resend", GROUP, "--msg-id", lines[5]["dlqMsgId"], "--namesrv", ns,
+                        "--state", str(state), "--json"))
+    assert (one["resent"], one["skipped"]) == (0, 1)  # re-sent already: found, not sent twice
 
     # The group, healthy now, gets each once, as a message of its original topic with what its producer set.
     got: list[tuple[str, bytes, str | None, str | None]] = []
@@ -119,11 +125,54 @@ def test_dead_letters_are_listed_and_resent_once_each_at_the_rate_across_an_inte
     assert {(t, r) for t, _, r, _ in got} == {(TOPIC, "eu")} and all(o for *_, o in got)
 
 
-def test_a_resend_of_an_id_that_is_not_a_dead_letter_says_so(empty_cluster: Cluster, tmp_path: Path, capsys):
+def test_a_resend_of_an_id_that_is_not_a_dead_letter_says_so_and_a_compressed_one_goes_out_whole(
+        empty_cluster: Cluster, tmp_path: Path, capsys):
     cluster = empty_cluster
     cluster.start_broker("broker-a")
     cluster.create_topic("dlq-few", 1)
     dead_letters_in(cluster, "dlq-few", "dlq-few-g", 2)
+    cluster.create_topic("dlq-big", 1)
+    big = bytes(range(256)) * 40  # 10 KiB: the producer compresses it, and the dead letter keeps it compressed
+
+    async def big_dead_letter() -> None:
+        consumer = PushConsumer("dlq-big-g", cluster.namesrv_addr, consume_from="first", max_reconsume_times=0)
+        consumer.subscribe("dlq-big")
+        consumer.register_listener(lambda msgs: ConsumeStatus.RECONSUME_LATER)
+        await consumer.start()
+        try:
+            async with Producer("dlq-big-pg", cluster.namesrv_addr) as producer:
+                await producer.send(Message("dlq-big", big))
+            async with Admin(cluster.namesrv_addr) as admin, asyncio.timeout(60):
+                while True:
+                    try:
+                        if sum(q.messages for q in await admin.topic_status("%DLQ%dlq-big-g")):
+                            return
+                    except Exception:
+                        pass
+                    await asyncio.sleep(0.1)
+        finally:
+            await consumer.shutdown()
+
+    asyncio.run(big_dead_letter())
+    cluster.create_topic("dlq-big-out", 1)
+    sent = json.loads(ok(capsys, "dlq", "resend", "dlq-big-g", "--all", "--to-topic", "dlq-big-out", "--namesrv",
+                         cluster.namesrv_addr, "--state", str(tmp_path), "--json"))
+    assert (sent["resent"], sent["failed"]) == (1, 0)
+
+    async def read_back() -> bytes:
+        consumer = PullConsumer("dlq-big-reader", cluster.namesrv_addr, consume_from="first")
+        consumer.subscribe("dlq-big-out")
+        await consumer.start()
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    msgs = await consumer.poll(1.0)
+                    if msgs:
+                        return bytes(msgs[0].body)
+        finally:
+            await consumer.shutdown()
+
+    assert asyncio.run(read_back()) == big
     err = fails(capsys, "dlq", "resend", "dlq-few-g", "--msg-id", "NOSUCHID", "--namesrv", cluster.namesrv_addr,
                 "--state", str(tmp_path))
     assert err == "sluice: no dead letter of group 'dlq-few-g' has the id(s) NOSUCHID"

@@ -22,7 +22,7 @@ from sluice.cli.admin_commands import (
     print_json,
     print_table,
 )
-from sluice.client.admin import Admin
+from sluice.client.admin import Admin, uncompressed
 from sluice.client.dead_letters import DeadLetterResend, dead_letters, summarize
 
 DEFAULT_STATE_DIR = os.path.join(os.path.expanduser("~"), ".sluice", "dlq")
@@ -37,7 +37,7 @@ async def dlq_list(admin: Admin, args: argparse.Namespace) -> int:
             return 0
         print_table(["MSG ID", "ORIGINAL TOPIC", "FAILURES", "DEAD SINCE", "POSITION", "BODY"],
                     [[d.message.msg_id, d.original_topic or "-", d.message.reconsume_times,
-                      fmt_time(d.message.store_timestamp), d.position, body_preview(d.message.body)]
+                      fmt_time(d.message.store_timestamp), d.position, body_preview(uncompressed(d.message).body)]
                      for d in letters], right=(2,))
         out(f"{len(letters)} dead letter(s) of group {args.group}")
         return 0
@@ -57,12 +57,21 @@ async def dlq_resend(admin: Admin, args: argparse.Namespace) -> int:
     resend = DeadLetterResend(admin, args.group, args.state, msg_ids=set(args.msg_id) if args.msg_id else None,
                               since_ms=parse_time(args.since) if args.since else None, to_topic=args.to_topic,
                               rate=args.rate, restart=args.restart)
+    try:
+        return await _resend(resend, args)
+    finally:
+        resend.close()
+
+
+async def _resend(resend: DeadLetterResend, args: argparse.Namespace) -> int:
     if resend.resuming:
         print(f"resuming from {resend.cursor_path}", file=sys.stderr)
     loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError):  # (Windows: Ctrl-C interrupts the send under way)
+    try:
         loop.add_signal_handler(signal.SIGINT, resend.stop)
         loop.add_signal_handler(signal.SIGTERM, resend.stop)
+    except NotImplementedError:  # (Windows) Ctrl-C stops the run after the send under way there too
+        signal.signal(signal.SIGINT, lambda *_: loop.call_soon_threadsafe(resend.stop))
     bar: Progress | None = None
     update: Callable[[Any], None] | None = None
     if not args.json:
@@ -79,14 +88,15 @@ async def dlq_resend(admin: Admin, args: argparse.Namespace) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.remove_signal_handler(signal.SIGINT)
             loop.remove_signal_handler(signal.SIGTERM)
-    where = args.to_topic or f"%RETRY%{args.group}"
+    where = args.to_topic or "its retry topic"
     if args.json:
         print_json({"group": args.group, "looked": state.looked, "resent": state.resent, "skipped": state.skipped,
-                    "to": where, "interrupted": resend.interrupted, "record": resend.record_path,
-                    "cursor": resend.cursor_path})
+                    "failed": state.failed, "to": args.to_topic, "interrupted": resend.interrupted,
+                    "record": resend.record_path, "cursor": resend.cursor_path})
     else:
         out(f"re-sent {state.resent} dead letter(s) of group {args.group} to {where}"
             + (f" ({state.skipped} re-sent before, skipped)" if state.skipped else "")
+            + (f"; {state.failed} could not be sent as they are (see the record)" if state.failed else "")
             + f"; record: {resend.record_path}")
     if resend.interrupted:
         print("interrupted: run the same command again to go on from where it stopped", file=sys.stderr)

@@ -99,7 +99,7 @@ async def producer_connections(admin: Admin, args: argparse.Namespace) -> int:
 @command
 async def group_reset_offset(admin: Admin, args: argparse.Namespace) -> int:
     to = args.to.strip().lower()
-    timestamp = 0 if to == "earliest" else -1 if to == "latest" else parse_time(args.to)
+    timestamp = 0 if to == "earliest" else -1 if to == "latest" else max(0, parse_time(args.to))
     table = await admin.reset_offset(args.group, args.topic, timestamp)
     if args.json:
         print_json(table)

@@ -295,16 +295,17 @@ class Admin:
         server-side reset: consumers online are told at their next pull). ``broker@topic@queue`` → the offset."""
         route = await self.topic_route(topic)
         addrs = [a for b in route.broker_datas if (a := b.select_addr())]
-        answers = await self._gather(self.api.invoke_ok(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                                                        ResetOffsetRequestHeader(topic, group, -1, timestamp_ms)
-                                                        .encode(), timeout_ms=10_000) for addr in addrs)
+        ext = {**ResetOffsetRequestHeader(topic, group, -1, timestamp_ms).encode(), "isForce": "true"}  # (Java's)
+        answers = await self._gather(self.api.invoke_ok(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext,
+                                                        timeout_ms=10_000) for addr in addrs)
         out: dict[str, int] = {}
         for resp in answers:
             table = fastjson.loads(bytes(resp.body or b"{}")).get("offsetTable") or {}  # (MessageQueue keys)
             for key, offset in table.items():
                 mq = dict(key.items()) if hasattr(key, "items") else {}
                 out[f"{mq.get('brokerName', '?')}@{mq.get('topic', topic)}@{mq.get('queueId', '?')}"] = int(offset)
-        return dict(sorted(out.items()))
+        return dict(sorted(out.items(), key=lambda kv: (kv[0].rsplit("@", 1)[0], int(kv[0].rsplit("@", 1)[1])
+                                                        if kv[0].rsplit("@", 1)[1].isdigit() else 0)))
 
     async def delete_group(self, group: str, cluster: str | None = None, clean_offset: bool = True) -> list[str]:
         """DELETE_SUBSCRIPTIONGROUP on every master (of ``cluster``): the brokers it was deleted on."""
