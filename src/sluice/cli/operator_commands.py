@@ -6,29 +6,28 @@ offsets (``sluice group connections|delete|reset-offset``) and a producer group'
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from sluice.cli.admin_commands import command, out, parse_time, print_json, print_table
 from sluice.client.admin import Admin
 
 
+def _key_values(args: argparse.Namespace, table: dict[str, str], heading: str) -> int:
+    if args.json:
+        print_json(table)
+    else:
+        print_table([heading, "VALUE"], [[k, v] for k, v in sorted(table.items())])
+    return 0
+
+
 @command
 async def broker_status(admin: Admin, args: argparse.Namespace) -> int:
-    info = await admin.broker_runtime_info(args.broker)
-    if args.json:
-        print_json(info)
-        return 0
-    print_table(["KEY", "VALUE"], [[k, v] for k, v in sorted(info.items())])
-    return 0
+    return _key_values(args, await admin.broker_runtime_info(args.broker), "KEY")
 
 
 @command
 async def broker_config(admin: Admin, args: argparse.Namespace) -> int:
-    config = await admin.broker_config(args.broker)
-    if args.json:
-        print_json(config)
-        return 0
-    print_table(["SETTING", "VALUE"], [[k, v] for k, v in sorted(config.items())])
-    return 0
+    return _key_values(args, await admin.broker_config(args.broker), "SETTING")
 
 
 @command
@@ -66,9 +65,7 @@ async def group_connections(admin: Admin, args: argparse.Namespace) -> int:
     if args.json:
         print_json(conns)
         return 0
-    print_table(["CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION", "BROKER"],
-                [[c.get("clientId", "?"), c.get("clientAddr", "?"), c.get("language", "?"), c.get("version", "?"),
-                  c["broker"]] for c in conns["connections"]])
+    _connections_table(conns["connections"])
     subs = ", ".join(f"{t} ({s.get('subString', '*')})" for t, s in sorted(conns["subscriptions"].items()))
     out(f"{len(conns['connections'])} connection(s); {conns.get('consumeType', '-')}, "
         f"{conns.get('messageModel', '-')}; subscriptions: {subs or '-'}")
@@ -89,9 +86,7 @@ async def producer_connections(admin: Admin, args: argparse.Namespace) -> int:
     if args.json:
         print_json(conns)
         return 0
-    print_table(["CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION", "BROKER"],
-                [[c.get("clientId", "?"), c.get("clientAddr", "?"), c.get("language", "?"), c.get("version", "?"),
-                  c["broker"]] for c in conns])
+    _connections_table(conns)
     out(f"{len(conns)} connection(s) of producer group {args.group}")
     return 0
 
@@ -108,3 +103,9 @@ async def group_reset_offset(admin: Admin, args: argparse.Namespace) -> int:
     out(f"group {args.group} on {args.topic} reset to {args.to} ({len(table)} queues); consumers online move at "
         "their next pull")
     return 0
+
+
+def _connections_table(conns: list[dict[str, Any]]) -> None:
+    print_table(["CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION", "BROKER"],
+                [[c.get("clientId", "?"), c.get("clientAddr", "?"), c.get("language", "?"), c.get("version", "?"),
+                  c["broker"]] for c in conns])
