@@ -21,7 +21,8 @@ from sluice.remoting.rpc_latency import RpcLatency
 
 def test_an_answer_lands_in_the_bucket_of_its_milliseconds_and_past_the_limit_in_one_overflow_series(monkeypatch):
     rpc = RpcLatency()
-    now = time.monotonic()
+    now = 1000.0
+    rpc.clock = lambda: now  # (the answer times, not the machine's speed)
     rpc.record(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, False, "success", now - 0.0005)  # 0.5 ms
     rpc.record(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, False, "success", now - 0.004)  # 4 ms
     rpc.record(RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND, True, "success", now - 5)  # held 5 s

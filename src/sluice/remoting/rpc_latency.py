@@ -41,14 +41,15 @@ class RpcLatency:
     """Per (request code, response code, long polling, result): counts per bucket (the last is +Inf, not
     cumulative) and the sum of milliseconds."""
 
-    __slots__ = ("series",)
+    __slots__ = ("series", "clock")
 
     def __init__(self) -> None:
         self.series: dict[tuple[int, int, bool, str], list[float]] = {}
+        self.clock = time.monotonic
 
     def record(self, code: int, response_code: int, held: bool, result: str, since: float) -> None:
         """One answer to a request read at ``since`` (time.monotonic())."""
-        ms = (time.monotonic() - since) * 1000
+        ms = (self.clock() - since) * 1000
         key = (code, response_code, held and code in LONG_POLLING_CODES, result)
         counts = self.series.get(key)
         if counts is None:
