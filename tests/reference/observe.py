@@ -2,11 +2,10 @@
 
 Only what differs from run to run or from broker to broker by nature is taken out: message ids and host
 addresses (made of each broker's address and the client's clock), timestamps, commit-log positions (the
-RocketMQ node serves the whole session, so its log holds other tests' messages), the per-pull properties the Java
-client adds on its side, and the per-message properties RocketMQ stamps on every stored message (``CLUSTER``,
-``MSG_REGION``, ``TRACE_ON``), which Sluice leaves out on purpose (docs/interop.md). Everything else — bodies,
-tags, keys, user and system properties, queues, offsets, flags, CRCs, reconsume counts, response codes — is
-compared as it is.
+RocketMQ node serves the whole session, so its log holds other tests' messages), and the per-pull properties the Java
+client adds on its side. Everything else — bodies, tags, keys, user and system properties (the ``CLUSTER``,
+``MSG_REGION`` and ``TRACE_ON`` both brokers stamp on a stored message among them), queues, offsets, flags, CRCs,
+reconsume counts, response codes — is compared as it is.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from typing import Any, TypeVar
 from sluice import MessageExt
 from tests.reference.conftest import System
 
-# Stamped on every message by RocketMQ's broker, not by Sluice's (a deliberate difference: docs/interop.md).
-BROKER_STAMPED = frozenset({"CLUSTER", "MSG_REGION", "TRACE_ON"})
 # Client-side (the Java client adds them to each pulled message) or unique per run.
 PER_RUN = frozenset({"UNIQ_KEY", "CONSUME_START_TIME", "MAX_OFFSET", "MIN_OFFSET", "ORIGIN_MESSAGE_ID",
                      "__transactionId__"})
@@ -49,7 +46,7 @@ def _pretty(value: Any) -> list[str]:
 
 
 def props(properties: dict[str, str], keep_ids: bool = False) -> dict[str, str]:
-    drop = BROKER_STAMPED if keep_ids else BROKER_STAMPED | PER_RUN
+    drop = frozenset() if keep_ids else PER_RUN
     return {k: v for k, v in sorted(properties.items()) if k not in drop}
 
 

@@ -31,7 +31,7 @@ MAX_SETTINGS = 64
 # is used, never copied at start.
 _RUNTIME = {
     "broker": ("broker_permission", "auto_create_topic_enable", "auto_create_subscription_group",
-               "long_polling_enable", "short_polling_time_mills", "notify_consumer_ids_changed_enable"),
+               "long_polling_enable", "short_polling_time_mills", "notify_consumer_ids_changed_enable", "trace_on"),
     "store": ("file_reserved_time", "delete_when", "disk_max_used_space_ratio", "max_message_size"),
 }
 RUNTIME_SETTINGS: dict[str, tuple[str, str]] = {

@@ -63,6 +63,8 @@ class TopicConfigManager(ConfigManager):
                                       c.default_topic_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE))
         else:
             self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
+        if c.trace_topic_enable:  # (one queue, as RocketMQ: traces are read by key, not in order)
+            system.append(TopicConfig(c.msg_trace_topic_name, 1, 1, PERM_READ | PERM_WRITE))
         for tc in system:
             self.table.setdefault(tc.topic_name, tc)
         self.data_version.next_version(now_ms())

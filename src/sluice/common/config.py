@@ -428,6 +428,14 @@ class BrokerConfig(AuthSettings):
     # SQL92 property filters (MessageSelector.bySql, the key=value filter): off as in RocketMQ; when off, a
     # consumer that subscribes with one is refused (SYSTEM_ERROR at its start and at each pull).
     enable_property_filter: bool = False
+    # Message trace (docs/trace.md): every stored single message is stamped with the region and the trace switch
+    # (``MSG_REGION``, ``TRACE_ON``) and its cluster (``CLUSTER``), as RocketMQ's broker stamps them; clients with
+    # trace on skip a message whose ``TRACE_ON`` is false. ``trace_topic_enable`` creates the trace topic at start
+    # (for brokers that do not create topics on first use).
+    region_id: Name = "DefaultRegion"
+    trace_on: bool = True
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: Name = "RMQ_SYS_TRACE_TOPIC"
     # Transactions: a half message undecided this long after it was sent is checked back with a producer of its
     # group, every ``transaction_check_interval``, at most ``transaction_check_max`` times; then it is discarded
     # (kept in TRANS_CHECK_MAX_TIME_TOPIC). ``reject_transaction_message`` refuses half messages.
@@ -514,6 +522,12 @@ class ClientConfig(_Config):
     auto_batch: bool = True
     batch_max_bytes: Annotated[int, Meta(ge=1, le=4 * 1024 * 1024)] = 32 * 1024
     batch_max_delay_ms: Annotated[int, Meta(ge=0, le=1_000)] = 0
+    # Message trace (docs/trace.md): with ``enable_trace`` a producer records each send and a push consumer each
+    # listener call in ``trace_topic`` (RMQ_SYS_TRACE_TOPIC when empty), as the Java client's ``enableTrace``
+    # does; a record waits at most ``trace_flush_interval_ms`` for others to share its trace message.
+    enable_trace: bool = False
+    trace_topic: Annotated[str, Meta(pattern=r"^([%|a-zA-Z0-9_-]{1,127})?$")] = ""
+    trace_flush_interval_ms: Annotated[int, Meta(ge=10, le=60_000)] = 1_000
     # Push / pull consumers
     pull_batch_size: Annotated[int, Meta(ge=1, le=1024)] = 32
     pull_threshold_for_queue: Positive = 1_000

@@ -23,14 +23,17 @@ from sluice.common.naming import (
     validate_topic,
 )
 from sluice.common.properties import (
+    PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MSG_REGION,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
@@ -263,6 +266,10 @@ class SendMessageProcessor:
             raw = RawBatch(h.topic, queue_id, body, columns, sys_flag, h.born_timestamp, born_host, self.broker_addr,
                            h.reconsume_times, header_props)
         else:
+            cfg = self.config  # (stamped as RocketMQ's broker does: a client's trace reads them; a batch's are not)
+            header_props[PROPERTY_MSG_REGION] = cfg.region_id
+            header_props[PROPERTY_TRACE_SWITCH] = "true" if cfg.trace_on else "false"
+            header_props[PROPERTY_CLUSTER] = cfg.broker_cluster_name
             topic = h.topic
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
@@ -301,8 +308,9 @@ class SendMessageProcessor:
             self.stats.record_topic_put(stored_topic, r.msg_num, r.wrote_bytes, message_type)
             ids = create_message_ids(self.broker_addr, r.phys_offsets)
             return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
-                                             "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
-                                             "TRACE_ON": "true"})
+                                             "queueOffset": str(r.queue_offset),
+                                             PROPERTY_MSG_REGION: self.config.region_id,
+                                             PROPERTY_TRACE_SWITCH: "true" if self.config.trace_on else "false"})
 
         if h.batch:
             return self._put_raw(raw, respond)
