@@ -1,9 +1,15 @@
 """The operator's verbs named after mqadmin's, against a real broker: status, settings, replication, connections,
-group deletion."""
+group creation, update, deletion, offsets skipped and cloned, a topic's permission, messages read without a group."""
 
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
 
 import sluice
 from sluice import ConsumeStatus
@@ -76,3 +82,100 @@ def test_a_groups_offsets_are_reset_to_the_earliest_and_the_latest(cluster: Clus
                          "--json"))["totalLag"] == 6
     assert "time 'yesterday'" in fails(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t", "--to",
                                        "yesterday", "--namesrv", ns)
+
+
+def test_a_groups_settings_are_created_updated_skipped_and_cloned(cluster: Cluster, capsys):
+    ns = cluster.namesrv_addr
+    cluster.create_topic("ops-grp-t", 2)
+    created = json.loads(ok(capsys, "group", "create", "ops-grp-g", "--retry-max-times", "3", "--namesrv", ns,
+                            "--json"))
+    assert (created["retryMaxTimes"], created["consumeEnable"], created["retryQueueNums"]) == (3, True, 1)
+    updated = json.loads(ok(capsys, "group", "update", "ops-grp-g", "--consume-enable", "false", "--namesrv", ns,
+                            "--json"))
+    assert (updated["retryMaxTimes"], updated["consumeEnable"]) == (3, False)  # the others kept
+    assert "no group 'ops-none'" in fails(capsys, "group", "update", "ops-none", "--orderly", "true", "--namesrv", ns)
+    ok(capsys, "group", "update", "ops-grp-g", "--consume-enable", "true", "--namesrv", ns)
+
+    with sluice.Producer("ops-grp-pg", namesrv=ns) as producer:
+        for i in range(8):
+            producer.send(sluice.Message("ops-grp-t", b"m%d" % i))
+    consumer = sluice.PushConsumer("ops-grp-g", namesrv=ns, consume_from="first")
+    consumer.subscribe("ops-grp-t")
+    consumer.register_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    consumer.start()
+    consumer.shutdown()  # (commits what it consumed: maybe all, maybe not yet)
+    ok(capsys, "group", "reset-offset", "ops-grp-g", "ops-grp-t", "--to", "earliest", "--namesrv", ns)
+    skipped = json.loads(ok(capsys, "group", "skip", "ops-grp-g", "ops-grp-t", "--namesrv", ns, "--json"))
+    assert sum(skipped.values()) == 8
+    assert json.loads(ok(capsys, "group", "progress", "ops-grp-g", "--topic", "ops-grp-t", "--namesrv", ns,
+                         "--json"))["totalLag"] == 0
+
+    cloned = json.loads(ok(capsys, "group", "clone", "ops-grp-g", "ops-grp-copy", "ops-grp-t", "--namesrv", ns,
+                           "--json"))
+    assert sum(cloned.values()) == 8 and len(cloned) == 2
+    copy = json.loads(ok(capsys, "group", "progress", "ops-grp-copy", "--topic", "ops-grp-t", "--namesrv", ns,
+                         "--json"))
+    assert copy["totalLag"] == 0 and sum(q["consumerOffset"] for q in copy["queues"]) == 8
+
+
+def test_a_topics_permission_is_changed_and_its_messages_read_without_a_group(cluster: Cluster, capsys):
+    ns = cluster.namesrv_addr
+    cluster.create_topic("ops-read-t", 2)
+    with sluice.Producer("ops-read-pg", namesrv=ns) as producer:
+        sent = [producer.send(sluice.Message("ops-read-t", b"body-%d" % i, tags="T", keys=[f"k{i}"]))
+                for i in range(6)]
+    first = sent[0]
+    shown = json.loads(ok(capsys, "msg", "get-by-offset", "ops-read-t", "--broker", "broker-a", "--queue",
+                          str(first.queue.queue_id), "--offset", str(first.queue_offset), "--namesrv", ns, "--json"))
+    assert (shown["msgId"], shown["body"]) == (first.msg_id, "body-0")
+    err = fails(capsys, "msg", "get-by-offset", "ops-read-t", "--broker", "broker-a", "--queue", "0", "--offset",
+                "99", "--namesrv", ns)
+    assert "no message at offset 99 of ops-read-t queue 0 on broker-a" in err
+
+    lines = ok(capsys, "msg", "consume", "ops-read-t", "--namesrv", ns, "--json").splitlines()
+    assert sorted(json.loads(line)["body"] for line in lines) == [f"body-{i}" for i in range(6)]
+    two = ok(capsys, "msg", "consume", "ops-read-t", "--count", "2", "--namesrv", ns).splitlines()
+    assert two[0].split()[:3] == ["STORE", "HOST", "QUEUE"] and len(two) == 3
+    assert ok(capsys, "msg", "consume", "ops-read-t", "--from", "latest", "--namesrv", ns, "--json") == ""
+    q0 = [json.loads(line) for line in ok(capsys, "msg", "consume", "ops-read-t", "--queue", "0", "--offset", "1",
+                                          "--namesrv", ns, "--json").splitlines()]
+    assert all(m["queueId"] == 0 and m["queueOffset"] >= 1 for m in q0)
+    assert len(q0) == sum(1 for r in sent if r.queue.queue_id == 0) - 1
+
+    assert "permission 4 on broker-a" in ok(capsys, "topic", "update-perm", "ops-read-t", "--perm", "R",
+                                             "--namesrv", ns)
+    route = json.loads(ok(capsys, "topic", "route", "ops-read-t", "--namesrv", ns, "--json"))
+    assert {q["perm"] for q in route["queueDatas"]} == {4}
+    readable = ok(capsys, "msg", "consume", "ops-read-t", "--namesrv", ns, "--json").splitlines()
+    assert len(readable) == 6  # (a read-only topic is read as before)
+
+
+def test_consume_follow_prints_messages_as_they_are_sent_until_interrupted(cluster: Cluster):
+    ns = cluster.namesrv_addr
+    cluster.create_topic("ops-follow-t", 2)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "msg", "consume", "ops-follow-t", "--from",
+                             "latest", "--follow", "--json", "--namesrv", ns], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        got: list[str] = []
+        with sluice.Producer("ops-follow-pg", namesrv=ns) as producer:
+            deadline = time.monotonic() + 60
+            i = 0
+            # (sent until the reader shows one: it starts at the end of the queues as it finds them)
+            while not got and time.monotonic() < deadline:
+                producer.send(sluice.Message("ops-follow-t", b"live-%d" % i))
+                i += 1
+                ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+                if ready:
+                    got.append(json.loads(proc.stdout.readline())["body"])
+            assert got and got[0].startswith("live-"), proc.stderr.read() if proc.poll() is not None else got
+            producer.send(sluice.Message("ops-follow-t", b"after"))
+            while "after" not in got and time.monotonic() < deadline:
+                got.append(json.loads(proc.stdout.readline())["body"])
+        assert "after" in got
+        assert proc.poll() is None  # still following
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    assert proc.returncode in (0, 130)

@@ -483,12 +483,20 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
     topic = sub.add_parser("topic", help="create, inspect and delete topics").add_subparsers(
         dest="topic_command", required=True, metavar="VERB")
-    p = verb(topic, "create", topic_create, "create (or update) a topic on every broker of the cluster")
+    from sluice.cli import operator_commands as ops
+
+    for name, help_ in (("create", "create (or update) a topic on every broker of the cluster"),
+                        ("update", "update (or create) a topic on every broker of the cluster (mqadmin updateTopic)")):
+        p = verb(topic, name, topic_create, help_)
+        p.add_argument("name", metavar="NAME")
+        p.add_argument("--queues", type=int, default=8, help="read and write queues per broker (default 8)")
+        p.add_argument("--perm", default="RW", help="RW, R, W or a number such as 6 (default RW)")
+        p.add_argument("--order", action="store_true", help="an ordered topic (also sets its order config)")
+        p.add_argument("--cluster", help="only on this cluster's brokers (default: every broker)")
+    p = verb(topic, "update-perm", ops.topic_update_perm, "change a topic's permission on its brokers, its queues "
+             "as they are (mqadmin updateTopicPerm)")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--queues", type=int, default=8, help="read and write queues per broker (default 8)")
-    p.add_argument("--perm", default="RW", help="RW, R, W or a number such as 6 (default RW)")
-    p.add_argument("--order", action="store_true", help="an ordered topic (also sets its order config)")
-    p.add_argument("--cluster", help="only on this cluster's brokers (default: every broker)")
+    p.add_argument("--perm", required=True, help="RW, R, W or a number such as 6")
     p = verb(topic, "list", topic_list, "list the topics the name server knows", json_flag=True)
     p.add_argument("--cluster", help="only topics on this cluster's brokers")
     p = verb(topic, "route", topic_route, "show a topic's brokers, addresses, queues and permissions", True)
@@ -503,7 +511,6 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         dest="cluster_command", required=True, metavar="VERB")
     verb(cluster, "status", cluster_status, "every broker: role, back-pressure, queued writes, data not yet "
          "served (not yet durable), event-loop lag", json_flag=True)
-    from sluice.cli import operator_commands as ops
 
     p = verb(cluster, "broker-status", ops.broker_status, "a broker's runtime info (mqadmin brokerStatus)", True)
     p.add_argument("broker", metavar="BROKER", help="its name or host:port")
@@ -532,6 +539,21 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--cluster", help="only on this cluster's brokers")
     p.add_argument("--keep-offsets", action="store_true", help="keep the group's committed offsets")
+    p = verb(group, "create", ops.group_create, "create (or update) a consumer group on every broker (mqadmin "
+             "updateSubGroup)", True)
+    ops.add_group_config_flags(p)
+    p = verb(group, "update", ops.group_update, "change settings of an existing group, keeping the others "
+             "(mqadmin updateSubGroup)", True)
+    ops.add_group_config_flags(p)
+    p = verb(group, "skip", ops.group_skip, "move a group's offsets on a topic to the end: what waits is skipped "
+             "(mqadmin skipAccumulatedMessage)", True)
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("topic", metavar="TOPIC")
+    p = verb(group, "clone", ops.group_clone, "give a group another group's committed offsets on a topic "
+             "(mqadmin cloneGroupOffset)", True)
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("target", metavar="TARGET")
+    p.add_argument("topic", metavar="TOPIC")
     p = verb(group, "reset-offset", ops.group_reset_offset, "move a group's offsets on a topic to the earliest, "
              "the latest, or a time (mqadmin resetOffsetByTime)", True)
     p.add_argument("group", metavar="GROUP")
@@ -567,6 +589,11 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--max", type=int, default=64, help="at most this many messages (default 64)")
     p.add_argument("--begin", help="stored at or after (ms since the epoch, or e.g. 2024-05-01T12:00)")
     p.add_argument("--end", help="stored at or before (ms since the epoch, or a date / time)")
+    from sluice.cli.read_commands import add_read_commands
+    from sluice.cli.trace_commands import add_trace_command
+
+    add_read_commands(msg, verb)
+    add_trace_command(msg, verb)
     add_auth_commands(sub, verb)
     from sluice.cli.dlq_commands import add_dlq_commands
 

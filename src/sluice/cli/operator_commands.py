@@ -1,6 +1,7 @@
 """The operator's verbs named after mqadmin's: a broker's runtime status, settings and replication
-(``sluice cluster broker-status|broker-config|broker-config-set|ha-status``), a group's connections, deletion and
-offsets (``sluice group connections|delete|reset-offset``) and a producer group's connections
+(``sluice cluster broker-status|broker-config|broker-config-set|ha-status``), a topic's permission
+(``sluice topic update-perm``), a group's config, connections, deletion and offsets
+(``sluice group create|update|connections|delete|reset-offset|skip|clone``) and a producer group's connections
 (``sluice producer connections``)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import argparse
 from typing import Any
 
 from sluice.cli.admin_commands import command, out, parse_time, print_json, print_table
-from sluice.client.admin import Admin
+from sluice.client.admin import Admin, parse_perm
 
 
 def _key_values(args: argparse.Namespace, table: dict[str, str], heading: str) -> int:
@@ -103,6 +104,93 @@ async def group_reset_offset(admin: Admin, args: argparse.Namespace) -> int:
     out(f"group {args.group} on {args.topic} reset to {args.to} ({len(table)} queues); consumers online move at "
         "their next pull")
     return 0
+
+
+@command
+async def topic_update_perm(admin: Admin, args: argparse.Namespace) -> int:
+    brokers = await admin.update_topic_perm(args.name, args.perm)
+    out(f"topic {args.name}: permission {parse_perm(args.perm)} on {', '.join(sorted(brokers))}")
+    return 0
+
+
+def _group_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The group settings named on the command line, under RocketMQ's names."""
+    changes: dict[str, Any] = {}
+    for flag, name in (("retry_max_times", "retryMaxTimes"), ("retry_queue_nums", "retryQueueNums"),
+                       ("consume_enable", "consumeEnable"), ("broadcast", "consumeBroadcastEnable"),
+                       ("from_min", "consumeFromMinEnable"), ("orderly", "consumeMessageOrderly"),
+                       ("broker_id", "brokerId"), ("slow_broker_id", "whichBrokerWhenConsumeSlowly")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[name] = value
+    return changes
+
+
+async def _group_write(admin: Admin, args: argparse.Namespace, must_exist: bool) -> int:
+    brokers = await admin.update_group(args.group, args.cluster, must_exist=must_exist, **_group_changes(args))
+    config = await admin.group_config(args.group, args.cluster) or {}
+    if args.json:
+        print_json(config)
+        return 0
+    print_table(["SETTING", "VALUE"], [[k, v] for k, v in sorted(config.items()) if k != "groupName"])
+    out(f"group {args.group} {'updated' if must_exist else 'created or updated'} on {', '.join(sorted(brokers))}")
+    return 0
+
+
+@command
+async def group_create(admin: Admin, args: argparse.Namespace) -> int:
+    return await _group_write(admin, args, must_exist=False)
+
+
+@command
+async def group_update(admin: Admin, args: argparse.Namespace) -> int:
+    return await _group_write(admin, args, must_exist=True)
+
+
+@command
+async def group_skip(admin: Admin, args: argparse.Namespace) -> int:
+    table = await admin.reset_offset(args.group, args.topic, -1)
+    if args.json:
+        print_json(table)
+        return 0
+    out(f"group {args.group} skipped what waited on {args.topic}: {len(table)} queue(s) now at their end; consumers "
+        "online move at their next pull")
+    return 0
+
+
+@command
+async def group_clone(admin: Admin, args: argparse.Namespace) -> int:
+    table = await admin.clone_offsets(args.source, args.target, args.topic)
+    if args.json:
+        print_json(table)
+        return 0
+    print_table(["QUEUE", "OFFSET"], [[k, v] for k, v in table.items()], right=(1,))
+    out(f"group {args.target} now has {args.source}'s offsets on {args.topic} ({len(table)} queues); it reads from "
+        "there when its consumers next start (those online keep their own until then)")
+    return 0
+
+
+def add_group_config_flags(p: argparse.ArgumentParser) -> None:
+    """Options of ``group create`` / ``group update`` (RocketMQ's SubscriptionGroupConfig)."""
+    def on_off(text: str) -> bool:
+        v = text.strip().lower()
+        if v in ("true", "on", "yes", "1"):
+            return True
+        if v in ("false", "off", "no", "0"):
+            return False
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("--cluster", help="only on this cluster's brokers")
+    p.add_argument("--retry-max-times", type=int, metavar="N", help="deliveries before the dead-letter queue "
+                   "(default 16)")
+    p.add_argument("--retry-queue-nums", type=int, metavar="N", help="queues of its retry topic (default 1)")
+    p.add_argument("--consume-enable", type=on_off, metavar="BOOL", help="false: its consumers get nothing")
+    p.add_argument("--broadcast", type=on_off, metavar="BOOL", help="may it consume in broadcasting mode")
+    p.add_argument("--from-min", type=on_off, metavar="BOOL", help="may a new group start from the first message")
+    p.add_argument("--orderly", type=on_off, metavar="BOOL", help="FIFO for RocketMQ 5 (gRPC) consumers")
+    p.add_argument("--broker-id", type=int, metavar="ID", help="the broker id its pulls go to")
+    p.add_argument("--slow-broker-id", type=int, metavar="ID", help="the broker id pulls go to when it falls behind")
 
 
 def _connections_table(conns: list[dict[str, Any]]) -> None:

@@ -23,13 +23,14 @@ from sluice.auth.credentials import CredentialsLike, signing_hook
 from sluice.client.auth_admin import AuthAdminAPI, acl_info, user_info
 from sluice.client.message import Message, SendResult
 from sluice.client.mq_client_api import MQClientAPI
+from sluice.client.trace import TRACE_TOPIC, TraceStep, records_for, trace_steps
 from sluice.common import fastjson
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import RemotingConfig
 from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
 from sluice.common.message import MessageExt, decode_message_id
-from sluice.common.naming import validate_topic
-from sluice.common.structs import ClusterInfo, TopicRouteData
+from sluice.common.naming import validate_group, validate_topic
+from sluice.common.structs import ClusterInfo, MessageQueue, TopicRouteData
 from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode
@@ -48,6 +49,11 @@ DEFAULT_NAMESRV = "127.0.0.1:9876"
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 ADMIN_PRODUCER_GROUP = "SLUICE_ADMIN_PRODUCER"
 LONG_MAX = (1 << 63) - 1
+# A new group's config, as RocketMQ's SubscriptionGroupConfig defaults it.
+GROUP_DEFAULTS: dict[str, Any] = {
+    "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
+    "consumeMessageOrderly": False, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
+    "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}
 _PARALLEL_CALLS = 32
 
 
@@ -307,6 +313,49 @@ class Admin:
         return dict(sorted(out.items(), key=lambda kv: (kv[0].rsplit("@", 1)[0], int(kv[0].rsplit("@", 1)[1])
                                                         if kv[0].rsplit("@", 1)[1].isdigit() else 0)))
 
+    async def group_config(self, group: str, cluster: str | None = None) -> dict[str, Any] | None:
+        """The group's config (RocketMQ's SubscriptionGroupConfig JSON) as the first master that has it holds it."""
+        for addr in (await self.brokers(cluster)).values():
+            table = await self.api.get_all_subscription_groups(addr)
+            if group in table:
+                return dict(table[group])
+        return None
+
+    async def update_group(self, group: str, cluster: str | None = None, *, must_exist: bool = False,
+                           **changes: Any) -> dict[str, str]:
+        """Create or update ``group`` on every master of ``cluster`` (mqadmin updateSubGroup): its config as it is
+        (or RocketMQ's defaults) with ``changes`` (RocketMQ's field names: ``retryMaxTimes``, ``consumeEnable``,
+        ``consumeBroadcastEnable``, ``consumeFromMinEnable``, ``consumeMessageOrderly``, ``retryQueueNums``,
+        ``brokerId``, ``whichBrokerWhenConsumeSlowly``); broker name → address. With ``must_exist`` a group no
+        broker has is an error."""
+        validate_group(group)
+        targets = await self.brokers(cluster)
+        if not targets:
+            raise AdminError("no broker is registered with the name server" if cluster is None
+                             else f"cluster {cluster!r} has no master broker")
+        current = await self.group_config(group, cluster)
+        if current is None and must_exist:
+            raise AdminError(f"no group {group!r} on the brokers" + (f" of cluster {cluster!r}" if cluster else ""))
+        config = {**GROUP_DEFAULTS, **(current or {}), **changes, "groupName": group}
+        await self._gather(self.api.update_subscription_group(addr, config) for addr in targets.values())
+        return targets
+
+    async def clone_offsets(self, source: str, target: str, topic: str) -> dict[str, int]:
+        """Give group ``target`` the committed offsets ``source`` has on ``topic`` (mqadmin cloneGroupOffset):
+        ``broker@queue`` → the offset written, for each queue of ``source``'s consume stats (as mqadmin: one it
+        never committed is written as 0)."""
+        progress = await self.group_progress(source, topic)
+        route = await self.topic_route(topic)
+        addrs = {b.broker_name: a for b in route.broker_datas if (a := b.select_addr())}
+        out: dict[str, int] = {}
+        for q in progress.queues:
+            if q.broker_name not in addrs:
+                continue
+            mq = MessageQueue(topic, q.broker_name, q.queue_id)
+            await self.api.update_consumer_offset(addrs[q.broker_name], target, mq, q.consumer_offset)
+            out[f"{q.broker_name}@{q.queue_id}"] = q.consumer_offset
+        return out
+
     async def delete_group(self, group: str, cluster: str | None = None, clean_offset: bool = True) -> list[str]:
         """DELETE_SUBSCRIPTIONGROUP on every master (of ``cluster``): the brokers it was deleted on."""
         brokers = await self.brokers(cluster)
@@ -352,6 +401,22 @@ class Admin:
         if wait > 0:
             await self._wait_route(topic, lambda r: set(targets) <= {q.broker_name for q in r.queue_datas}, wait)
         return targets
+
+    async def update_topic_perm(self, topic: str, perm: int | str, wait: float = 5.0) -> dict[str, str]:
+        """Change ``topic``'s permission on each broker that has it, its queues as they are (mqadmin
+        updateTopicPerm): broker name → address. Waits up to ``wait`` seconds for the route to show it."""
+        perm_value = parse_perm(perm)
+        route = await self.topic_route(topic)
+        addrs = {b.broker_name: a for b in route.broker_datas if (a := b.select_addr())}
+        queues = {q.broker_name: q for q in route.queue_datas if q.broker_name in addrs}
+        if not queues:
+            raise AdminError(f"topic {topic!r} has no broker with a master")
+        await self._gather(self.api.create_topic(addrs[name], topic, q.read_queue_nums, q.write_queue_nums,
+                                                 perm_value) for name, q in queues.items())
+        if wait > 0:
+            await self._wait_route(topic, lambda r: all(q.perm == perm_value for q in r.queue_datas
+                                                        if q.broker_name in queues), wait)
+        return {name: addrs[name] for name in queues}
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> dict[str, str]:
         """Delete ``topic`` from its brokers (those of ``cluster`` only, if given) and from the name server(s)."""
@@ -478,6 +543,14 @@ class Admin:
         """Messages of ``topic`` with ``key`` among their KEYS, stored in [begin_ms, end_ms]: the newest
         ``max_num``, oldest first."""
         return await self._query(topic, key, unique=False, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms)
+
+    async def message_trace(self, msg_id: str, trace_topic: str = TRACE_TOPIC, max_num: int = 64,
+                            begin_ms: int = 0, end_ms: int = LONG_MAX) -> list[TraceStep]:
+        """The trace of message ``msg_id`` (its id as the producer saw it): its send, its transaction's end and
+        each consumer group's listener calls, as clients with trace on recorded them in ``trace_topic``
+        (``mqadmin queryMsgTraceById``). Empty when no client recorded any."""
+        found = await self.messages_by_key(trace_topic, msg_id, max_num, begin_ms, end_ms)
+        return trace_steps(r for m in found for r in records_for(msg_id, m.body, m.born_host.rsplit(":", 1)[0]))
 
     async def _query(self, topic: str, key: str, unique: bool, max_num: int, begin_ms: int,
                      end_ms: int) -> list[MessageExt]:

@@ -299,6 +299,9 @@ class SendResult:
     queue_offset: int
     msg_ids: list[str] = field(default_factory=list)
     transaction_id: str | None = None
+    # The broker's region and trace switch (a producer with trace on records a send only when the switch is on).
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
 
 
 class ConsumeStatus(enum.Enum):

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.in_flight import InFlight, OnWire, Place
 from sluice.client.aio.record_accumulator import BatchKey, PendingSend, ProducerBatch, RecordAccumulator, batchable
 from sluice.client.aio.sender import Sender, chain
+from sluice.client.aio.trace_dispatcher import TraceDispatcher
 from sluice.client.batch import encode_message_batch
 from sluice.client.latency_fault_tolerance import LatencyFaultTolerance
 from sluice.client.message import Message, SendResult
 from sluice.client.message_id import create_uniq_id
 from sluice.client.mq_client import MQClientInstance, client_config
 from sluice.client.queue_router import QueueRouter, QueueSelector, TopicPublishInfo
+from sluice.client.trace import now_ms, pub_context
 from sluice.common.batch_codec import encode_batch_record
 from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError
@@ -50,6 +53,8 @@ class Producer:
         self.in_flight = InFlight(cfg.max_inflight_async_sends, self.accumulator)
         self.sender = Sender(group, self.client, cfg, self.router, self.faults, self.in_flight)
         self._flush_handle: asyncio.Handle | None = None
+        # With ``enable_trace``: each answered send is recorded in the trace topic (docs/trace.md).
+        self.trace = TraceDispatcher(group, "PRODUCER", cfg, credentials, tls) if cfg.enable_trace else None
 
     @property
     def started(self) -> bool:
@@ -68,6 +73,8 @@ class Producer:
         self._flush_handle = None  # (one left pending by a loop that closed)
         self.in_flight.reset()
         self.started = True
+        if self.trace is not None:
+            await self.trace.start()
         return self
 
     async def shutdown(self) -> None:
@@ -76,6 +83,8 @@ class Producer:
             self.started = False
             self.sender.cancel_retries()
             await self.client.shutdown()
+            if self.trace is not None:
+                await self.trace.shutdown()
 
     async def __aenter__(self) -> Producer:
         return await self.start()
@@ -91,8 +100,11 @@ class Producer:
         ``sharding_key`` (or ``selector`` / ``queue``) pins the queue: messages with the same key keep their
         order. Raises ``ClientError`` / ``BrokerResponseError`` when the message could not be stored.
         """
+        started = now_ms() if self.trace is not None else 0
         result = await self._send_one(msg, sharding_key, queue, selector, arg, timeout, oneway=False)
         assert result is not None
+        if self.trace is not None:
+            self._trace_pub(msg, result, started)
         return result
 
     async def send_oneway(self, msg: Message, *, sharding_key: str | None = None,
@@ -118,6 +130,12 @@ class Producer:
         attempt; a first attempt already on the wire keeps its slot until it is answered (and may still store
         the message), a later one frees it at once.
         """
+        if self.trace is not None and isinstance(msg, Message):
+            return self._traced(msg, now_ms(), self._send_async(msg, sharding_key, queue, timeout))
+        return self._send_async(msg, sharding_key, queue, timeout)
+
+    def _send_async(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
+                    timeout: float | None) -> asyncio.Future[SendResult]:
         loop = asyncio.get_running_loop()
         place: Place | None = None
         topic = msg.topic if isinstance(msg, Message) else ""  # (not a Message: the send's task says so)
@@ -145,10 +163,18 @@ class Producer:
         batch = encode_message_batch(msgs, self.config.max_message_size)
         self._flush_batches(batch.topic)
         request = self.sender.batch_request(batch.body, encode_properties(batch.properties).decode())
+        started = now_ms()
         resp, mq = await self.sender.send_with_retries(batch.topic, request, msgs[0], sharding_key, queue, None, None,
                                                        timeout, oneway=False)
         assert resp is not None
-        return self.sender.result(resp, mq, batch.msg_ids)
+        result = self.sender.result(resp, mq, batch.msg_ids)
+        if self.trace is not None:  # (a Pub record per message, each found by its own id)
+            offset_ids = result.offset_msg_id.split(",")
+            for i, m in enumerate(msgs):
+                one = replace(result, msg_id=batch.msg_ids[i], msg_ids=[batch.msg_ids[i]],
+                              offset_msg_id=offset_ids[i] if len(offset_ids) == len(msgs) else "")
+                self._trace_pub(m, one, started)
+        return result
 
     async def send_batch_body(self, topic: str, body: bytes, *, queue: MessageQueue | None = None,
                               timeout: float | None = None) -> SendResult:
@@ -170,6 +196,21 @@ class Producer:
     async def publish_info(self, topic: str) -> TopicPublishInfo:
         """The queues to send ``topic`` to; through TBW102's brokers while the topic has no route yet."""
         return await self.router.publish_info(topic)
+
+    # == trace =======================================================================================
+    def _trace_pub(self, msg: Message, result: SendResult, started: int, half: bool = False) -> None:
+        assert self.trace is not None
+        ctx = pub_context(self.group, msg, result, started,
+                          self.client.find_broker_addr(result.queue.broker_name) or "", half)
+        if ctx is not None:
+            self.trace.append(ctx)
+
+    def _traced(self, msg: Message, started: int, fut: asyncio.Future[SendResult]) -> asyncio.Future[SendResult]:
+        def done(f: asyncio.Future[SendResult]) -> None:
+            if not f.cancelled() and f.exception() is None and self.trace is not None:
+                self._trace_pub(msg, f.result(), started)
+        fut.add_done_callback(done)
+        return fut
 
     # == the send paths ==============================================================================
     def _check_started(self) -> None:

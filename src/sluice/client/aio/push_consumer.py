@@ -20,11 +20,13 @@ from typing import Any
 
 from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.consumer_base import ConsumerBase, StartedPull
+from sluice.client.aio.trace_dispatcher import TraceDispatcher
 from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, PullStatus
 from sluice.client.message_selector import MessageSelector
 from sluice.client.mq_client import client_config
 from sluice.client.process_queue import ProcessQueue
 from sluice.client.rebalance import AllocateStrategy
+from sluice.client.trace import ConsumeReturnType, TraceContext, sub_after_context, sub_before_context
 from sluice.common.config import ClientConfig
 from sluice.common.decimal_text import is_long
 from sluice.common.errors import ClientError, OffsetStoreError
@@ -78,6 +80,9 @@ class PushConsumer(ConsumerBase):
         self._consume_sem: asyncio.Semaphore | None = None
         self._timers: list[asyncio.Task[None]] = []
         self._rebalance_lock = asyncio.Lock()
+        # With ``enable_trace``: each listener call is recorded in the trace topic (docs/trace.md).
+        self.trace = TraceDispatcher(group, "CONSUMER", self.config, credentials, tls) \
+            if self.config.enable_trace else None
 
     # == configuration ===============================================================================
     def subscribe(self, topic: str, expression: str | MessageSelector | None = "*", *,
@@ -111,6 +116,8 @@ class PushConsumer(ConsumerBase):
                                             thread_name_prefix=f"sluice-consume-{self.group}")
         self._consume_sem = asyncio.Semaphore(self.config.consume_thread_nums)
         await self.start_client()
+        if self.trace is not None:
+            await self.trace.start()
         if self.orderly and self.clustering:
             self._timers.append(asyncio.get_running_loop().create_task(self._renew_locks_loop()))
         if not self.orderly:
@@ -145,6 +152,8 @@ class PushConsumer(ConsumerBase):
         self.client.consumers.pop(self.group, None)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.trace is not None:
+            await self.trace.shutdown()
 
     async def __aenter__(self) -> PushConsumer:
         return await self.start()
@@ -356,6 +365,31 @@ class PushConsumer(ConsumerBase):
             return await fn(msgs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, msgs)
 
+    def _trace_before(self, msgs: list[MessageExt]) -> TraceContext | None:
+        if self.trace is None:
+            return None
+        ctx = sub_before_context(self.group, msgs)
+        if ctx is not None:
+            self.trace.append(ctx)
+        return ctx
+
+    def _trace_after(self, before: TraceContext, msgs: list[MessageExt], status: object, raised: bool,
+                     began: float, *ok: object) -> None:
+        """The SubAfter record of a listener call (how it ended named as RocketMQ's ConsumeReturnType)."""
+        assert self.trace is not None
+        if raised:
+            how = ConsumeReturnType.EXCEPTION
+        elif status is None:
+            how = ConsumeReturnType.RETURNNULL
+        elif (time.monotonic() - began) * 1000 >= self.config.consume_timeout_millis:
+            how = ConsumeReturnType.TIME_OUT
+        elif status in ok:
+            how = ConsumeReturnType.SUCCESS
+        else:
+            how = ConsumeReturnType.FAILED
+        success = not raised and (status is None or status in ok)
+        self.trace.append(sub_after_context(before, len(msgs), success, how))
+
     async def consume_message_directly(self, msg: MessageExt) -> dict[str, Any]:
         """CONSUME_MESSAGE_DIRECTLY (the dashboard's "resend to this consumer", ``mqadmin queryMsgById -d``): the
         listener called on ``msg`` outside the queues, nothing committed or sent back; RocketMQ's
@@ -388,14 +422,19 @@ class PushConsumer(ConsumerBase):
             if pq.dropped:
                 return
             key = next(self._inflight_ids)
-            self._inflight[key] = (mq, pq, msgs, time.monotonic())  # (consume_timeout_millis: _clean_expired)
+            began = time.monotonic()
+            self._inflight[key] = (mq, pq, msgs, began)  # (consume_timeout_millis: _clean_expired)
+            before = self._trace_before(msgs)
+            raised = False
             try:
                 status = await self._call_listener(msgs)
             except Exception:
                 log.exception("listener of group %s failed on %d message(s) of %s", self.group, len(msgs), mq)
-                status = ConsumeStatus.RECONSUME_LATER
+                status, raised = ConsumeStatus.RECONSUME_LATER, True
             finally:
                 self._inflight.pop(key, None)
+        if before is not None:
+            self._trace_after(before, msgs, status, raised, began, ConsumeStatus.CONSUME_SUCCESS)
         if status is None:
             status = ConsumeStatus.CONSUME_SUCCESS
         elif status is not ConsumeStatus.CONSUME_SUCCESS and status is not ConsumeStatus.RECONSUME_LATER:
@@ -482,11 +521,15 @@ class PushConsumer(ConsumerBase):
             if not msgs:
                 return
             # No consume timeout here, as in RocketMQ: an orderly queue's messages wait for its listener.
+            began, before, raised = time.monotonic(), self._trace_before(msgs), False
             try:
                 status = await self._call_listener(msgs)
             except Exception:
                 log.exception("orderly listener of group %s failed on %s", self.group, mq)
-                status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                status, raised = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT, True
+            if before is not None:
+                self._trace_after(before, msgs, status, raised, began, ConsumeOrderlyStatus.SUCCESS,
+                                  ConsumeStatus.CONSUME_SUCCESS)
             if status is None or status is ConsumeOrderlyStatus.SUCCESS or status is ConsumeStatus.CONSUME_SUCCESS:
                 offset = pq.commit()
             else:

@@ -125,7 +125,8 @@ class Sender:
         ext = resp.ext_fields
         return SendResult(status, ids[0], ext.get("msgId", ""), MessageQueue(mq.topic, mq.broker_name,
                                                                              int(ext.get("queueId", mq.queue_id))),
-                          int(ext.get("queueOffset", "-1")), ids, ext.get("transactionId") or None)
+                          int(ext.get("queueOffset", "-1")), ids, ext.get("transactionId") or None,
+                          ext.get("MSG_REGION") or "DefaultRegion", ext.get("TRACE_ON") != "false")
 
     @staticmethod
     def batch_results(resp: RemotingCommand, mq: MessageQueue, sends: list[PendingSend]) -> list[SendResult]:
@@ -137,8 +138,9 @@ class Sender:
         offset_ids = ext.get("msgId", "").split(",")
         if len(offset_ids) != len(sends):
             offset_ids = [""] * len(sends)
-        return [SendResult(status, p.uniq, offset_ids[i], queue, base + i if base >= 0 else -1, [p.uniq])
-                for i, p in enumerate(sends)]
+        region, trace_on = ext.get("MSG_REGION") or "DefaultRegion", ext.get("TRACE_ON") != "false"
+        return [SendResult(status, p.uniq, offset_ids[i], queue, base + i if base >= 0 else -1, [p.uniq], None,
+                           region, trace_on) for i, p in enumerate(sends)]
 
     # == first attempts started from a callback =====================================================
     def _start(self, info: TopicPublishInfo, sharding_key: str | None, queue: MessageQueue | None,

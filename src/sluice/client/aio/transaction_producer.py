@@ -17,12 +17,14 @@ from typing import Any
 
 from sluice.client.aio.producer import Producer
 from sluice.client.message import Message, SendResult, SendStatus
+from sluice.client.trace import end_transaction_context, now_ms
 from sluice.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 from sluice.common.config import ClientConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.message import MessageExt, decode_message_id
 from sluice.common.properties import (
     NAME_VALUE_SEPARATOR,
+    PROPERTY_MSG_REGION,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
@@ -35,6 +37,10 @@ from sluice.remoting.errors import RemotingError
 from sluice.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 
 log = logging.getLogger(__name__)
+
+# A state as Java's LocalTransactionState names it in an EndTransaction trace record.
+_TRACE_STATE = {LocalTransactionState.COMMIT: "COMMIT_MESSAGE", LocalTransactionState.ROLLBACK: "ROLLBACK_MESSAGE",
+                LocalTransactionState.UNKNOWN: "UNKNOW"}
 
 # Checks from brokers answered at once, at most (RocketMQ's check executor queues 2,000); more are dropped, and the
 # broker asks again at its next round.
@@ -78,7 +84,7 @@ class TransactionProducer(Producer):
             state, error = await _decide(self.listener.execute_local_transaction, (msg, arg), in_thread=False)
         else:
             state, error = LocalTransactionState.ROLLBACK, f"the half message was stored {result.status.name}"
-        await self.end_transaction(result, state, error)
+        await self.end_transaction(result, state, error, msg=msg)
         return TransactionSendResult(**{f.name: getattr(result, f.name) for f in fields(SendResult)},
                                      local_transaction_state=state)
 
@@ -93,17 +99,20 @@ class TransactionProducer(Producer):
         system = "".join(f"{PROPERTY_SEPARATOR}{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in (
             (PROPERTY_TRANSACTION_PREPARED, "true"), (PROPERTY_PRODUCER_GROUP, self.group))).encode()
         uniq, request = self.sender.single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)
+        started = now_ms()
         resp, mq = await self.sender.send_with_retries(msg.topic, request, msg, None, None, None, None, timeout, False)
         assert resp is not None
         result = self.sender.result(resp, mq, [uniq])
         if result.transaction_id is None:
             result.transaction_id = uniq
+        if self.trace is not None:
+            self._trace_pub(msg, result, started, half=True)
         return result
 
     async def end_transaction(self, result: SendResult, state: LocalTransactionState,
-                              error: str | None = None) -> None:
+                              error: str | None = None, *, msg: Message | None = None) -> None:
         """Tell the broker that stored the half message of ``result`` what became of it (one-way: a lost one is
-        made good by the check)."""
+        made good by the check). ``msg``, the message sent, gives a trace record its tags and keys."""
         _, commit_log_offset = decode_message_id(result.offset_msg_id)
         addr = self.client.find_publish_addr(result.queue.broker_name)  # the master: a slave cannot end it
         if addr is None:
@@ -115,6 +124,10 @@ class TransactionProducer(Producer):
                                              topic=result.queue.topic, broker_name=result.queue.broker_name)
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode(), oneway=True)
         req.remark = error
+        if self.trace is not None:
+            self.trace.append(end_transaction_context(
+                self.group, result.queue.topic, result.msg_id, msg.tags if msg else None, msg.keys if msg else None,
+                addr, result.transaction_id, _TRACE_STATE[state], False))
         try:
             await self.client.remoting.invoke_oneway(addr, req)
         except RemotingError as exc:
@@ -142,6 +155,10 @@ class TransactionProducer(Producer):
                                              broker_name=header.broker_name)
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, answer.encode(), oneway=True)
         req.remark = error
+        if self.trace is not None:
+            self.trace.append(end_transaction_context(
+                self.group, answer.topic or msg.topic, answer.msg_id, msg.tags, msg.keys, broker_addr,
+                header.transaction_id, _TRACE_STATE[state], True, msg.get_property(PROPERTY_MSG_REGION)))
         try:
             await self.client.remoting.invoke_oneway(broker_addr, req)
         except RemotingError as exc:

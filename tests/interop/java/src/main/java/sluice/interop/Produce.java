@@ -24,6 +24,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * sends through a {@code MessageQueueSelector} with shard {@code i % --keys} choosing queue
  * {@code shard % queues}; {@code async} keeps at most {@code --window} sends in flight; {@code batch} sends
  * {@code --batch-size} messages per {@code send(Collection)}. {@code --delay-level L} sets a delay level.
+ * {@code --trace} turns the client's message trace on; with {@code --stop-file} the producer stays up after its
+ * sends until the file appears (or {@code --timeout}).
  */
 final class Produce {
     private Produce() {
@@ -47,9 +49,14 @@ final class Produce {
             producer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
             producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));
             producer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
+            producer.setEnableTrace(a.flag("trace"));  // (message trace to RMQ_SYS_TRACE_TOPIC)
             producer.start();
             try {
                 send(producer, out, mode, topic, count, batchSize, keys, bigEvery, window, delayLevel, prefix, tags);
+                if (!a.get("stop-file", "").isEmpty()) {  // a producer that lives on (its trace records leave later)
+                    out.event("sent-all");
+                    Waits.until(Waits.deadline(a), a.get("stop-file", ""), () -> false);
+                }
             } finally {
                 producer.shutdown();
             }

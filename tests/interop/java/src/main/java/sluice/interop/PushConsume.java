@@ -52,6 +52,7 @@ final class PushConsume {
             consumer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
             consumer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
             consumer.setPollNameServerInterval(a.getInt("poll-namesrv-ms", 1000));
+            consumer.setEnableTrace(a.flag("trace"));  // (message trace to RMQ_SYS_TRACE_TOPIC)
             // The heartbeat a rebalance sends is skipped while another holds the client's heartbeat lock (the
             // first one, at start, usually); until the next one the broker answers pulls SUBSCRIPTION_NOT_LATEST.
             consumer.setHeartbeatBrokerInterval(a.getInt("heartbeat-ms", 1000));
