@@ -52,10 +52,11 @@ class MqAdmin:
             self.lines.put(line)
         self.lines.put(None)
 
-    def __call__(self, *args: str, timeout: float = 120) -> str:
+    def __call__(self, *args: str, timeout: float = 120, limit_ms: int = 0) -> str:
+        """What the command printed; ``limit_ms``: one that never ends by itself (clusterRT) is interrupted then."""
         with self.lock:
             assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps(args) + "\n")
+            self.proc.stdin.write(json.dumps({"args": args, "limitMs": limit_ms} if limit_ms else args) + "\n")
             self.proc.stdin.flush()
             deadline, skipped = time.monotonic() + timeout, []
             while True:
@@ -98,8 +99,9 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
             for i in range(8):
                 result = await producer.send(Message("ops-t", f"ops-{i}".encode(), keys=[f"ops-key-{i}"]))
             assert result is not None
-            return result.msg_id
-    msg_id = asyncio.run(produce())
+            return result
+    last = asyncio.run(produce())
+    msg_id, queue_id, offset = last.msg_id, last.queue.queue_id, last.queue_offset
 
     commands: list[tuple[tuple[str, ...], Check]] = [
         (("clusterList", "-n", ns), lambda o: bool(re.search(r"DefaultCluster\s+broker-a\s+0\s+\S+\s+V5_5_0.*true\s*$",
@@ -112,6 +114,7 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
         (("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "ops-new", "-r", "2", "-w", "2"),
          lambda o: "success" in o),
         (("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "ops-g"), lambda o: "success" in o),
+        (("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "ops-g2", "-r", "5"), lambda o: "success" in o),
         (("queryMsgByKey", "-n", ns, "-t", "ops-t", "-k", "ops-key-3"), lambda o: "ops-key-3" in o or "#Message ID"
          in o),
         (("queryMsgById", "-n", ns, "-t", "ops-t", "-i", msg_id), lambda o: "ops-t" in o and _no_error(o)),
@@ -126,13 +129,43 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
         (("statsAll", "-n", ns, "-t", "ops-t"), lambda o: bool(re.search(r"^ops-t\s.*\s8\s*\S*$", o, re.M))
          and _no_error(o)),
         (("deleteSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "ops-g"), lambda o: "success." in o),
+        (("topicClusterList", "-n", ns, "-t", "ops-t"), lambda o: "DefaultCluster" in o and _no_error(o)),
+        (("queryMsgByOffset", "-n", ns, "-t", "ops-t", "-b", "broker-a", "-i", str(queue_id), "-o", str(offset)),
+         lambda o: msg_id in o and _no_error(o)),
+        (("printMsg", "-n", ns, "-t", "ops-t", "-d", "true"), lambda o: all(f"ops-{i}" in o for i in range(8))
+         and _no_error(o)),
+        (("sendMessage", "-n", ns, "-t", "ops-t", "-p", "from-mqadmin", "-k", "mqadmin-key"),
+         lambda o: "SEND_OK" in o and _no_error(o)),
+        (("consumeMessage", "-n", ns, "-t", "ops-t", "-b", "broker-a", "-i", str(queue_id), "-o", "0", "-c", "1"),
+         lambda o: "Consume ok" in o and _no_error(o)),
+        (("checkMsgSendRT", "-n", ns, "-t", "ops-t", "-a", "5", "-s", "64"),
+         lambda o: "Avg RT" in o and o.count("true") >= 5 and _no_error(o)),
+        (("updateTopicPerm", "-n", ns, "-c", "DefaultCluster", "-t", "ops-new", "-p", "4"),
+         lambda o: "success" in o and _no_error(o)),
         (("deleteTopic", "-n", ns, "-c", "DefaultCluster", "-t", "ops-new"), lambda o: "success" in o),
+        (("updateOrderConf", "-n", ns, "-t", "ops-t", "-m", "put", "-v", "broker-a:4"),
+         lambda o: "success" in o and _no_error(o)),
+        (("updateOrderConf", "-n", ns, "-t", "ops-t", "-m", "get"), lambda o: "broker-a:4" in o and _no_error(o)),
+        (("allocateMQ", "-n", ns, "-t", "ops-t", "-i", "10.0.0.1,10.0.0.2"),
+         lambda o: "10.0.0.1" in o and "10.0.0.2" in o and _no_error(o)),
+        (("getConsumerConfig", "-n", ns, "-g", "ops-g2"), lambda o: "retryMaxTimes" in o and _no_error(o)),
+        (("wipeWritePerm", "-n", ns, "-b", "broker-a"),
+         lambda o: re.search(r"wipe write perm of broker\[broker-a\] in name server\[\S+\] OK, [1-9]", o) is not None),
+        (("topicRoute", "-n", ns, "-t", "ops-t"), lambda o: '"perm":4' in o.replace(" ", "")),  # (read only now)
+        (("addWritePerm", "-n", ns, "-b", "broker-a"),
+         lambda o: re.search(r"add write perm of broker\[broker-a\] in name server\[\S+\] OK, [1-9]", o) is not None),
+        (("topicRoute", "-n", ns, "-t", "ops-t"), lambda o: '"perm":6' in o.replace(" ", "")),
     ]
     failed = {}
     for args, check in commands:
         out = mqadmin(*args)
         if not check(out):
             failed[" ".join(args[:1])] = out[-1500:]
+    rt = mqadmin("clusterRT", "-n", ns, "-a", "5", "-s", "64", "-i", "1", limit_ms=4000)  # (runs until stopped)
+    before_stop, _, stop = rt.partition("SubCommandException: CLusterSendMsgRTCommand command failed")
+    if not (re.search(r"^DefaultCluster\s+broker-a\s+[\d.]+\s+5\s+0\s*$", before_stop, re.M)
+            and _no_error(before_stop) and "sleep interrupted" in stop):  # (its end: stopped, not failing)
+        failed["clusterRT"] = rt[-3000:]
     assert not failed, failed
 
     # producerConnection, consumerConnection and consumerStatus need clients online: they run while some are.
@@ -168,3 +201,20 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
     assert "CR_SUCCESS" in outs["queryMsgById -d"], outs["queryMsgById -d"][-1500:]
     assert "#Consumer Properties#" in outs["consumerStatus"] and "ops-t" in outs["consumerStatus"] \
         and _no_error(outs["consumerStatus"]), outs["consumerStatus"][-1500:]
+
+    # The group's offsets, once it has some: progress, reset, skip, clone.
+    offsets: list[tuple[tuple[str, ...], Check]] = [
+        (("consumerProgress", "-n", ns, "-g", "ops-live-g"), lambda o: "ops-t" in o and "Diff Total" in o
+         and _no_error(o)),
+        (("resetOffsetByTime", "-n", ns, "-g", "ops-live-g", "-t", "ops-t", "-s", "0"),
+         lambda o: "broker-a" in o and _no_error(o)),
+        (("skipAccumulatedMessage", "-n", ns, "-g", "ops-live-g", "-t", "ops-t"),
+         lambda o: "broker-a" in o and _no_error(o)),
+        (("cloneGroupOffset", "-n", ns, "-s", "ops-live-g", "-d", "ops-clone-g", "-t", "ops-t"),
+         lambda o: "success" in o and _no_error(o)),
+    ]
+    for args, check in offsets:
+        out = mqadmin(*args)
+        if not check(out):
+            failed[" ".join(args[:1])] = out[-1500:]
+    assert not failed, failed
