@@ -528,6 +528,9 @@ class ClientConfig(_Config):
     enable_trace: bool = False
     trace_topic: Annotated[str, Meta(pattern=r"^([%|a-zA-Z0-9_-]{1,127})?$")] = ""
     trace_flush_interval_ms: Annotated[int, Meta(ge=10, le=60_000)] = 1_000
+    # OpenTelemetry (docs/trace.md; needs ``sluice[otel]``): a publish span per send, whose W3C trace context
+    # travels in the message (TRACE_CONTEXT), and a process span per listener call, its child.
+    enable_otel: bool = False
     # Push / pull consumers
     pull_batch_size: Annotated[int, Meta(ge=1, le=1024)] = 32
     pull_threshold_for_queue: Positive = 1_000

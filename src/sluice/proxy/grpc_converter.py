@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.client.message import RESERVED_PROPERTY_KEYS
+from sluice.client.message import PROPERTY_TRACE_CONTEXT, RESERVED_PROPERTY_KEYS
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError
 from sluice.common.message import MessageExt
 from sluice.common.naming import (
@@ -44,6 +44,7 @@ MAX_USER_PROPERTIES_BYTES = 16 * 1024
 MAX_PROPERTIES_BYTES = 32_767  # what a stored record's properties length holds
 MAX_MESSAGE_ID = 128
 MAX_MESSAGE_GROUP = 63
+MAX_TRACE_CONTEXT = 512
 MAX_DELAY_MS = 86_400_000  # a delivery time at most a day ahead (the proxy's bound)
 # The range of a protobuf Timestamp (years 1 .. 9999), in ms since the epoch.
 _TS_MIN_MS, _TS_MAX_MS = -62_135_596_800_000, 253_402_300_799_999
@@ -135,6 +136,11 @@ def stored_properties(m: Any) -> tuple[dict[str, str], str]:
         if ms - time.time() * 1000 > MAX_DELAY_MS:
             raise Refused("ILLEGAL_DELIVERY_TIME", "a delivery time more than a day ahead")
         props[PROPERTY_TIMER_DELIVER_MS] = str(max(ms, 0))
+    if sp.HasField("trace_context") and sp.trace_context:  # (W3C traceparent: RocketMQ's TRACE_CONTEXT property)
+        if len(sp.trace_context) > MAX_TRACE_CONTEXT or _has_control(sp.trace_context):
+            raise Refused("ILLEGAL_MESSAGE_PROPERTY_KEY", f"a trace context is 1 to {MAX_TRACE_CONTEXT} characters "
+                                                          f"of text")
+        props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
     if sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items()) > MAX_PROPERTIES_BYTES - 256:
         raise Refused("MESSAGE_PROPERTIES_TOO_LARGE", "the message's properties do not fit a stored record")
     return props, group
@@ -197,6 +203,8 @@ def to_pb_message(m: MessageExt, topic: Any, invisible: float) -> Any:
         sp.message_type = DELAY
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         sp.message_type = TRANSACTION
+    if props.get(PROPERTY_TRACE_CONTEXT):
+        sp.trace_context = props[PROPERTY_TRACE_CONTEXT]
     for k, v in props.items():
         if k not in RESERVED_PROPERTY_KEYS:
             out.user_properties[k] = v

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.in_flight import InFlight, OnWire, Place
@@ -32,6 +32,9 @@ from sluice.common.naming import validate_group
 from sluice.common.properties import encode_properties
 from sluice.common.structs import MessageQueue
 from sluice.remoting.tls import TlsLike
+
+if TYPE_CHECKING:
+    from sluice.client.otel import Instrumentation
 
 
 class Producer:
@@ -55,6 +58,12 @@ class Producer:
         self._flush_handle: asyncio.Handle | None = None
         # With ``enable_trace``: each answered send is recorded in the trace topic (docs/trace.md).
         self.trace = TraceDispatcher(group, "PRODUCER", cfg, credentials, tls) if cfg.enable_trace else None
+        # With ``enable_otel``: a publish span per send, its trace context carried in the message.
+        self.otel: Instrumentation | None = None
+        if cfg.enable_otel:
+            from sluice.client.otel import Instrumentation  # (an optional dependency, loaded only when asked for)
+
+            self.otel = Instrumentation(group)
 
     @property
     def started(self) -> bool:
@@ -100,9 +109,19 @@ class Producer:
         ``sharding_key`` (or ``selector`` / ``queue``) pins the queue: messages with the same key keep their
         order. Raises ``ClientError`` / ``BrokerResponseError`` when the message could not be stored.
         """
+        span = None
+        if self.otel is not None and isinstance(msg, Message):
+            span, msg = self._publish_span(msg)
         started = now_ms() if self.trace is not None else 0
-        result = await self._send_one(msg, sharding_key, queue, selector, arg, timeout, oneway=False)
+        try:
+            result = await self._send_one(msg, sharding_key, queue, selector, arg, timeout, oneway=False)
+        except BaseException as exc:
+            if span is not None:
+                self._end_publish(span, None, exc)
+            raise
         assert result is not None
+        if span is not None:
+            self._end_publish(span, result, None)
         if self.trace is not None:
             self._trace_pub(msg, result, started)
         return result
@@ -130,9 +149,12 @@ class Producer:
         attempt; a first attempt already on the wire keeps its slot until it is answered (and may still store
         the message), a later one frees it at once.
         """
-        if self.trace is not None and isinstance(msg, Message):
-            return self._traced(msg, now_ms(), self._send_async(msg, sharding_key, queue, timeout))
-        return self._send_async(msg, sharding_key, queue, timeout)
+        if (self.trace is None and self.otel is None) or not isinstance(msg, Message):
+            return self._send_async(msg, sharding_key, queue, timeout)
+        span = None
+        if self.otel is not None:
+            span, msg = self._publish_span(msg)
+        return self._traced(msg, now_ms(), self._send_async(msg, sharding_key, queue, timeout), span)
 
     def _send_async(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
                     timeout: float | None) -> asyncio.Future[SendResult]:
@@ -160,6 +182,22 @@ class Producer:
                          queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
         """Send messages of one topic as one request to one queue; each gets its own id."""
         self._check_started()
+        spans: list[Any] = []
+        if self.otel is not None:  # (a publish span per message, each carrying its own)
+            pairs = [self._publish_span(m) for m in msgs]
+            spans, msgs = [p[0] for p in pairs], [p[1] for p in pairs]
+        try:
+            result = await self._send_batch_traced(msgs, sharding_key, queue, timeout)
+        except BaseException as exc:
+            for span in spans:
+                self._end_publish(span, None, exc)
+            raise
+        for span in spans:
+            self._end_publish(span, result, None)
+        return result
+
+    async def _send_batch_traced(self, msgs: Sequence[Message], sharding_key: str | None,
+                                 queue: MessageQueue | None, timeout: float | None) -> SendResult:
         batch = encode_message_batch(msgs, self.config.max_message_size)
         self._flush_batches(batch.topic)
         request = self.sender.batch_request(batch.body, encode_properties(batch.properties).decode())
@@ -205,12 +243,28 @@ class Producer:
         if ctx is not None:
             self.trace.append(ctx)
 
-    def _traced(self, msg: Message, started: int, fut: asyncio.Future[SendResult]) -> asyncio.Future[SendResult]:
+    def _traced(self, msg: Message, started: int, fut: asyncio.Future[SendResult],
+                span: Any = None) -> asyncio.Future[SendResult]:
         def done(f: asyncio.Future[SendResult]) -> None:
-            if not f.cancelled() and f.exception() is None and self.trace is not None:
+            ok = not f.cancelled() and f.exception() is None
+            if span is not None:
+                self._end_publish(span, f.result() if ok else None,
+                                  None if ok else (f.exception() or asyncio.CancelledError()))
+            if ok and self.trace is not None:
                 self._trace_pub(msg, f.result(), started)
         fut.add_done_callback(done)
         return fut
+
+    def _end_publish(self, span: Any, result: SendResult | None, error: BaseException | None) -> None:
+        assert self.otel is not None
+        self.otel.end_publish(span, result, error)
+
+    def _publish_span(self, msg: Message) -> tuple[Any, Message]:
+        """A publish span for ``msg``, and the message to send: carrying the span's trace context (a copy: the
+        caller's message is left as it is)."""
+        assert self.otel is not None
+        span, traceparent = self.otel.start_publish(msg)
+        return span, (replace(msg, trace_context=traceparent) if traceparent else msg)
 
     # == the send paths ==============================================================================
     def _check_started(self) -> None:

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.consumer_base import ConsumerBase, StartedPull
@@ -36,6 +36,9 @@ from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
 from sluice.remoting.tls import TlsLike
+
+if TYPE_CHECKING:
+    from sluice.client.otel import Instrumentation
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,12 @@ class PushConsumer(ConsumerBase):
         # With ``enable_trace``: each listener call is recorded in the trace topic (docs/trace.md).
         self.trace = TraceDispatcher(group, "CONSUMER", self.config, credentials, tls) \
             if self.config.enable_trace else None
+        # With ``enable_otel``: a process span per listener call, the child of the message's trace context.
+        self.otel: Instrumentation | None = None
+        if self.config.enable_otel:
+            from sluice.client.otel import Instrumentation  # (an optional dependency, loaded only when asked for)
+
+            self.otel = Instrumentation(group)
 
     # == configuration ===============================================================================
     def subscribe(self, topic: str, expression: str | MessageSelector | None = "*", *,
@@ -361,9 +370,28 @@ class PushConsumer(ConsumerBase):
     async def _call_listener(self, msgs: list[MessageExt]) -> Any:
         fn = self._listener
         assert fn is not None
+        if self.otel is not None:
+            return await self._call_listener_in_span(fn, msgs)
         if self._listener_async:
             return await fn(msgs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, msgs)
+
+    async def _call_listener_in_span(self, fn: Listener, msgs: list[MessageExt]) -> Any:
+        otel = self.otel
+        assert otel is not None
+        span = otel.start_process(msgs)
+        try:
+            if self._listener_async:
+                status = await otel.await_in_span(span, fn, msgs)
+            else:
+                status = await asyncio.get_running_loop().run_in_executor(self._executor, otel.in_span(span, fn),
+                                                                          msgs)
+        except BaseException as exc:
+            otel.end_process(span, False, exc, "EXCEPTION")
+            raise
+        ok = status is None or status is ConsumeStatus.CONSUME_SUCCESS or status is ConsumeOrderlyStatus.SUCCESS
+        otel.end_process(span, ok, None, "RETURNNULL" if status is None else getattr(status, "name", str(status)))
+        return status
 
     def _trace_before(self, msgs: list[MessageExt]) -> TraceContext | None:
         if self.trace is None:
