@@ -85,6 +85,31 @@ def test_status_requests_answer_with_rocketmqs_keys(empty_cluster: Cluster) -> N
     asyncio.run(go())
 
 
+def test_the_earliest_message_time_is_the_oldest_records_store_time(empty_cluster: Cluster) -> None:
+    c = empty_cluster
+    broker = c.start_broker(store_clean_resource_interval=100)
+    c.create_topic("earliest-t", 1)
+    ns, addr = c.namesrv_addr, broker.broker_addr
+
+    async def earliest(admin: Admin) -> int:
+        info = json.loads((await admin.api.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO, {})).body)["table"]
+        return int(info["earliestMessageTimeStamp"])
+
+    async def go() -> tuple[int, int, int]:
+        async with Producer("earliest-pg", ns) as producer, Admin(ns) as admin:
+            empty = await earliest(admin)  # (an empty log: unknown, as RocketMQ's -1)
+            first = await producer.send(Message("earliest-t", b"first"))
+            await producer.send(Message("earliest-t", b"second"))
+            stored = (await admin.get_message(first.offset_msg_id))[0].store_timestamp
+            async with asyncio.timeout(30):  # (read by the retention thread: within its interval)
+                while (seen := await earliest(admin)) == -1:
+                    await asyncio.sleep(0.05)
+            return empty, seen, stored
+
+    empty, seen, stored = asyncio.run(go())
+    assert empty == -1 and seen == stored
+
+
 def test_the_broker_config_never_shows_a_secret(empty_cluster: Cluster) -> None:
     from sluice.common.config import AuthUser
     c = empty_cluster

@@ -206,6 +206,8 @@ class CommitLog:
         # Called (under the put lock) when an append rolled over to a new segment: the store has the one after
         # it made ahead, and checks the disk, off the put path.
         self.on_roll: Callable[[], None] | None = None
+        # (min offset, store time of the record there): ``refresh_earliest_store_time``.
+        self._earliest: tuple[int, int] | None = None
 
     # -- offsets ------------------------------------------------------------------------------------
     @property
@@ -413,6 +415,23 @@ class CommitLog:
     def store_timestamp_at(self, phys_offset: int, size: int) -> int | None:
         found = self._locate(phys_offset, size)
         return _I64.unpack_from(found[0].buf, found[1] + POS_STORE_TIMESTAMP)[0] if found else None
+
+    def refresh_earliest_store_time(self) -> None:
+        """Read the store time of the oldest record, for ``earliest_store_time`` (on a thread that may block on
+        the disk: retention's, after each round)."""
+        low = self.min_offset
+        if self._earliest is not None and self._earliest[0] == low:
+            return
+        size = self.record_size_at(low)
+        ts = self.store_timestamp_at(low, size) if size else None
+        if ts is not None:
+            self._earliest = (low, ts)
+
+    def earliest_store_time(self) -> int:
+        """The store time (ms) of the oldest record as last read by ``refresh_earliest_store_time``; -1 when not
+        known for the current oldest record (an empty log, or one whose oldest segment went since)."""
+        e = self._earliest
+        return e[1] if e is not None and e[0] == self.min_offset else -1
 
     def record_size_at(self, phys_offset: int) -> int | None:
         found = self._locate(phys_offset, 8)

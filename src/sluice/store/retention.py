@@ -55,8 +55,13 @@ class CleanCommitLogService(ServiceThread):
         super().__init__(store.config.clean_resource_interval / 1000)
         self.store = store
 
+    def on_start(self) -> None:
+        self.store.commit_log.refresh_earliest_store_time()
+
     def run_once(self) -> None:
         self.clean(time.time())
+        # (here, not where it is asked for: reading the oldest record may fault a cold page in)
+        self.store.commit_log.refresh_earliest_store_time()
 
     def is_time_to_delete(self, now: float) -> bool:
         hour = time.localtime(now).tm_hour

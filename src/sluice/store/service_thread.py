@@ -32,6 +32,10 @@ class ServiceThread(abc.ABC):
         return self._stop.is_set()
 
     def _loop(self) -> None:
+        try:
+            self.on_start()
+        except Exception:
+            log.exception("%s failed while starting", self.name)
         while not self._stop.is_set():
             self._wake.wait(self.interval)
             self._wake.clear()
@@ -49,6 +53,9 @@ class ServiceThread(abc.ABC):
     @abc.abstractmethod
     def run_once(self) -> None:
         """One round of the service's work."""
+
+    def on_start(self) -> None:  # noqa: B027 - optional hook
+        """First work on the service's thread, before the first wait."""
 
     def on_stop(self) -> None:  # noqa: B027 - optional hook
         """Last work before the thread ends (a final flush)."""

@@ -108,8 +108,8 @@ class BrokerStatusProcessor:
                  "commitLogDiskRatio": f"{store.commit_log_disk_ratio:.2f}",
                  f"commitLogDiskRatio_{store.config.store_path_commit_log}": f"{store.commit_log_disk_ratio:.2f}",
                  "dispatchBehindBytes": str(store.get_max_phy_offset() - store.dispatched_offset),
-                 # Unknown (RocketMQ's -1): reading the oldest record could fault a cold page in on the loop.
-                 "earliestMessageTimeStamp": "-1",
+                 # (read by the retention thread, not here: the oldest record may be a cold page)
+                 "earliestMessageTimeStamp": str(store.commit_log.earliest_store_time()),
                  "startAcceptSendRequestTimeStamp": "0",
                  "bootTimestamp": str(rt.boot_timestamp), "runtime": _uptime(now_ms - rt.boot_timestamp),
                  "EndTransactionQueueSize": "0", "EndTransactionThreadPoolQueueCapacity": "100000",
