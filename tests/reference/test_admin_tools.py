@@ -4,6 +4,7 @@ lookups by key and id, queue offsets by time, offset resets — through RocketMQ
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from typing import Any
@@ -324,3 +325,74 @@ def test_a_reset_past_what_sluices_push_consumer_holds_drops_it_alike(systems):
 
     observed = assert_same(both(systems, scenario))
     assert observed["consumed"] == 5  # the one in the listener's hands, then the four sent after the reset
+
+
+def _shape(value: str) -> str:
+    """What kind of value a runtime-info or config entry holds, as text: RocketMQ's three TPS windows (one not yet
+    filled is empty), a boolean, a whole number, a number, or other text."""
+    parts = value.split(" ")
+    if len(parts) == 3 and all(re.fullmatch(r"(-?\d+(\.\d+)?(E-?\d+)?)?", p) for p in parts):
+        return "tps"
+    v = value.strip()
+    if v in ("true", "false"):
+        return "bool"
+    if re.fullmatch(r"-?\d+", v):
+        return "int"
+    if re.fullmatch(r"-?\d+(\.\d+)?(E-?\d+)?", v):
+        return "number"
+    return "text"
+
+
+# Sluice's own runtime keys (docs/operations.md, interop.md): its event loop, back-pressure, replication.
+SLUICE_RUNTIME_KEYS = frozenset({
+    "backPressure", "backPressureEpisodes", "backPressureRefused", "brokerRole", "confirmOffset", "eventLoopBusyMaxMs",
+    "eventLoopLagMaxMs", "flushDiskType", "gcPauseMaxMs", "haInSyncSlaves", "haSlaveLagBytes", "heldBytes",
+    "heldPulls", "haMasterAddress", "fenced"})
+# Sluice's own settings (docs/configuration.md): none is a RocketMQ setting under another name.
+SLUICE_SETTINGS = frozenset({
+    "authenticationEnabled", "authenticationWhitelist", "authorizationEnabled", "authorizationWhitelist",
+    "channelMaxIdleTimeSeconds", "clientScanInterval", "commitLogPwriteMinBytes", "controllerEtcdEndpoints",
+    "controllerEtcdTlsCaPath", "controllerEtcdTlsCertPath", "controllerEtcdTlsKeyPath", "controllerLeaseTtl",
+    "defaultTimeoutMillis", "deleteFilesBatchMax", "flushIntervalIndex", "groupCommitMaxWait", "haMasterAddress",
+    "initAuthenticationUser", "innerClientAuthenticationCredentials", "maxConnections", "maxFilterMessageCount",
+    "maxFrameSize", "maxHeldPulls", "maxInflightRequests", "maxPropertiesSize", "maxReconsumeTimes",
+    "osPageCacheBusyTimeoutMs", "rebalanceLockMaxLiveTime", "reconnectBackoffMaxMillis", "reconnectBackoffMillis",
+    "retryQueueNums", "schedulePollInterval", "statsLogInterval", "storeHost", "tlsClientAuthServer",
+    "tlsClientCertPath", "tlsClientKeyPassword", "tlsClientKeyPath", "tlsClientTrustCertPath", "tlsEnable",
+    "tlsServerCertPath", "tlsServerKeyPassword", "tlsServerKeyPath", "tlsServerMode", "tlsServerNeedClientAuth",
+    "tlsServerTrustCertPath", "waitTimeMsInSendQueue", "warmMappedFileAhead", "warmMappedFileChunk",
+    "warmMappedFileEnable", "writeBufferHigh", "writeBufferLow", "writeBufferMax", "writeCoalesceFrames",
+    "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "metricsLabel"})
+
+
+def test_a_brokers_runtime_info_and_config_have_rocketmqs_keys_and_kinds_of_value(systems):
+    """``brokerStatus`` and ``getBrokerConfig`` as RocketMQ 5.5 answers them: every runtime key RocketMQ's broker
+    reports, with the same kind of value (windows of rates, numbers, text); every setting under RocketMQ's name and
+    in RocketMQ's unit, Sluice's own named as such."""
+    def scenario(s: System) -> tuple[dict[str, str], dict[str, str]]:
+        topic = s.topic("t")
+        s.create_topic(topic, 2)
+        send(s, topic, 5, queues=2)
+
+        async def go() -> tuple[dict[str, str], dict[str, str]]:
+            async with Admin(s.namesrv) as admin:
+                return await admin.broker_runtime_info(s.broker_addr), await admin.broker_config(s.broker_addr)
+        return run(go())
+
+    out = both(systems, scenario)
+    (info, config), (rinfo, rconfig) = out["sluice"], out["rocketmq"]
+
+    def keys(table: dict[str, str]) -> set[str]:  # (the commit log's path is in one key's name)
+        return {"commitLogDiskRatio_<path>" if k.startswith("commitLogDiskRatio_") else k for k in table}
+
+    assert keys(rinfo) - keys(info) == set()
+    assert keys(info) - keys(rinfo) <= SLUICE_RUNTIME_KEYS
+    assert {k: (rinfo[k], info[k]) for k in set(info) & set(rinfo) if _shape(info[k]) != _shape(rinfo[k])} == {}
+    assert re.fullmatch(r"Total : [\d.]+ [KMGTPE]?i?B, Free : [\d.]+ [KMGTPE]?i?B\.", info["commitLogDirCapacity"])
+    assert info["putMessageDistributeTime"].count(":") == 13  # (RocketMQ's says null until its first full minute)
+    assert int(info["putMessageSizeTotal"]) > 0 and float(info["putMessageAverageSize"]) > 0
+
+    assert set(config) - set(rconfig) <= SLUICE_SETTINGS
+    assert {k: (rconfig[k], config[k]) for k in set(config) & set(rconfig)
+            if _shape(config[k]) != _shape(rconfig[k])} == {}
+    assert config["diskSpaceWarningLevelRatio"] == rconfig["diskSpaceWarningLevelRatio"] == "90"

@@ -328,7 +328,7 @@ class BrokerController(AsyncService):
         self.schedule_service.load()
         self.schedule_service.on_delivered = self.stats.record_delivered
         self.timer_service = TimerMessageService(self.store, self.ensure_system_topic)
-        self.timer_service.on_delivered = self.stats.record_delivered
+        self.timer_service.on_delivered = self.stats.record_timer_delivered
         self.timer_service.load()  # (before the transactions': the repair of a torn commit applies timers)
         self.transaction_service = TransactionalMessageService(c, self.broker_addr, self.store, self.producer_manager,
                                                                self.ensure_system_topic, self.schedule_service,

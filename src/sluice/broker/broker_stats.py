@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.broker.stats_item import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsTable
-from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TIMER_TOPIC
 from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluice.broker.stats")
 
 TPS_SAMPLES = 601
+# RocketMQ's put-time buckets (StoreStatsService: [<=0ms] [0~10ms] ... [10s~]), their upper bounds in ms.
+PUT_TIME_BUCKETS_MS = (0.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 3000.0, 4000.0, 5000.0, 10000.0)
+PUT_TIME_NAMES = ("[<=0ms]", "[0~10ms]", "[10~50ms]", "[50~100ms]", "[100~200ms]", "[200~500ms]", "[500ms~1s]",
+                  "[1~2s]", "[2~3s]", "[3~4s]", "[4~5s]", "[5~10s]", "[10s~]")
 PUT_LATENCY_SAMPLES = 65_536  # put latencies kept per stats interval (a ring: the newest win)
 
 # The metrics' buckets (RocketMQ's views, BrokerMetricsManager.registerMetricsView): message size in bytes, and the
@@ -53,18 +57,32 @@ class BrokerStats:
 
     __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t",
                  "_samples", "_day", "today_morning", "yesterday_morning", "items", "messages_in", "messages_out",
-                 "to_dlq", "commits", "rollbacks", "finish_latency", "limit", "pop_groups")
+                 "to_dlq", "commits", "rollbacks", "finish_latency", "limit", "pop_groups", "put_bytes", "get_found",
+                 "get_missed", "put_max_ms", "get_max_ms", "_put_times", "last_put_times", "_put_times_minute",
+                 "timer_in", "timer_out")
 
     def __init__(self) -> None:
         self.put_msgs = 0
         self.put_failures = 0
+        self.put_bytes = 0
         self.get_msgs = 0
+        # RocketMQ's StoreStatsService figures: pulls that found messages and those that found none, the longest
+        # put and read (ms), the puts' times in its buckets (the last full minute's, and the current one's).
+        self.get_found = 0
+        self.get_missed = 0
+        self.put_max_ms = 0.0
+        self.get_max_ms = 0.0
+        self._put_times = [0] * (len(PUT_TIME_BUCKETS_MS) + 1)
+        self.last_put_times: list[int] = [0] * (len(PUT_TIME_BUCKETS_MS) + 1)
+        self._put_times_minute = int(time.monotonic() // 60)
+        self.timer_in = 0  # messages put into the timer wheel's topic, and delivered from it
+        self.timer_out = 0
         self._lat = np.zeros(PUT_LATENCY_SAMPLES, dtype=np.float64)
         self._lat_n = 0
         self._last_puts = 0
         self._last_gets = 0
         # (monotonic s, puts, gets) once a second, ten minutes of them: the TPS over 10 s, 1 min and 10 min.
-        self._samples: deque[tuple[float, int, int]] = deque(maxlen=TPS_SAMPLES)
+        self._samples: deque[tuple[float, ...]] = deque(maxlen=TPS_SAMPLES)
         self._day = time.localtime().tm_yday
         # The totals (puts, gets) when today and yesterday began, as far as this process saw them.
         self.today_morning = (0, 0)
@@ -91,12 +109,31 @@ class BrokerStats:
         if seconds is not None:
             self._lat[self._lat_n % PUT_LATENCY_SAMPLES] = seconds
             self._lat_n += 1
+            ms = seconds * 1000
+            if ms > self.put_max_ms:
+                self.put_max_ms = ms
+            self._put_times[bisect_left(PUT_TIME_BUCKETS_MS, ms) if ms > 0 else 0] += 1
 
-    def record_get(self, n: int) -> None:
+    def record_get(self, n: int, seconds: float = 0.0) -> None:
+        """A pull that read ``n`` messages (0: it found none) in ``seconds``."""
         self.get_msgs += n
+        if n:
+            self.get_found += 1
+        else:
+            self.get_missed += 1
+        if seconds * 1000 > self.get_max_ms:
+            self.get_max_ms = seconds * 1000
+
+    def put_latency_ms(self, q: float) -> float:
+        """The ``q`` quantile of the put latencies kept (ms; 0 when none)."""
+        lat = self._lat[:min(self._lat_n, PUT_LATENCY_SAMPLES)]
+        return float(np.quantile(lat, q)) * 1000 if lat.size else 0.0
 
     def record_topic_put(self, topic: str, msgs: int, size: int, message_type: str = "normal") -> None:
         now = int(time.time() * 1000)
+        self.put_bytes += size
+        if topic == TIMER_TOPIC:
+            self.timer_in += msgs
         self.items.add(TOPIC_PUT_NUMS, topic, msgs, 1, now)
         self.items.add(TOPIC_PUT_SIZE, topic, size, 1, now)
         row = self.messages_in.get((topic, message_type))
@@ -135,6 +172,11 @@ class BrokerStats:
         row[2 + bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
         row[-1] += size
 
+    def record_timer_delivered(self, topic: str, size: int) -> None:
+        """A timer message delivered to its topic (out of the timer wheel)."""
+        self.timer_out += 1
+        self.record_delivered(topic, size)
+
     def record_dlq(self, group: str, topic: str) -> None:
         """A message a consumer of ``group`` gave up on went to its dead-letter queue."""
         _slot(self.to_dlq, (group, topic), 1, self.limit)[0] += 1
@@ -153,24 +195,30 @@ class BrokerStats:
         """Called once a second: the TPS windows, the day's first totals, the per-topic and per-group items."""
         self.items.sample()
         now = time.monotonic() if now is None else now
-        self._samples.append((now, self.put_msgs, self.get_msgs))
+        self._samples.append((now, self.put_msgs, self.get_msgs, self.get_found, self.get_missed, self.timer_in,
+                              self.timer_out))
+        minute = int(now // 60)
+        if minute != self._put_times_minute:  # (RocketMQ shows the last full minute's)
+            self._put_times_minute = minute
+            self.last_put_times, self._put_times = self._put_times, [0] * len(self._put_times)
         day = time.localtime().tm_yday
         if day != self._day:
             self._day = day
             self.yesterday_morning = self.today_morning
             self.today_morning = (self.put_msgs, self.get_msgs)
 
-    def tps(self, seconds: int) -> tuple[float, float] | None:
-        """(puts, gets) a second over the last ``seconds``; None until that much has been sampled."""
+    def tps(self, seconds: int) -> tuple[float, ...] | None:
+        """Per second over the last ``seconds``: (messages put, messages read, pulls that found some, pulls that
+        found none, messages into the timer wheel, out of it); None until that much has been sampled."""
         if len(self._samples) < 2:
             return None
-        t1, p1, g1 = self._samples[-1]
-        for t0, p0, g0 in self._samples:  # oldest first: the first sample at least ``seconds`` old
-            if t1 - t0 <= seconds:
-                if t0 == self._samples[0][0] and t1 - t0 < seconds - 1:
+        last = self._samples[-1]
+        for first in self._samples:  # oldest first: the first sample at least ``seconds`` old
+            if last[0] - first[0] <= seconds:
+                if first[0] == self._samples[0][0] and last[0] - first[0] < seconds - 1:
                     return None
-                dt = max(t1 - t0, 1e-9)
-                return (p1 - p0) / dt, (g1 - g0) / dt
+                dt = max(last[0] - first[0], 1e-9)
+                return tuple((b - a) / dt for a, b in zip(first[1:], last[1:], strict=True))
         return None
 
     def snapshot(self, store: MessageStore) -> dict[str, float]:

@@ -22,7 +22,10 @@ _SECRETS = frozenset({"init_authentication_user", "inner_client_authentication_c
 
 
 # Where RocketMQ's name is not the plain camelCase of Sluice's.
-_RENAMED = {"broker_ip": "brokerIP1", "check_crc_on_recover": "checkCRCOnRecover", "listen_host": "bindAddress"}
+_RENAMED = {"broker_ip": "brokerIP1", "check_crc_on_recover": "checkCRCOnRecover", "listen_host": "bindAddress",
+            "transaction_timeout": "transactionTimeOut"}
+# Fractions in Sluice's settings that RocketMQ's hold as whole percents.
+_PERCENT = frozenset({"disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"})
 
 
 def camel_case(name: str) -> str:
@@ -55,6 +58,8 @@ def config_items(config: msgspec.Struct) -> dict[str, str]:
         value = getattr(config, f.name)
         if f.name in _SECRETS:
             out[camel_case(f.name)] = REDACTED if value else ""
+        elif f.name in _PERCENT:
+            out[camel_case(f.name)] = str(round(value * 100))
         elif isinstance(value, msgspec.Struct) and f.name in ("store", "remoting"):
             out.update(config_items(value))
         else:

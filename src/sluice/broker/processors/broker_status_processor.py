@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import shutil
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from sluice.broker.broker_stats import PUT_TIME_NAMES
 from sluice.broker.runtime_config import ConfigUpdateError, RuntimeConfig
 from sluice.broker.stats_item import STATS_NAMES
 from sluice.common import fastjson
@@ -18,10 +21,12 @@ from sluice.common.config_text import config_properties_text
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
+from sluice.store.retention import disk_usage_ratio
 
 if TYPE_CHECKING:
     from sluice.broker.broker_stats import BrokerStats
     from sluice.broker.pull_request_hold_service import PullRequestHoldService
+    from sluice.broker.timer_message_service import TimerMessageService
     from sluice.common.config import BrokerConfig, BrokerRole
     from sluice.common.loop_lag import LoopLagProbe
     from sluice.store.ha.ha_client import HAClient
@@ -60,15 +65,39 @@ class BrokerRuntime(Protocol):
     def ha_client(self) -> HAClient | None: ...
     @property
     def special_service_running(self) -> bool: ...
+    @property
+    def timer_service(self) -> TimerMessageService | None: ...
 
 
-def _tps_text(stats: BrokerStats, which: int) -> str:
-    """RocketMQ's three windows (10 s, 1 min, 10 min) joined by spaces, a window not yet filled left empty."""
+def _tps_text(stats: BrokerStats, *which: int, unfilled: str = "") -> str:
+    """RocketMQ's three windows (10 s, 1 min, 10 min) joined by spaces: the rates ``which`` of ``BrokerStats.tps``
+    summed, a window not yet filled as ``unfilled`` (RocketMQ leaves it empty, or 0.0 for getTotalTps)."""
     parts = []
     for seconds in (10, 60, 600):
         rates = stats.tps(seconds)
-        parts.append("" if rates is None else repr(round(rates[which], 6)))
+        parts.append(unfilled if rates is None else repr(round(sum(rates[i] for i in which), 6)))
     return " ".join(parts)
+
+
+def _rate(stats: BrokerStats, which: int) -> str:
+    rates = stats.tps(10)
+    return "0.0" if rates is None else repr(round(rates[which], 6))
+
+
+def _disk_ratio(path: str) -> str:
+    """The used share of ``path``'s disk, -1 when it does not exist (RocketMQ's getDiskPartitionSpaceUsedPercent)."""
+    try:
+        return f"{disk_usage_ratio(path):.2f}"
+    except OSError:
+        return "-1.0"
+
+
+def human_bytes(n: int) -> str:
+    """Java's ``MixAll.humanReadableByteCount(n, false)``: ``512 B``, ``1.5 KiB``, ``20.0 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
 
 
 def _uptime(ms: int) -> str:
@@ -100,9 +129,22 @@ class BrokerStatusProcessor:
                  "msgPutTotalYesterdayMorning": str(st.yesterday_morning[0]),
                  "msgGetTotalYesterdayMorning": str(st.yesterday_morning[1]),
                  "putTps": _tps_text(st, 0), "getTransferredTps": _tps_text(st, 1),
-                 "getTotalTps": _tps_text(st, 1), "getFoundTps": _tps_text(st, 1),
-                 "putMessageTimesTotal": str(st.put_msgs + st.put_failures),
+                 "getFoundTps": _tps_text(st, 2), "getMissTps": _tps_text(st, 3),
+                 "getTotalTps": _tps_text(st, 2, 3, unfilled="0.0"),
+                 "putMessageTimesTotal": str(max(st.put_msgs + st.put_failures, 1)),  # (RocketMQ's: at least 1)
                  "putMessageFailedTimes": str(st.put_failures),
+                 "putMessageSizeTotal": str(st.put_bytes),
+                 "putMessageAverageSize": repr(st.put_bytes / max(st.put_msgs + st.put_failures, 1)),
+                 "putMessageEntireTimeMax": str(int(st.put_max_ms)),
+                 "getMessageEntireTimeMax": str(int(st.get_max_ms)),
+                 "putMessageDistributeTime": "".join(f"{name}:{n} " for name, n in zip(
+                     PUT_TIME_NAMES, st.last_put_times, strict=True)),
+                 "putLatency99": f"{st.put_latency_ms(0.99):.2f}", "putLatency999": f"{st.put_latency_ms(0.999):.2f}",
+                 "dispatchMaxBuffer": "0",
+                 "remainHowManyDataToFlush": human_bytes(max(0, store.get_max_phy_offset()
+                                                            - store.commit_log.flushed_where)),
+                 "remainTransientStoreBufferNumbs": str(2**31 - 1),  # (no transient store pool: Java's MAX_VALUE)
+                 "consumeQueueDiskRatio": _disk_ratio(store.config.store_path_consume_queue),
                  "commitLogMinOffset": str(store.get_min_phy_offset()),
                  "commitLogMaxOffset": str(store.get_max_phy_offset()),
                  "commitLogDiskRatio": f"{store.commit_log_disk_ratio:.2f}",
@@ -118,7 +160,21 @@ class BrokerStatusProcessor:
                  "eventLoopBusyMaxMs": f"{rt.loop_lag.max_busy * 1000:.1f}",
                  "gcPauseMaxMs": f"{rt.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": rt.role.value}
         if put_tps is None:
-            table["putTps"] = table["putTps"] or "0.0  "
+            table["putTps"] = table["putTps"].strip() or "0.0  "
+        try:
+            disk = shutil.disk_usage(store.config.store_path_root_dir)
+            table["commitLogDirCapacity"] = f"Total : {human_bytes(disk.total)}, Free : {human_bytes(disk.free)}."
+        except OSError:  # (RocketMQ leaves it out when the directory is not there)
+            pass
+        timer = rt.timer_service
+        if timer is not None and timer.enabled:
+            waiting, _oldest, due, behind_ms, _ = timer.behind(now_ms, [])
+            table.update({"timerReadBehind": str(behind_ms), "timerOffsetBehind": str(waiting),
+                          "timerCongestNum": str(due), "timerEnqueueTps": _rate(st, 4),
+                          "timerDequeueTps": _rate(st, 5)})
+        else:
+            table.update({"timerReadBehind": "0", "timerOffsetBehind": "0", "timerCongestNum": "0",
+                          "timerEnqueueTps": "0.0", "timerDequeueTps": "0.0"})
         for pool, capacity in _NO_QUEUE.items():
             table[f"{pool}ThreadPoolQueueSize"] = "0"
             table[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = "0"

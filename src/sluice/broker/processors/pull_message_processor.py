@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from sluice.broker.expression_message_filter import ExpressionForRetryMessageFilter, ExpressionMessageFilter
@@ -170,8 +171,10 @@ class PullMessageProcessor:
                 "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
                 "minOffset": str(self.store.get_min_offset_in_queue(h.topic, h.queue_id)),
                 "maxOffset": str(self.store.get_max_offset_in_queue(h.topic, h.queue_id))})
+        t0 = perf_counter()
         r = self.store.get_messages(h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes,
                                  record_filter)
+        self.stats.record_get(r.message_count if r.buffers else 0, perf_counter() - t0)
         status = r.status
         if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
             code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
@@ -194,7 +197,6 @@ class PullMessageProcessor:
         resp = req.response(code, None if code == ResponseCode.SUCCESS else status.name, ext)
         if r.buffers:
             resp.body_parts = r.buffers
-            self.stats.record_get(r.message_count)
             self.stats.record_group_get(h.topic, h.consumer_group, r.message_count, r.buffer_total_size)
             self.store.consumer_offsets.commit_pull_offset(h.consumer_group, h.topic, h.queue_id, r.next_begin_offset)
         return resp
