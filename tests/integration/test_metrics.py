@@ -237,6 +237,19 @@ def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_clust
                     await popper.ack(m)
                 await _until(lambda: gauges() == (4, 0, 4))  # nothing open: still a POP group's numbers
                 seen.append((4, 0, 4))
+                samples = scrape(url)
+                pop = dict(consumer_group="metrics-pop-g", topic="metrics-pop")
+                written_cks = value(samples, "rocketmq_pop_revive_in_message_total", **pop, revive_message_type="CK",
+                                    put_status="PUT_OK")
+                assert value(samples, "rocketmq_pop_revive_in_message_total", **pop, revive_message_type="ACK",
+                             put_status="PUT_OK") == 5  # one record an ack
+                assert 1 <= written_cks <= 5  # one record a pop of the queue
+                done: dict[str, float] = {}
+                for s in samples.get("rocketmq_pop_revive_out_message_total", []):
+                    if s.labels.get("consumer_group") == "metrics-pop-g":  # (by revive queue: summed)
+                        kind = s.labels["revive_message_type"]
+                        done[kind] = done.get(kind, 0) + s.value
+                assert done == {"CK": written_cks, "ACK": 5}  # every checkpoint settled, every ack applied
         finally:
             await popper.shutdown()
             await online.shutdown()

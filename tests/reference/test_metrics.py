@@ -21,9 +21,8 @@ NOT_EXPORTED = {
     # Per-topic timer counts and the delay histogram: Sluice's timer wheel does not keep them per topic.
     "rocketmq_timer_enqueue", "rocketmq_timer_dequeue", "rocketmq_timing_messages",
     "rocketmq_delay_message_latency_seconds",
-    # POP: Sluice has no checkpoint merge buffer to scan, and counts revives without RocketMQ's split.
-    "rocketmq_pop_buffer_scan_time_consume_milliseconds", "rocketmq_pop_revive_in_message",
-    "rocketmq_pop_revive_out_message", "rocketmq_pop_revive_retry_messages",
+    # POP: Sluice has no checkpoint merge buffer to scan.
+    "rocketmq_pop_buffer_scan_time_consume_milliseconds",
     # Kept by RocketMQ's transaction metrics file across restarts; not kept by Sluice.
     "rocketmq_half_messages",
     # How long creating a topic or group took.

@@ -320,6 +320,12 @@ class BrokerMetricsManager:
         lag = [({"queue_id": str(q)}, now - overdue[q] if q in overdue else 0) for q in range(revive.queue_num)]
         yield f.gauge("rocketmq_pop_revive_lag_milliseconds", lag)
         yield f.gauge("rocketmq_pop_revive_latency_milliseconds", lag)
+        yield f.counter("rocketmq_pop_revive_in_message_total",
+                        [(k, row[0]) for k, row in list(revive.revive_in.items())], _revive_in_labels)
+        yield f.counter("rocketmq_pop_revive_out_message_total",
+                        [(k, row[0]) for k, row in list(revive.revive_out.items())], _revive_out_labels)
+        yield f.counter("rocketmq_pop_revive_retry_messages_total",
+                        [(k, row[0]) for k, row in list(revive.revive_retry.items())], _revive_retry_labels)
 
     # == the store (DefaultStoreMetricsManager) =====================================================
     def _store_metrics(self) -> Iterator[Family]:
@@ -361,6 +367,21 @@ def _dlq_labels(key: tuple[str, str]) -> dict[str, str]:
     group, topic = key
     return {"consumer_group": group, "topic": topic,
             "is_system": bool_label(is_system_topic(topic) or is_system_group(group))}
+
+
+def _revive_in_labels(key: tuple[str, str, str, str]) -> dict[str, str]:
+    group, topic, kind, status = key
+    return {"consumer_group": group, "topic": topic, "revive_message_type": kind, "put_status": status}
+
+
+def _revive_out_labels(key: tuple[str, str, int, str]) -> dict[str, str]:
+    group, topic, queue_id, kind = key
+    return {"consumer_group": group, "topic": topic, "queue_id": str(queue_id), "revive_message_type": kind}
+
+
+def _revive_retry_labels(key: tuple[str, str, str]) -> dict[str, str]:
+    group, topic, status = key
+    return {"consumer_group": group, "topic": topic, "put_status": status}
 
 
 def _topic_labels(key: str) -> dict[str, str]:

@@ -37,7 +37,7 @@ METRICS_CARDINALITY_LIMIT = 5_000
 OVERFLOW = None  # the key of what is counted past the limit
 
 
-def _slot(table: dict[Any, list[float]], key: object, width: int, limit: int) -> list[float]:
+def counter_slot(table: dict[Any, list[float]], key: object, width: int, limit: int) -> list[float]:
     """``table[key]``, made (``width`` zeros) while there is room; past ``limit`` keys, the overflow's."""
     row = table.get(key)
     if row is None:
@@ -140,7 +140,7 @@ class BrokerStats:
         if row is None:
             if msgs <= 0 or not _countable(topic):
                 return
-            row = _slot(self.messages_in, (topic, message_type), len(MESSAGE_SIZE_BUCKETS) + 4, self.limit)
+            row = counter_slot(self.messages_in, (topic, message_type), len(MESSAGE_SIZE_BUCKETS) + 4, self.limit)
         row[0] += msgs
         row[1] += size
         each = size // msgs  # one observation per put, of its average (as RocketMQ records it)
@@ -157,7 +157,7 @@ class BrokerStats:
         if is_retry is not None and group not in self.pop_groups and len(self.pop_groups) < self.limit:
             self.pop_groups.add(group)
         if is_retry is not None or _countable(topic):
-            row = _slot(self.messages_out, (label_topic or topic, group, is_retry), 2, self.limit)
+            row = counter_slot(self.messages_out, (label_topic or topic, group, is_retry), 2, self.limit)
             row[0] += msgs
             row[1] += size
 
@@ -166,7 +166,7 @@ class BrokerStats:
         counts it so, retry topics included)."""
         row = self.messages_in.get((topic, "delay"))
         if row is None:
-            row = _slot(self.messages_in, (topic, "delay"), len(MESSAGE_SIZE_BUCKETS) + 4, self.limit)
+            row = counter_slot(self.messages_in, (topic, "delay"), len(MESSAGE_SIZE_BUCKETS) + 4, self.limit)
         row[0] += 1
         row[1] += size
         row[2 + bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
@@ -179,15 +179,15 @@ class BrokerStats:
 
     def record_dlq(self, group: str, topic: str) -> None:
         """A message a consumer of ``group`` gave up on went to its dead-letter queue."""
-        _slot(self.to_dlq, (group, topic), 1, self.limit)[0] += 1
+        counter_slot(self.to_dlq, (group, topic), 1, self.limit)[0] += 1
 
     def record_end_transaction(self, topic: str, commit: bool, born_ms: int) -> None:
         """A half message of ``topic`` committed or rolled back; a commit's time since the half message's birth
         goes to the histogram in seconds (RocketMQ's EndTransactionProcessor)."""
-        _slot(self.commits if commit else self.rollbacks, topic, 1, self.limit)[0] += 1
+        counter_slot(self.commits if commit else self.rollbacks, topic, 1, self.limit)[0] += 1
         if commit:
             seconds = max(0, int(time.time() * 1000) - born_ms) // 1000
-            row = _slot(self.finish_latency, topic, len(FINISH_LATENCY_BUCKETS) + 2, self.limit)
+            row = counter_slot(self.finish_latency, topic, len(FINISH_LATENCY_BUCKETS) + 2, self.limit)
             row[bisect_left(FINISH_LATENCY_BUCKETS, seconds)] += 1
             row[-1] += seconds
 

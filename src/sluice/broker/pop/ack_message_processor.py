@@ -139,6 +139,8 @@ class AckMessageProcessor:
                    for ck, offsets in done.values()]
 
         def written(_i: int, r: PutMessageResult) -> None:
+            for ck, _ in done.values():
+                self.pop_revive.count_put(ck.group, ck.topic, "ACK", r.status, ck.revive_qid)
             if not r.stored:
                 for ck, offsets in done.values():
                     for offset in offsets:
@@ -217,9 +219,9 @@ class AckMessageProcessor:
                                                      old.broker_name, (offset,)), old.revive_qid)]
 
         def written(_i: int, r: PutMessageResult) -> None:
-            if r.stored:
-                self.pop_revive.written(new, r)
-            else:
+            self.pop_revive.count_put(group, topic, "ACK", r.status, old.revive_qid)
+            self.pop_revive.written(new, r)
+            if not r.stored:
                 self.pop_revive.forget(new)
                 self.pop_revive.unack(old, offset)
 

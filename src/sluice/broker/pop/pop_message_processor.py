@@ -363,8 +363,8 @@ class PopMessageProcessor:
             rd = reads[i]
             assert rd.ck is not None
             self._busy.discard((rd.topic, h.consumer_group, rd.queue_id))
+            self.pop_revive.written(rd.ck, r)
             if r.stored:  # handed out from now on, answered or not: the offset moves past them
-                self.pop_revive.written(rd.ck, r)
                 self.store.consumer_offsets.commit_offset(h.consumer_group, rd.topic, rd.queue_id,
                                                        rd.result.next_begin_offset)
             else:  # not handed out: the offset stays, the messages are read again

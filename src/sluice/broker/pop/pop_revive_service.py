@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from sluice.broker.broker_stats import METRICS_CARDINALITY_LIMIT, counter_slot
 from sluice.common.extra_info import PROPERTY_FIRST_POP_TIME, pop_retry_topic
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.message_codec import decode_records
@@ -165,6 +166,13 @@ class PopReviveService(AsyncService):
         self._wake = asyncio.Event()
         self.revived = 0  # messages put back (stats, tests)
         self.dead = 0  # of them, into a DLQ
+        # RocketMQ's POP revive counters (PopMetricsManager), bounded as the broker's: checkpoint (CK) and ack
+        # (ACK) records written, by put status; records the revive service is done with (a checkpoint settled or
+        # revived, an ack applied; Sluice applies acks as they come, and reads the log only at start); messages
+        # put back, by put status.
+        self.revive_in: dict[tuple[str, str, str, str] | None, list[float]] = {}
+        self.revive_out: dict[tuple[str, str, int, str] | None, list[float]] = {}
+        self.revive_retry: dict[tuple[str, str, str] | None, list[float]] = {}
 
     # == lifecycle ===================================================================================
     def load(self) -> None:
@@ -242,11 +250,23 @@ class PopReviveService(AsyncService):
             self._due = [(c.revive_time, k) for k, c in self.checkpoints.items()]
             heapq.heapify(self._due)
 
+    def count_put(self, group: str, topic: str, kind: str, status: PutMessageStatus,
+                  revive_qid: int | None = None) -> None:
+        """A revive record of ``kind`` (CK or ACK) written with ``status``; an ack written (to ``revive_qid``) is
+        also done with: it was applied in memory as it came."""
+        counter_slot(self.revive_in, (group, topic, kind, status.value), 1, METRICS_CARDINALITY_LIMIT)[0] += 1
+        if kind == "ACK" and revive_qid is not None and status is PutMessageStatus.PUT_OK:
+            self._count_out(group, topic, revive_qid, "ACK")
+
+    def _count_out(self, group: str, topic: str, revive_qid: int, kind: str) -> None:
+        counter_slot(self.revive_out, (group, topic, revive_qid, kind), 1, METRICS_CARDINALITY_LIMIT)[0] += 1
+
     def _apply_ack(self, ack: AckRecord) -> None:
         """Mark acked messages in their checkpoint (none when it is settled already or unknown)."""
         ck = self.checkpoints.get(ack.key)
         if ck is None:
             return
+        self._count_out(ack.group, ack.topic, ck.revive_qid, "ACK")
         for offset in ack.offsets:
             i = ck.index_of(offset)
             if i >= 0:
@@ -273,6 +293,7 @@ class PopReviveService(AsyncService):
 
     def written(self, ck: CheckPoint, r: PutMessageResult) -> None:
         """Its record is stored (``r``): note where, for the revive offset."""
+        self.count_put(ck.group, ck.topic, "CK", r.status)
         if r.stored:
             ck.revive_offset = r.queue_offset
 
@@ -283,6 +304,8 @@ class PopReviveService(AsyncService):
     def _drop(self, ck: CheckPoint) -> None:
         if self.checkpoints.get(ck.key) is ck:
             del self.checkpoints[ck.key]
+            if ck.settled or ck.revived:
+                self._count_out(ck.group, ck.topic, ck.revive_qid, "CK")
 
     def find(self, topic: str, group: str, queue_id: int, start_offset: int, pop_time: int,
              broker_name: str) -> CheckPoint | None:
@@ -360,7 +383,11 @@ class PopReviveService(AsyncService):
             elif not r.stored:
                 log.warning("pop revive of %s queue %d (group %s) failed: %s %s", ck.topic, ck.queue_id, ck.group,
                             r.status.name, r.remark)
+                counter_slot(self.revive_retry, (ck.group, ck.topic, r.status.value), 1,
+                             METRICS_CARDINALITY_LIMIT)[0] += len(msgs)
                 return False
+            counter_slot(self.revive_retry, (ck.group, ck.topic, r.status.value), 1,
+                         METRICS_CARDINALITY_LIMIT)[0] += len(msgs)
             self.revived += len(msgs)
             self.dead += sum(1 for m in msgs if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX))
         ck.revived = True
