@@ -53,9 +53,12 @@ def test_a_groups_connections_are_listed_and_the_group_deleted(cluster: Cluster,
             assert producers[0]["language"] == "PYTHON"
         finally:
             consumer.shutdown()
+    topics = json.loads(ok(capsys, "topic", "list", "--namesrv", ns, "--json"))
+    assert "%RETRY%ops-cli-g" in topics
     assert "deleted group ops-cli-g on broker-a" in ok(capsys, "group", "delete", "ops-cli-g", "--namesrv", ns)
     groups = json.loads(ok(capsys, "group", "list", "--namesrv", ns, "--json"))
     assert "ops-cli-g" not in {g["name"] for g in groups}
+    assert "%RETRY%ops-cli-g" not in json.loads(ok(capsys, "topic", "list", "--namesrv", ns, "--json"))
 
 
 def test_a_groups_offsets_are_reset_to_the_earliest_and_the_latest(cluster: Cluster, capsys):

@@ -178,3 +178,18 @@ def test_a_resend_of_an_id_that_is_not_a_dead_letter_says_so_and_a_compressed_on
     assert err == "sluice: no dead letter of group 'dlq-few-g' has the id(s) NOSUCHID"
     assert fails(capsys, "dlq", "list", "never-failed-g", "--namesrv", cluster.namesrv_addr) == \
         "sluice: consumer group 'never-failed-g' has no dead letters (no topic %DLQ%never-failed-g)"
+
+
+def test_deleting_a_group_keeps_its_dead_letters_unless_asked(empty_cluster: Cluster, capsys) -> None:
+    cluster = empty_cluster
+    cluster.start_broker("broker-a")
+    cluster.create_topic("dlq-del-t", 1)
+    dead_letters_in(cluster, "dlq-del-t", "dlq-del-g", 3)
+    ns = cluster.namesrv_addr
+    said = ok(capsys, "group", "delete", "dlq-del-g", "--namesrv", ns)
+    assert "kept %DLQ%dlq-del-g (3 dead letter(s))" in said
+    assert [s["messages"] for s in json.loads(ok(capsys, "dlq", "list", "dlq-del-g", "--namesrv", ns,
+                                                  "--json"))] == [3]
+    said = ok(capsys, "group", "delete", "dlq-del-g", "--delete-dead-letters", "--namesrv", ns)
+    assert "deleted %DLQ%dlq-del-g with its 3 dead letter(s)" in said
+    assert "has no dead letters" in fails(capsys, "dlq", "list", "dlq-del-g", "--namesrv", ns)

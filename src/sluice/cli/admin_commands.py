@@ -539,6 +539,8 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--cluster", help="only on this cluster's brokers")
     p.add_argument("--keep-offsets", action="store_true", help="keep the group's committed offsets")
+    p.add_argument("--delete-dead-letters", action="store_true", help="delete its dead-letter topic too (kept "
+                   "otherwise)")
     p = verb(group, "create", ops.group_create, "create (or update) a consumer group on every broker (mqadmin "
              "updateSubGroup)", True)
     ops.add_group_config_flags(p)

@@ -75,9 +75,17 @@ async def group_connections(admin: Admin, args: argparse.Namespace) -> int:
 
 @command
 async def group_delete(admin: Admin, args: argparse.Namespace) -> int:
-    brokers = await admin.delete_group(args.group, args.cluster, clean_offset=not args.keep_offsets)
+    dlq = f"%DLQ%{args.group}"
+    letters = sum(q.messages for q in await admin.topic_status(dlq)) \
+        if await admin.api.get_topic_route(dlq) is not None else 0
+    brokers = await admin.delete_group(args.group, args.cluster, clean_offset=not args.keep_offsets,
+                                       dlq_topic=args.delete_dead_letters)
     out(f"deleted group {args.group} on {', '.join(brokers) or 'no broker'}"
-        + ("" if args.keep_offsets else " with its committed offsets"))
+        + ("" if args.keep_offsets else " with its committed offsets") + " and its retry topic")
+    if letters and not args.delete_dead_letters:
+        out(f"kept {dlq} ({letters} dead letter(s)): sluice dlq resend, or delete them with --delete-dead-letters")
+    elif args.delete_dead_letters and letters:
+        out(f"deleted {dlq} with its {letters} dead letter(s)")
     return 0
 
 

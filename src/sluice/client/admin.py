@@ -29,7 +29,12 @@ from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import RemotingConfig
 from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
 from sluice.common.message import MessageExt, decode_message_id
-from sluice.common.naming import validate_group, validate_topic
+from sluice.common.naming import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    validate_group,
+    validate_topic,
+)
 from sluice.common.structs import ClusterInfo, MessageQueue, TopicRouteData
 from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
@@ -356,12 +361,19 @@ class Admin:
             out[f"{q.broker_name}@{q.queue_id}"] = q.consumer_offset
         return out
 
-    async def delete_group(self, group: str, cluster: str | None = None, clean_offset: bool = True) -> list[str]:
-        """DELETE_SUBSCRIPTIONGROUP on every master (of ``cluster``): the brokers it was deleted on."""
+    async def delete_group(self, group: str, cluster: str | None = None, clean_offset: bool = True, *,
+                           retry_topic: bool = True, dlq_topic: bool = False) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP on every master (of ``cluster``): the brokers it was deleted on. As mqadmin's
+        ``deleteSubGroup -c`` does, the group's retry topic goes too (``retry_topic``); its dead-letter topic only
+        with ``dlq_topic`` (mqadmin deletes it always: dead letters are not thrown away by surprise here)."""
         brokers = await self.brokers(cluster)
         await self._gather(self.api.invoke_ok(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
                                               DeleteSubscriptionGroupRequestHeader(group, clean_offset).encode())
                            for addr in brokers.values())
+        for wanted, topic in ((retry_topic, RETRY_GROUP_TOPIC_PREFIX + group),
+                              (dlq_topic, DLQ_GROUP_TOPIC_PREFIX + group)):
+            if wanted and await self.api.get_topic_route(topic) is not None:
+                await self.delete_topic(topic, cluster)
         return list(brokers)
 
     async def topic_route(self, topic: str) -> TopicRouteData:
