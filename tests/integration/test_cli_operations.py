@@ -85,6 +85,16 @@ def test_a_groups_offsets_are_reset_to_the_earliest_and_the_latest(cluster: Clus
                          "--json"))["totalLag"] == 6
     assert "time 'yesterday'" in fails(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t", "--to",
                                        "yesterday", "--namesrv", ns)
+    one = json.loads(ok(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t", "--offset", "2", "--queue",
+                        "1", "--namesrv", ns, "--json"))
+    assert one == {"broker-a@ops-reset-t@1": 2}
+    queues = json.loads(ok(capsys, "group", "progress", "ops-reset-g", "--topic", "ops-reset-t", "--namesrv", ns,
+                           "--json"))["queues"]
+    assert {q["queueId"]: q["consumerOffset"] for q in queues} == {0: 0, 1: 2}
+    assert "not in consume queue range" in fails(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t",
+                                                 "--offset", "99", "--queue", "0", "--namesrv", ns)
+    assert "--offset needs the queue" in fails(capsys, "group", "reset-offset", "ops-reset-g", "ops-reset-t",
+                                               "--offset", "1", "--namesrv", ns)
 
 
 def test_a_groups_settings_are_created_updated_skipped_and_cloned(cluster: Cluster, capsys):

@@ -211,11 +211,8 @@ def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_clust
 
     async def run() -> list[tuple[float, float, float]]:
         seen = []
-        online = PullConsumer("metrics-pop-g", ns, auto_commit=False)  # (heartbeats: the group is online)
-        online.subscribe("metrics-pop")
         popper = SimpleConsumer("metrics-pop-g", ns, consume_from_first=True, invisible_duration=60)
-        popper.subscribe("metrics-pop")
-        await online.start()
+        popper.subscribe("metrics-pop")  # (its heartbeats say the group is online)
         await popper.start()
         try:
             async with Producer("metrics-pop-pg", ns, auto_batch=False) as producer:
@@ -250,9 +247,11 @@ def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_clust
                         kind = s.labels["revive_message_type"]
                         done[kind] = done.get(kind, 0) + s.value
                 assert done == {"CK": written_cks, "ACK": 5}  # every checkpoint settled, every ack applied
+            conns = [sample for sample in scrape(url).get("rocketmq_consumer_connections", [])
+                     if sample.labels.get("consumer_group") == "metrics-pop-g"]
+            assert [(c.labels["consume_mode"], c.value) for c in conns] == [("pop", 1)]
         finally:
             await popper.shutdown()
-            await online.shutdown()
         return seen
 
     assert asyncio.run(run()) == [(3, 3, 0), (7, 3, 4), (4, 0, 4)]

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from sluice.common.config import BrokerConfig
     from sluice.store.message_store import MessageStore
 
-_CONSUME_MODES = {ConsumeType.CONSUME_ACTIVELY: "pull", ConsumeType.CONSUME_PASSIVELY: "push"}
+_CONSUME_MODES = {ConsumeType.CONSUME_ACTIVELY: "pull", ConsumeType.CONSUME_PASSIVELY: "push",
+                  ConsumeType.CONSUME_POP: "pop"}
 # RocketMQ's processors with a thread pool and its queue: Sluice serves every request on the event loop, so these
 # queues are always empty (mqadmin brokerStatus says the same).
 # The timer snapshot's bounds in seconds (RocketMQ's timerMetricsDist... default): messages due within each.

@@ -509,8 +509,9 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
     cluster = sub.add_parser("cluster", help="inspect the brokers of the clusters").add_subparsers(
         dest="cluster_command", required=True, metavar="VERB")
-    verb(cluster, "status", cluster_status, "every broker: role, back-pressure, queued writes, data not yet "
-         "served (not yet durable), event-loop lag", json_flag=True)
+    for name in ("status", "list"):  # (list: mqadmin's clusterList)
+        verb(cluster, name, cluster_status, "every broker: role, back-pressure, queued writes, data not yet "
+             "served (not yet durable), event-loop lag", json_flag=True)
 
     p = verb(cluster, "broker-status", ops.broker_status, "a broker's runtime info (mqadmin brokerStatus)", True)
     p.add_argument("broker", metavar="BROKER", help="its name or host:port")
@@ -560,8 +561,13 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
              "the latest, or a time (mqadmin resetOffsetByTime)", True)
     p.add_argument("group", metavar="GROUP")
     p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("--to", required=True, metavar="WHEN", help="earliest, latest, or a time (ms since the epoch or "
-                   "a local date / time such as 2026-11-28T12:00)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", metavar="WHEN", help="earliest, latest, or a time (ms since the epoch or a local "
+                       "date / time such as 2026-11-28T12:00)")
+    where.add_argument("--offset", type=int, metavar="N", help="this offset of one queue (--queue, --broker; "
+                       "mqadmin resetOffsetByQueueId)")
+    p.add_argument("--queue", type=int, metavar="Q", help="the queue --offset is of")
+    p.add_argument("--broker", metavar="NAME", help="the queue's broker (needed when the topic is on several)")
 
     producer = sub.add_parser("producer", help="inspect producer groups").add_subparsers(
         dest="producer_command", required=True, metavar="VERB")

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from sluice.cli.admin_commands import command, out, parse_time, print_json, print_table
-from sluice.client.admin import Admin, parse_perm
+from sluice.client.admin import Admin, AdminError, parse_perm
 
 
 def _key_values(args: argparse.Namespace, table: dict[str, str], heading: str) -> int:
@@ -102,6 +102,17 @@ async def producer_connections(admin: Admin, args: argparse.Namespace) -> int:
 
 @command
 async def group_reset_offset(admin: Admin, args: argparse.Namespace) -> int:
+    if args.offset is not None:
+        if args.queue is None:
+            raise AdminError("--offset needs the queue it is an offset of (--queue, and --broker when the topic is "
+                             "on several brokers)")
+        table = await admin.reset_queue_offset(args.group, args.topic, args.queue, args.offset, args.broker)
+        if args.json:
+            print_json(table)
+            return 0
+        out(f"group {args.group} on {args.topic} queue {args.queue} reset to offset {args.offset}; consumers online "
+            "move at their next pull")
+        return 0
     to = args.to.strip().lower()
     timestamp = 0 if to == "earliest" else -1 if to == "latest" else max(0, parse_time(args.to))
     table = await admin.reset_offset(args.group, args.topic, timestamp)

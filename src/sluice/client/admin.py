@@ -361,6 +361,22 @@ class Admin:
             out[f"{q.broker_name}@{q.queue_id}"] = q.consumer_offset
         return out
 
+    async def reset_queue_offset(self, group: str, topic: str, queue_id: int, offset: int,
+                                 broker: str | None = None) -> dict[str, int]:
+        """Move the group's offset on one queue of ``topic`` to ``offset`` (mqadmin resetOffsetByQueueId); the
+        queue's broker must be named when the topic has several. ``broker@topic@queue`` → the offset."""
+        route = await self.topic_route(topic)
+        brokers = {b.broker_name: a for b in route.broker_datas if (a := b.select_addr())}
+        if broker is None:
+            if len(brokers) != 1:
+                raise AdminError(f"topic {topic!r} is on {len(brokers)} brokers: name the queue's broker")
+            broker = next(iter(brokers))
+        if broker not in brokers:
+            raise AdminError(f"topic {topic!r} has no queues on broker {broker!r}")
+        ext = {**ResetOffsetRequestHeader(topic, group, queue_id, -1, offset).encode(), "isForce": "true"}
+        await self.api.invoke_ok(brokers[broker], RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext, timeout_ms=10_000)
+        return {f"{broker}@{topic}@{queue_id}": offset}
+
     async def delete_group(self, group: str, cluster: str | None = None, clean_offset: bool = True, *,
                            retry_topic: bool = True, dlq_topic: bool = False) -> list[str]:
         """DELETE_SUBSCRIPTIONGROUP on every master (of ``cluster``): the brokers it was deleted on. As mqadmin's

@@ -270,6 +270,7 @@ class ClusterInfo:
 class ConsumeType(enum.IntEnum):
     CONSUME_ACTIVELY = 0  # pull
     CONSUME_PASSIVELY = 1  # push
+    CONSUME_POP = 2  # RocketMQ 5's simple consumers
 
 
 class MessageModel(enum.IntEnum):

@@ -31,6 +31,7 @@ from sluice.common.extra_info import (
 )
 from sluice.common.message import MessageExt
 from sluice.common.naming import validate_group, validate_topic
+from sluice.common.structs import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.errors import RemotingError
 from sluice.remoting.tls import TlsLike
@@ -92,6 +93,9 @@ class SimpleConsumer:
 
     async def start(self) -> SimpleConsumer:
         if not self.started:
+            # Heartbeats say the group is online (CONSUME_POP), as a RocketMQ 5 simple consumer's do: its
+            # connections and the consumer gauges show it.
+            self.client.consumers[self.group] = self
             await self.client.start()
             self.started = True
         return self
@@ -99,7 +103,24 @@ class SimpleConsumer:
     async def shutdown(self) -> None:
         if self.started:
             self.started = False
-            await self.client.shutdown()
+            await self.client.shutdown()  # (unregisters the group from every broker)
+            self.client.consumers.pop(self.group, None)
+
+    # == what the client instance asks (heartbeats) ==================================================
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(self.group, ConsumeType.CONSUME_POP, MessageModel.CLUSTERING,
+                            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET if self.init_mode == 0 else
+                            ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                            [build_subscription(t, s) for t, s in self.subscriptions.items()])
+
+    def subscribed_topics(self) -> list[str]:
+        return list(self.subscriptions)
+
+    async def do_rebalance(self) -> bool:
+        return True  # (nothing to own: the broker hands out what each pop gets)
+
+    async def persist_offsets(self) -> None:
+        return None  # (nothing to commit: acks settle messages)
 
     async def __aenter__(self) -> SimpleConsumer:
         return await self.start()
