@@ -28,6 +28,15 @@ def trace_of(ns: str, msg_id: str) -> list[TraceStep]:
     return asyncio.run(go())
 
 
+def query_trace(build: JavaBuild, tmp_path: Path, ns: str, msg_id: str) -> str:
+    """What the real ``mqadmin queryMsgTraceById`` prints for the message."""
+    mqadmin = MqAdmin(build, tmp_path / "mqadmin-home")
+    try:
+        return mqadmin("queryMsgTraceById", "-n", ns, "-i", msg_id)
+    finally:
+        mqadmin.close()
+
+
 def complete(ns: str, msg_ids: list[str], producer_group: str, consumer_group: str) -> bool:
     for msg_id in msg_ids:
         steps = trace_of(ns, msg_id)
@@ -71,11 +80,7 @@ def test_java_traced_sends_and_sluice_traced_consumption_make_one_trace_mqadmin_
     assert (pub.topic, pub.keys, pub.store_host, pub.msg_type) == (
         topic, f"{sent[0]['keys']}", sluice.broker.broker_addr, "NORMAL")
 
-    mqadmin = MqAdmin(java_build, tmp_path / "mqadmin-home")
-    try:
-        out = mqadmin("queryMsgTraceById", "-n", ns, "-i", ids[0])
-    finally:
-        mqadmin.close()
+    out = query_trace(java_build, tmp_path, ns, ids[0])
     assert re.search(r"^Pub\s+trace-java-pg\s+\S+\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+\d+ms\s+success", out, re.M), out
     assert re.search(r"^Sub\s+trace-sluice-cg\s+\S+\s+\d{4}-.*\s+\d+ms\s+success", out, re.M), out
 
@@ -101,10 +106,6 @@ def test_sluice_traced_sends_and_java_traced_consumption_make_one_trace_mqadmin_
     sub = next(s for s in trace_of(ns, ids[0]) if s.kind == "sub")
     assert (sub.retry_times, sub.return_type, sub.keys) == (0, "SUCCESS", "tk-0")
 
-    mqadmin = MqAdmin(java_build, tmp_path / "mqadmin-home")
-    try:
-        out = mqadmin("queryMsgTraceById", "-n", ns, "-i", ids[0])
-    finally:
-        mqadmin.close()
+    out = query_trace(java_build, tmp_path, ns, ids[0])
     assert re.search(r"^Pub\s+trace-sluice-pg\s+\S+\s+\d{4}-.*\s+\d+ms\s+success", out, re.M), out
     assert re.search(r"^Sub\s+trace-java-cg\s+\S+\s+\d{4}-.*\s+\d+ms\s+success", out, re.M), out

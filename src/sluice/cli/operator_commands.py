@@ -116,12 +116,17 @@ async def group_reset_offset(admin: Admin, args: argparse.Namespace) -> int:
     to = args.to.strip().lower()
     timestamp = 0 if to == "earliest" else -1 if to == "latest" else max(0, parse_time(args.to))
     table = await admin.reset_offset(args.group, args.topic, timestamp)
+    return _offsets(args, table, f"group {args.group} on {args.topic} reset to {args.to} ({len(table)} queues); "
+                                 "consumers online move at their next pull")
+
+
+def _offsets(args: argparse.Namespace, table: dict[str, int], summary: str) -> int:
+    """Queue → offset, as JSON or as a table and a line that says what was done."""
     if args.json:
         print_json(table)
         return 0
     print_table(["QUEUE", "OFFSET"], [[k, v] for k, v in table.items()], right=(1,))
-    out(f"group {args.group} on {args.topic} reset to {args.to} ({len(table)} queues); consumers online move at "
-        "their next pull")
+    out(summary)
     return 0
 
 
@@ -180,13 +185,9 @@ async def group_skip(admin: Admin, args: argparse.Namespace) -> int:
 @command
 async def group_clone(admin: Admin, args: argparse.Namespace) -> int:
     table = await admin.clone_offsets(args.source, args.target, args.topic)
-    if args.json:
-        print_json(table)
-        return 0
-    print_table(["QUEUE", "OFFSET"], [[k, v] for k, v in table.items()], right=(1,))
-    out(f"group {args.target} now has {args.source}'s offsets on {args.topic} ({len(table)} queues); it reads from "
-        "there when its consumers next start (those online keep their own until then)")
-    return 0
+    return _offsets(args, table, f"group {args.target} now has {args.source}'s offsets on {args.topic} "
+                                 f"({len(table)} queues); it reads from there when its consumers next start (those "
+                                 "online keep their own until then)")
 
 
 def add_group_config_flags(p: argparse.ArgumentParser) -> None:
