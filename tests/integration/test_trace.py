@@ -178,6 +178,30 @@ def test_the_brokers_trace_switch_turned_off_at_run_time_stops_send_records_and_
     assert quiet.properties["TRACE_ON"] == "false"
 
 
+def test_auto_batched_sends_of_a_traced_producer_carry_the_region_a_java_consumers_trace_needs(
+        empty_cluster: Cluster) -> None:
+    """Brokers stamp MSG_REGION only on messages sent singly; a producer with trace on stamps its auto-batched
+    ones itself, and a group name at the length limit still gets a (shortened) trace producer."""
+    cluster = empty_cluster
+    cluster.start_broker("broker-a")
+    cluster.create_topic(TOPIC, 1)
+    ns, group = cluster.namesrv_addr, "g" * 255
+
+    async def go() -> list[MessageExt]:
+        async with Producer(group, ns, enable_trace=True, batch_max_delay_ms=50) as producer:
+            assert producer.trace is not None and len(producer.trace.group) <= 255
+            first = await producer.send(Message(TOPIC, b"single"))
+            results = await asyncio.gather(*(producer.send_async(Message(TOPIC, b"batched-%d" % i))
+                                             for i in range(5)))
+            assert len({r.queue_offset for r in results}) == 5
+            await producer.trace.flush()
+            async with Admin(ns) as admin:
+                return [(await admin.get_message(r.msg_id, TOPIC))[0] for r in [first, *results]]
+
+    for m in asyncio.run(go()):
+        assert (m.properties["MSG_REGION"], m.properties["TRACE_ON"]) == ("DefaultRegion", "true"), m.body
+
+
 @pytest.mark.parametrize("bad", ["a b", "x" * 200])
 def test_a_bad_trace_topic_is_refused_naming_the_setting(bad: str) -> None:
     with pytest.raises(Exception, match="trace_topic"):

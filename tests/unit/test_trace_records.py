@@ -55,6 +55,21 @@ def test_trace_messages_stay_under_the_size_limit_and_carry_their_records_keys()
                              beans=[TraceBean("t", f"ID{i:03d}", keys=f"key{i:03d}")]) for i in range(50)]
     one = len(encode_context(contexts[0]))
     bodies = list(pack(contexts, max_size=one * 10))
-    assert [len(decode_trace_data(b)) for b, _ in bodies] == [10] * 5
-    assert all(len(b) <= one * 10 for b, _ in bodies)
+    assert [len(decode_trace_data(b)) for b, _, _ in bodies] == [n for _, _, n in bodies] == [10] * 5
+    assert all(len(b) <= one * 10 for b, _, _ in bodies)
     assert bodies[1][1] == {f"ID{i:03d}" for i in range(10, 20)} | {f"key{i:03d}" for i in range(10, 20)}
+
+
+def test_a_trace_messages_keys_stay_within_what_a_stored_message_can_carry() -> None:
+    long_keys = " ".join(f"k{i}-{'x' * 60}" for i in range(30))  # ~1.9 KB of keys a message
+    contexts = [TraceContext(TraceType.PUB, 1000 + i, "R", "pg", beans=[TraceBean("t", f"ID{i:03d}", keys=long_keys
+                                                                                  .replace("k", f"m{i}k"))])
+                for i in range(20)]
+    packed = list(pack(contexts, max_keys=8_000))
+    assert sum(n for _, _, n in packed) == 20 and len(packed) > 1
+    for body, keys, _ in packed:
+        assert sum(len(k) + 1 for k in keys) <= 8_000
+        assert {c.beans[0].msg_id for c in decode_trace_data(body)} <= keys  # every record found by its id
+    alone = list(pack([TraceContext(TraceType.PUB, 1, "R", "pg", beans=[TraceBean("t", "ID", keys=long_keys)])],
+                      max_keys=500))
+    assert "ID" in alone[0][1] and sum(len(k) + 1 for k in alone[0][1]) <= 500

@@ -28,6 +28,7 @@ TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 DEFAULT_REGION = "DefaultRegion"  # (MixAll.DEFAULT_TRACE_REGION_ID: a message stored without MSG_REGION)
 TRACE_GROUP_PREFIX = "_INNER_TRACE_PRODUCER"
 MAX_TRACE_MESSAGE_SIZE = 128_000  # (the Java client's trace producer: a body of at most ~128 KB)
+MAX_TRACE_KEYS_SIZE = 16_384  # bytes of keys a trace message carries (a stored message's properties: < 32 KiB)
 _NULL = "null"  # what Java's StringBuilder writes for a missing tag or key
 
 
@@ -142,23 +143,33 @@ def trace_keys(ctx: TraceContext) -> set[str]:
     return out
 
 
-def pack(contexts: Iterable[TraceContext], max_size: int = MAX_TRACE_MESSAGE_SIZE) -> Iterator[tuple[str, set[str]]]:
-    """Trace message bodies of at most ``max_size`` characters (one record alone may be longer) with their keys."""
+def pack(contexts: Iterable[TraceContext], max_size: int = MAX_TRACE_MESSAGE_SIZE,
+         max_keys: int = MAX_TRACE_KEYS_SIZE) -> Iterator[tuple[str, set[str], int]]:
+    """Trace message bodies of at most ``max_size`` characters (one record alone may be longer) with their keys
+    (at most ``max_keys`` bytes of them, spaces included: the properties of a stored message are bounded; a record
+    whose keys alone pass it keeps those that fit, its message id first) and how many records each holds."""
     buf: list[str] = []
     keys: set[str] = set()
-    size = 0
+    size = keys_size = 0
     for ctx in contexts:
         data = encode_context(ctx)
         if not data:
             continue
-        if buf and size + len(data) > max_size:
-            yield "".join(buf), keys
-            buf, keys, size = [], set(), 0
+        mine = sorted(trace_keys(ctx) - keys, key=lambda k: k not in {b.msg_id for b in ctx.beans})
+        mine_size = sum(len(k.encode()) + 1 for k in mine)
+        if buf and (size + len(data) > max_size or keys_size + mine_size > max_keys):
+            yield "".join(buf), keys, len(buf)
+            buf, keys, size, keys_size = [], set(), 0, 0
+            mine = sorted(trace_keys(ctx), key=lambda k: k not in {b.msg_id for b in ctx.beans})
+        for k in mine:
+            n = len(k.encode()) + 1
+            if keys_size + n <= max_keys:
+                keys.add(k)
+                keys_size += n
         buf.append(data)
-        keys |= trace_keys(ctx)
         size += len(data)
     if buf:
-        yield "".join(buf), keys
+        yield "".join(buf), keys, len(buf)
 
 
 def _none_if_null(value: str) -> str | None:

@@ -9,6 +9,8 @@ wait in the record accumulator for their batch, the sender puts every request on
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -20,7 +22,7 @@ from sluice.client.aio.sender import Sender, chain
 from sluice.client.aio.trace_dispatcher import TraceDispatcher
 from sluice.client.batch import encode_message_batch
 from sluice.client.latency_fault_tolerance import LatencyFaultTolerance
-from sluice.client.message import Message, SendResult
+from sluice.client.message import MAX_PROPERTIES_SIZE, Message, SendResult
 from sluice.client.message_id import create_uniq_id
 from sluice.client.mq_client import MQClientInstance, client_config
 from sluice.client.queue_router import QueueRouter, QueueSelector, TopicPublishInfo
@@ -35,6 +37,9 @@ from sluice.remoting.tls import TlsLike
 
 if TYPE_CHECKING:
     from sluice.client.otel import Instrumentation
+
+log = logging.getLogger(__name__)
+_REGION = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 
 
 class Producer:
@@ -58,6 +63,10 @@ class Producer:
         self._flush_handle: asyncio.Handle | None = None
         # With ``enable_trace``: each answered send is recorded in the trace topic (docs/trace.md).
         self.trace = TraceDispatcher(group, "PRODUCER", cfg, credentials, tls) if cfg.enable_trace else None
+        # With trace on, an auto-batched message carries the broker's region and trace switch itself (as last
+        # answered): brokers stamp only messages sent singly, and a Java consumer's trace skips a message without
+        # MSG_REGION.
+        self._region_stamp = b"\x02MSG_REGION\x01DefaultRegion\x02TRACE_ON\x01true"
         # With ``enable_otel``: a publish span per send, its trace context carried in the message.
         self.otel: Instrumentation | None = None
         if cfg.enable_otel:
@@ -83,7 +92,12 @@ class Producer:
         self.in_flight.reset()
         self.started = True
         if self.trace is not None:
-            await self.trace.start()
+            try:
+                await self.trace.start()
+            except Exception as exc:  # (a trace is never worth the producer: it runs without one, as Java's)
+                log.warning("producer %s runs without message trace: its trace producer did not start: %s",
+                            self.group, exc)
+                self.trace = None
         return self
 
     async def shutdown(self) -> None:
@@ -238,6 +252,9 @@ class Producer:
     # == trace =======================================================================================
     def _trace_pub(self, msg: Message, result: SendResult, started: int, half: bool = False) -> None:
         assert self.trace is not None
+        if _REGION.fullmatch(result.region_id):  # (a broker's word, put into messages: only a plain name)
+            switch = "true" if result.trace_on else "false"
+            self._region_stamp = f"\x02MSG_REGION\x01{result.region_id}\x02TRACE_ON\x01{switch}".encode()
         ctx = pub_context(self.group, msg, result, started,
                           self.client.find_broker_addr(result.queue.broker_name) or "", half)
         if ctx is not None:
@@ -246,10 +263,10 @@ class Producer:
     def _traced(self, msg: Message, started: int, fut: asyncio.Future[SendResult],
                 span: Any = None) -> asyncio.Future[SendResult]:
         def done(f: asyncio.Future[SendResult]) -> None:
-            ok = not f.cancelled() and f.exception() is None
+            error = asyncio.CancelledError() if f.cancelled() else f.exception()
+            ok = error is None
             if span is not None:
-                self._end_publish(span, f.result() if ok else None,
-                                  None if ok else (f.exception() or asyncio.CancelledError()))
+                self._end_publish(span, f.result() if ok else None, error)
             if ok and self.trace is not None:
                 self._trace_pub(msg, f.result(), started)
         fut.add_done_callback(done)
@@ -327,8 +344,10 @@ class Producer:
         raises what is wrong with it)."""
         uniq = create_uniq_id()
         try:
-            record = encode_batch_record(msg.body, msg.wire_for_send(uniq, self.config.max_message_size,
-                                                                     sharding_key), msg.flag)
+            wire = msg.wire_for_send(uniq, self.config.max_message_size, sharding_key)
+            if self.trace is not None and len(wire) + len(self._region_stamp) <= MAX_PROPERTIES_SIZE:
+                wire += self._region_stamp  # (see _trace_pub)
+            record = encode_batch_record(msg.body, wire, msg.flag)
         except Exception:
             return None
         out: asyncio.Future[SendResult] = loop.create_future()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from sluice.client.message import Message
 from sluice.client.trace import MAX_TRACE_MESSAGE_SIZE, TRACE_GROUP_PREFIX, TRACE_TOPIC, TraceContext, pack
 from sluice.common.config import ClientConfig
+from sluice.common.naming import GROUP_MAX_LENGTH
 
 if TYPE_CHECKING:
     from sluice.auth.credentials import CredentialsLike
@@ -43,7 +44,8 @@ class TraceDispatcher:
     def __init__(self, group: str, kind: str, config: ClientConfig, credentials: CredentialsLike | None = None,
                  tls: TlsLike | None = None) -> None:
         self.topic = config.trace_topic or TRACE_TOPIC
-        self.group = f"{TRACE_GROUP_PREFIX}-{group}-{kind}-{next(_counter)}"
+        tail = f"-{kind}-{next(_counter)}"  # (the host's name cut so that the trace group's is a legal one)
+        self.group = f"{TRACE_GROUP_PREFIX}-{group}"[:GROUP_MAX_LENGTH - len(tail)] + tail
         self.config = config
         self._credentials = credentials
         self._tls = tls
@@ -65,7 +67,7 @@ class TraceDispatcher:
         if self._task is not None:
             return
         producer = Producer(self.group, config=self.config, credentials=self._credentials, tls=self._tls,
-                            enable_trace=False, max_message_size=MAX_TRACE_MESSAGE_SIZE + 64 * 1024,
+                            enable_trace=False, enable_otel=False, max_message_size=MAX_TRACE_MESSAGE_SIZE + 64 * 1024,
                             send_msg_timeout=int(SEND_TIMEOUT * 1000), auto_batch=False,
                             instance_name=f"PID_CLIENT_INNER_TRACE_PRODUCER_{self.config.namesrv_addr}")
         await producer.start()
@@ -114,10 +116,16 @@ class TraceDispatcher:
         for ctx in take:
             if ctx.beans:
                 by_topic.setdefault(ctx.beans[0].topic, []).append(ctx)
-        for contexts in by_topic.values():
-            for body, keys in pack(contexts):
-                await self._in_flight.acquire()
-                self._send(body, keys, len(contexts))
+        unsent = len(take)
+        try:
+            for contexts in by_topic.values():
+                for body, keys, n in pack(contexts):
+                    await self._in_flight.acquire()
+                    self._send(body, keys, n)
+                    unsent -= n
+        except asyncio.CancelledError:
+            self.discarded += unsent  # (taken out of the buffer and never sent: counted, not lost silently)
+            raise
 
     def _send(self, body: str, keys: set[str], records: int) -> None:
         assert self._producer is not None
@@ -166,12 +174,18 @@ class TraceDispatcher:
         task, self._task = self._task, None
         self._stopping = True
         self._wake.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SEND_TIMEOUT
         try:
             await asyncio.wait_for(asyncio.shield(task), SEND_TIMEOUT)
             if self._sends:
-                await asyncio.wait(list(self._sends), timeout=SEND_TIMEOUT)
+                await asyncio.wait(list(self._sends), timeout=max(0.0, deadline - loop.time()))
         except TimeoutError:
             task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
         finally:
             if self._buffer:
                 self.discarded += len(self._buffer)
