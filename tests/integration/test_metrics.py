@@ -262,3 +262,35 @@ async def _until(check: Callable[[], bool], timeout: float = 30) -> None:
     while not await asyncio.to_thread(check):
         assert time.monotonic() < deadline, "the gauges never got there"
         await asyncio.sleep(0.3)
+
+
+def test_undecided_half_messages_are_counted_by_topic_until_decided(empty_cluster: Cluster,
+                                                                   broker: BrokerController) -> None:
+    from sluice.aio import TransactionProducer
+    from sluice.client.transaction import LocalTransactionState
+
+    cluster = empty_cluster
+    cluster.create_topic("metrics-tx", 1)
+    assert broker.metrics_exporter is not None
+    url = broker.metrics_exporter.address
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT if msg.body == b"now" else LocalTransactionState.UNKNOWN
+
+        def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+            return LocalTransactionState.UNKNOWN  # (left undecided)
+
+    def counts() -> tuple[float, float]:
+        samples = scrape(url)
+        commits = [s.value for s in samples.get("rocketmq_commit_messages_total", [])
+                   if s.labels.get("topic") == "metrics-tx"]
+        return value(samples, "rocketmq_half_messages", topic="metrics-tx"), sum(commits)
+
+    async def run() -> None:
+        async with TransactionProducer("metrics-tx-pg", Listener(), cluster.namesrv_addr) as producer:
+            for body in (b"later-1", b"later-2", b"now"):
+                await producer.send_message_in_transaction(Message("metrics-tx", body))
+            await _until(lambda: counts() == (2, 1))  # three half messages, one committed (END_TRANSACTION: oneway)
+
+    asyncio.run(run())

@@ -23,8 +23,6 @@ NOT_EXPORTED = {
     "rocketmq_delay_message_latency_seconds",
     # POP: Sluice has no checkpoint merge buffer to scan.
     "rocketmq_pop_buffer_scan_time_consume_milliseconds",
-    # Kept by RocketMQ's transaction metrics file across restarts; not kept by Sluice.
-    "rocketmq_half_messages",
     # How long creating a topic or group took.
     "rocketmq_topic_create_execution_time_milliseconds", "rocketmq_consumer_group_create_execution_time_milliseconds",
 }

@@ -333,6 +333,7 @@ class BrokerController(AsyncService):
         self.transaction_service = TransactionalMessageService(c, self.broker_addr, self.store, self.producer_manager,
                                                                self.ensure_system_topic, self.schedule_service,
                                                                self.timer_service, self._may_check_transaction)
+        self.transaction_service.on_half = self.stats.record_half
         self.transaction_service.load()  # before the first END_TRANSACTION can arrive
         self.pop_revive = PopReviveService(c, self.broker_addr, self.store, self.subscription_group_manager,
                                            self.ensure_system_topic)

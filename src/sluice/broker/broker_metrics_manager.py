@@ -284,6 +284,8 @@ class BrokerMetricsManager:
                         [(k, row[0]) for k, row in list(stats.rollbacks.items())], _topic_labels)
         yield f.histogram("rocketmq_finish_message_latency_milliseconds", "Transaction finish latency",
                           FINISH_LATENCY_BUCKETS, list(stats.finish_latency.items()), _topic_labels)
+        yield f.gauge("rocketmq_half_messages", [(k, row[0]) for k, row in list(stats.half_messages.items())],
+                      _topic_labels)
 
     # == remoting (RemotingMetricsManager) ==========================================================
     def _rpc_metrics(self) -> Iterator[Family]:

@@ -57,7 +57,8 @@ class BrokerStats:
 
     __slots__ = ("put_msgs", "put_failures", "get_msgs", "_lat", "_lat_n", "_last_puts", "_last_gets", "_last_t",
                  "_samples", "_day", "today_morning", "yesterday_morning", "items", "messages_in", "messages_out",
-                 "to_dlq", "commits", "rollbacks", "finish_latency", "limit", "pop_groups", "put_bytes", "get_found",
+                 "to_dlq", "commits", "rollbacks", "half_messages", "finish_latency", "limit", "pop_groups",
+                 "put_bytes", "get_found",
                  "get_missed", "put_max_ms", "get_max_ms", "_put_times", "last_put_times", "_put_times_minute",
                  "timer_in", "timer_out")
 
@@ -96,6 +97,7 @@ class BrokerStats:
         self.to_dlq: dict[tuple[str, str] | None, list[float]] = {}  # (group, topic) → [messages]
         self.commits: dict[str | None, list[float]] = {}  # real topic → [messages]
         self.rollbacks: dict[str | None, list[float]] = {}
+        self.half_messages: dict[str | None, list[float]] = {}  # real topic → [undecided half messages]
         self.finish_latency: dict[str | None, list[float]] = {}  # real topic → [bucket counts..., sum of seconds]
         self.limit = METRICS_CARDINALITY_LIMIT
         self.pop_groups: set[str] = set()  # groups POP consumers read (their lag is a POP group's; bounded)
@@ -181,9 +183,15 @@ class BrokerStats:
         """A message a consumer of ``group`` gave up on went to its dead-letter queue."""
         counter_slot(self.to_dlq, (group, topic), 1, self.limit)[0] += 1
 
+    def record_half(self, topic: str, n: int) -> None:
+        """``n`` more (or fewer) undecided half messages of ``topic`` (RocketMQ's TransactionMetrics counts)."""
+        row = counter_slot(self.half_messages, topic, 1, self.limit)
+        row[0] = max(0.0, row[0] + n)
+
     def record_end_transaction(self, topic: str, commit: bool, born_ms: int) -> None:
         """A half message of ``topic`` committed or rolled back; a commit's time since the half message's birth
         goes to the histogram in seconds (RocketMQ's EndTransactionProcessor)."""
+        self.record_half(topic, -1)
         counter_slot(self.commits if commit else self.rollbacks, topic, 1, self.limit)[0] += 1
         if commit:
             seconds = max(0, int(time.time() * 1000) - born_ms) // 1000

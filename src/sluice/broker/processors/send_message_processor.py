@@ -18,6 +18,7 @@ from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     SYSTEM_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
     dlq_topic,
     retry_topic,
     validate_topic,
@@ -306,6 +307,8 @@ class SendMessageProcessor:
             if code not in STORED_CODES:
                 return req.response(code, r.remark or None)
             self.stats.record_topic_put(stored_topic, r.msg_num, r.wrote_bytes, message_type)
+            if stored_topic == TRANS_HALF_TOPIC:
+                self.stats.record_half(h.topic, r.msg_num)
             ids = create_message_ids(self.broker_addr, r.phys_offsets)
             return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
                                              "queueOffset": str(r.queue_offset),
