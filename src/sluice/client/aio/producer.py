@@ -9,7 +9,6 @@ wait in the record accumulator for their batch, the sender puts every request on
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from collections.abc import Sequence
 from dataclasses import replace
@@ -38,7 +37,6 @@ from sluice.remoting.tls import TlsLike
 if TYPE_CHECKING:
     from sluice.client.otel import Instrumentation
 
-log = logging.getLogger(__name__)
 _REGION = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 
 
@@ -91,13 +89,8 @@ class Producer:
         self._flush_handle = None  # (one left pending by a loop that closed)
         self.in_flight.reset()
         self.started = True
-        if self.trace is not None:
-            try:
-                await self.trace.start()
-            except Exception as exc:  # (a trace is never worth the producer: it runs without one, as Java's)
-                log.warning("producer %s runs without message trace: its trace producer did not start: %s",
-                            self.group, exc)
-                self.trace = None
+        if self.trace is not None and not await self.trace.start():
+            self.trace = None  # (a trace is never worth the producer: it runs without one, as Java's)
         return self
 
     async def shutdown(self) -> None:

@@ -125,13 +125,8 @@ class PushConsumer(ConsumerBase):
                                             thread_name_prefix=f"sluice-consume-{self.group}")
         self._consume_sem = asyncio.Semaphore(self.config.consume_thread_nums)
         await self.start_client()
-        if self.trace is not None:
-            try:
-                await self.trace.start()
-            except Exception as exc:  # (a trace is never worth the consumer: it runs without one, as Java's)
-                log.warning("consumer group %s runs without message trace: its trace producer did not start: %s",
-                            self.group, exc)
-                self.trace = None
+        if self.trace is not None and not await self.trace.start():
+            self.trace = None  # (a trace is never worth the consumer: it runs without one, as Java's)
         if self.orderly and self.clustering:
             self._timers.append(asyncio.get_running_loop().create_task(self._renew_locks_loop()))
         if not self.orderly:

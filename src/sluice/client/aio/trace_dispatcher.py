@@ -61,11 +61,20 @@ class TraceDispatcher:
         self._failures_unlogged = 0
         self._last_failure_log = 0.0
 
-    async def start(self) -> None:
+    async def start(self) -> bool:
+        """Start the trace producer; False (logged) when it cannot start: its client then runs without trace."""
+        if self._task is not None:
+            return True
+        try:
+            await self._start()
+        except Exception as exc:
+            log.warning("%s runs without message trace: its trace producer did not start: %s", self.group, exc)
+            return False
+        return True
+
+    async def _start(self) -> None:
         from sluice.client.aio.producer import Producer  # (the producer module imports this one)
 
-        if self._task is not None:
-            return
         producer = Producer(self.group, config=self.config, credentials=self._credentials, tls=self._tls,
                             enable_trace=False, enable_otel=False, max_message_size=MAX_TRACE_MESSAGE_SIZE + 64 * 1024,
                             send_msg_timeout=int(SEND_TIMEOUT * 1000), auto_batch=False,
