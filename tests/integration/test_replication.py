@@ -166,10 +166,15 @@ def test_a_slave_refuses_writes_and_serves_reads(ha: Cluster) -> None:
             resp = await api.invoke(slave.broker.broker_addr, RequestCode.SEND_MESSAGE_V2,  # type: ignore[union-attr]
                                     {"a": "g", "b": "TopicR", "c": "TBW102", "d": "4", "e": "0", "f": "0",
                                      "g": "0", "h": "0", "i": "", "j": "0", "k": "false"}, body=b"x")
-            pulled = await api.pull_message(slave.broker.broker_addr, "g-r",  # type: ignore[union-attr]
-                                            MessageQueue("TopicR", "broker-ha", 0), 0, 32)
             from sluice.common.message_codec import decode_records
-            bodies = [m.body for m in decode_records(pulled.body)]
+            bodies: list[bytes] = []
+            async with asyncio.timeout(30):  # (the slave serves what it has dispatched into its queues)
+                while len(bodies) < 20:
+                    pulled = await api.pull_message(slave.broker.broker_addr, "g-r",  # type: ignore[union-attr]
+                                                    MessageQueue("TopicR", "broker-ha", 0), 0, 32)
+                    bodies = [m.body for m in decode_records(pulled.body)] if pulled.body else []
+                    if len(bodies) < 20:
+                        await asyncio.sleep(0.05)
             return resp.code, resp.remark or "", bodies
         finally:
             await remoting.close()
