@@ -138,6 +138,9 @@ def test_the_metrics_are_named_labelled_and_counted_as_rocketmqs(systems: dict[s
     assert any(sluice["labels"].values()) and any(sluice["unnamed"].values())
     for s in (sluice, rocketmq):
         del s["families"], s["labels"], s["unnamed"]
+    # The lag: Sluice's must be the truth (4 sent after the commit); RocketMQ's own gauge once stayed at 3 for the
+    # whole minute on a loaded CI run, so the reference is held to the truth or one less, not compared as equal.
+    lags = {name: side.pop("lag") for name, side in seen.items()}
     assert_same(seen)
-    assert sluice == {"in_normal": 14, "in_fifo": 3, "in_delay": 2, "size_count": 19, "lag": 4, "dlq": 2,
-                      "consumers": 1}
+    assert lags["sluice"] == 4 and lags["rocketmq"] in (3, 4), lags
+    assert sluice == {"in_normal": 14, "in_fifo": 3, "in_delay": 2, "size_count": 19, "dlq": 2, "consumers": 1}
