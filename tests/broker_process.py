@@ -16,6 +16,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_with_fast_channel() -> int:
+    """A free port P whose P - 2 is free too: a broker's listen port and its fast (VIP) channel's."""
+    for _ in range(200):
+        with socket.socket() as main, socket.socket() as fast:
+            main.bind(("127.0.0.1", 0))
+            port = main.getsockname()[1]
+            if port < 1026:
+                continue
+            try:
+                fast.bind(("127.0.0.1", port - 2))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port P with P - 2 free in 200 tries")
+
+
 class BrokerProcess:
     """A broker on one store in ``root``, with the config file text ``config``: started, killed (SIGKILL) and
     started again at will. ``fixed_port``: the same port every time (producers find it again at its old

@@ -19,6 +19,7 @@ import pytest
 from sluice import ConsumeStatus
 from sluice.aio import Producer, PushConsumer
 from sluice.client.message import Message
+from tests.broker_process import free_port_with_fast_channel
 from tests.conftest import Cluster
 from tests.interop.java_clients import JavaBuild
 
@@ -38,9 +39,9 @@ class MqAdmin:
     """mqadmin commands run one after another in one JVM (``MqAdminSession``): what each printed. A JVM start per
     command cost more than the commands."""
 
-    def __init__(self, build: JavaBuild, home: Path) -> None:
+    def __init__(self, build: JavaBuild, home: Path, jvm: tuple[str, ...] = JVM) -> None:
         home.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(build.argv(SESSION, jvm=JVM, home=home), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(build.argv(SESSION, jvm=jvm, home=home), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8")
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.lock = threading.Lock()
@@ -218,3 +219,36 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
         if not check(out):
             failed[" ".join(args[:1])] = out[-1500:]
     assert not failed, failed
+
+
+def test_mqadmin_with_the_vip_channel_on_is_served_on_the_brokers_fast_channel(empty_cluster: Cluster,
+                                                                             java_build: JavaBuild,
+                                                                             tmp_path: Path) -> None:
+    """What RocketMQ Dashboard does by default (``isVIPChannel``): its admin client sends to listen_port - 2."""
+    port = free_port_with_fast_channel()
+    broker = empty_cluster.start_broker(listen_port=port)
+    empty_cluster.create_topic("vip-t", 2)
+    ns, addr = empty_cluster.namesrv_addr, broker.broker_addr
+    session = MqAdmin(java_build, tmp_path / "home", JVM + ("-Dcom.rocketmq.sendMessageWithVIPChannel=true",))
+    try:
+        commands: list[tuple[tuple[str, ...], Check]] = [
+            (("sendMessage", "-n", ns, "-t", "vip-t", "-p", "through-vip", "-k", "vip-key"),
+             lambda o: "SEND_OK" in o and _no_error(o)),
+            (("brokerStatus", "-n", ns, "-b", addr), lambda o: re.search(r"msgPutTotalTodayNow\s*: 1", o) is not None
+             and _no_error(o)),
+            (("getBrokerConfig", "-n", ns, "-b", addr),
+             lambda o: re.search(r"brokerName\s+=\s+broker-a", o) is not None),
+            (("updateSubGroup", "-n", ns, "-b", addr, "-g", "vip-g"), lambda o: "success" in o and _no_error(o)),
+            (("topicStatus", "-n", ns, "-t", "vip-t"), lambda o: len(re.findall(r"broker-a\s+\d\s+0\s+\d", o)) == 2
+             and _no_error(o)),
+            (("queryMsgByKey", "-n", ns, "-t", "vip-t", "-k", "vip-key"), lambda o: "vip-key" in o and _no_error(o)),
+        ]
+        failed = {}
+        for args, check in commands:
+            out = session(*args)
+            if not check(out):
+                failed[args[0]] = out[-1500:]
+        assert not failed, failed
+    finally:
+        session.close()
+    assert broker.fast_server.accepted > 0  # (the main port would have served them too)

@@ -362,7 +362,7 @@ SLUICE_SETTINGS = frozenset({
     "tlsServerCertPath", "tlsServerKeyPassword", "tlsServerKeyPath", "tlsServerMode", "tlsServerNeedClientAuth",
     "tlsServerTrustCertPath", "waitTimeMsInSendQueue", "warmMappedFileAhead", "warmMappedFileChunk",
     "warmMappedFileEnable", "writeBufferHigh", "writeBufferLow", "writeBufferMax", "writeCoalesceFrames",
-    "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "metricsLabel"})
+    "fastChannelEnabled", "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "metricsLabel"})
 
 
 def test_a_brokers_runtime_info_and_config_have_rocketmqs_keys_and_kinds_of_value(systems):

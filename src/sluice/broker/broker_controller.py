@@ -64,7 +64,7 @@ from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
-from sluice.remoting.dispatcher import RequestDispatcher
+from sluice.remoting.dispatcher import RequestDispatcher, RestrictedDispatcher
 from sluice.remoting.rpc_latency import RpcLatency
 from sluice.remoting.server import RemotingServer
 from sluice.remoting.tls import bind_socket, inner_client_tls, server_tls
@@ -92,6 +92,12 @@ SLAVE_REFUSED = frozenset({
     RequestCode.AUTH_CREATE_USER, RequestCode.AUTH_UPDATE_USER, RequestCode.AUTH_DELETE_USER,
     RequestCode.AUTH_CREATE_ACL, RequestCode.AUTH_UPDATE_ACL, RequestCode.AUTH_DELETE_ACL,
 })
+
+# What the fast (VIP) channel does not serve, as RocketMQ registers no processor for them there: the reads that
+# long-poll.
+FAST_CHANNEL_REFUSED = frozenset(int(code) for code in (
+    RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.POP_MESSAGE, RequestCode.PEEK_MESSAGE,
+    RequestCode.NOTIFICATION, RequestCode.POLLING_INFO))
 
 
 def _total_memory() -> int:
@@ -133,6 +139,12 @@ class BrokerController(AsyncService):
                               (config.broker_ip, config.listen_host))
         self.server = RemotingServer(self.dispatcher, config.remoting, f"broker {config.broker_name}",
                                      on_close=self._on_connection_closed, tls=self.tls)
+        # RocketMQ's fast channel (fastListenPort = listen_port - 2), where clients with vipChannelEnabled send
+        # (RocketMQ Dashboard by default) and RocketMQ slaves ask their master: the same handlers and checks.
+        self.fast_server = RemotingServer(RestrictedDispatcher(self.dispatcher, FAST_CHANNEL_REFUSED),
+                                          config.remoting, f"broker {config.broker_name} (fast channel)",
+                                          on_close=self._on_connection_closed, tls=self.tls)
+        self.fast_server.rpc_latency = self.server.rpc_latency
         # ACL 2.0: the users and rules, and (when on) the check of every request; the inner credentials sign what
         # this broker sends (registrations, a slave's copying).
         self.auth_metadata = AuthMetadataManager(os.path.join(config.store.store_path_config, "auth.json"))
@@ -199,8 +211,10 @@ class BrokerController(AsyncService):
                 self._adopt_replicated_topics()
                 await self._start_ha_service()
             await self.server.start(sock=sock)
+            await self._start_fast_channel()
         except BaseException:
             sock.close()
+            await self.server.stop()
             if self.ha_service is not None:
                 await self.ha_service.stop()
             await loop.run_in_executor(None, self.store.shutdown)
@@ -369,6 +383,19 @@ class BrokerController(AsyncService):
             for code in SLAVE_REFUSED:
                 self.dispatcher.handlers[int(code)] = self._refuse_on_slave
 
+    async def _start_fast_channel(self) -> None:
+        c = self.config
+        if not c.fast_channel_enabled or c.fast_listen_port == 0:
+            return
+        try:
+            await self.fast_server.start(c.listen_host, c.fast_listen_port)
+        except OSError as exc:
+            # RocketMQ will not start then; here only the clients that ask for the fast channel miss it.
+            log.warning("the fast channel's port %d (listen_port - 2) cannot be bound (%s): clients with "
+                        "vipChannelEnabled (RocketMQ Dashboard's isVIPChannel) cannot reach this broker; "
+                        "free the port, or set fast_channel_enabled = false to silence this", c.fast_listen_port,
+                        exc.strerror)
+
     async def _start_ha_service(self) -> None:
         """A master's HA service: where its slaves connect; a SYNC_MASTER's puts wait for them."""
         c = self.config
@@ -422,6 +449,7 @@ class BrokerController(AsyncService):
         self.pop_polling.wake_all()
         await asyncio.sleep(0)
         await self.server.stop()
+        await self.fast_server.stop()
         if self.ha_client is not None:
             await self.ha_client.stop()
         if self.slave_sync is not None:

@@ -395,6 +395,9 @@ class BrokerConfig(AuthSettings):
     broker_ip: str = "127.0.0.1"
     listen_host: str = "127.0.0.1"
     listen_port: Port = 10911
+    # RocketMQ's fast (VIP) channel on listen_port - 2 (none when listen_port is 0): the port clients with
+    # vipChannelEnabled send to, RocketMQ Dashboard's by default. The same requests but pulls and pops.
+    fast_channel_enabled: bool = True
     namesrv_addr: str = ""  # "host:port;host:port"
     broker_permission: Permission = 6
     auto_create_topic_enable: bool = True
@@ -484,6 +487,11 @@ class BrokerConfig(AuthSettings):
         if self.ha_listen_port:
             return self.ha_listen_port
         return self.listen_port + 1 if 0 < self.listen_port < 65535 else 0
+
+    @property
+    def fast_listen_port(self) -> int:
+        """The fast channel's port (0: none), listen_port - 2 as RocketMQ's ``MixAll.brokerVIPChannel``."""
+        return self.listen_port - 2 if self.listen_port > 2 else 0
 
     @property
     def namesrv_addrs(self) -> list[str]:

@@ -57,3 +57,20 @@ class RequestDispatcher:
             return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                     f" request type {request.code} not supported")
         return handler(conn, request)
+
+
+class RestrictedDispatcher:
+    """A dispatcher serving every code but ``refused``, which are answered as codes it does not know.
+
+    RocketMQ's fast (VIP) channel: the same handlers as the main port, without the long-polling reads.
+    """
+
+    def __init__(self, dispatcher: RequestDispatcher, refused: frozenset[int]) -> None:
+        self.dispatcher = dispatcher
+        self.refused = refused
+
+    def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
+        if request.code in self.refused:
+            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                    f" request type {request.code} not supported")
+        return self.dispatcher(conn, request)

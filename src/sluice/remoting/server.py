@@ -60,6 +60,7 @@ class RemotingServer:
         self.host = ""
         self.port = 0
         self.refused = 0  # connections closed at once because the limit was reached
+        self.accepted = 0  # connections taken since the start
         self.rpc_latency = RpcLatency()  # every answer's time (the metrics endpoint exports it)
         self._refused_logged = -1e9
 
@@ -89,6 +90,7 @@ class RemotingServer:
                 return _Refused()
             conn = self._protocol()
             self.connections.add(conn)
+            self.accepted += 1
             return conn
 
         if self.tls is not None:
