@@ -10,9 +10,9 @@ that the rest is one header (ROCKETMQ when its low bit is set, else JSON) for th
 
 from __future__ import annotations
 
-from sluice.remoting.codec import FrameDecoder, decode_frame, encode_command_bytes
+from sluice.remoting.codec import FrameDecoder, ProtocolError, decode_frame, encode_command_bytes
 from sluice.remoting.command import RemotingCommand
-from sluice.remoting.errors import BadRequestError, ProtocolError
+from sluice.remoting.errors import BadRequestError
 from sluice.remoting.headers import DECODERS, SendMessageRequestHeader
 
 from ._common import expect, pieces

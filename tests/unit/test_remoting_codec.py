@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.remoting.codec import FrameDecoder, decode_frame, encode_command_bytes
+from sluice.remoting.codec import FrameDecoder, FrameTooLargeError, ProtocolError, decode_frame, encode_command_bytes
 from sluice.remoting.codes import RequestCode, ResponseCode, SerializeType
 from sluice.remoting.command import RemotingCommand
-from sluice.remoting.errors import FrameTooLargeError, ProtocolError
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 commands = st.builds(

@@ -26,16 +26,30 @@ import json
 import logging
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from sluice.common.service import AsyncService
 from sluice.etcd.etcd_client import Compare, EtcdClient, EtcdError, KeyValue, Op, is_tls_endpoint
 from sluice.remoting.tls import TlsError, client_context
 
 if TYPE_CHECKING:
-    from sluice.broker.broker_runner import BrokerRunner
+    from sluice.broker.broker_controller import BrokerController
+    from sluice.common.config import BrokerConfig
 
 log = logging.getLogger(__name__)
+
+
+class RoleHost(Protocol):
+    """What the replicas manager steers (``sluice.broker.broker_runner.BrokerRunner``): the broker of the role it
+    decides, restarted as master or slave."""
+
+    config: BrokerConfig
+    broker: BrokerController | None
+
+    async def become_master(self, epoch: int, sync_state_set: set[int]) -> None: ...
+
+    async def follow(self, address: str, ha_address: str) -> None: ...
+
 
 TICK = 0.25  # seconds between looks at the group's state
 FENCE_WATCH = 0.1  # seconds between looks at whether this master is fenced
@@ -77,7 +91,7 @@ def _sss_value(members: set[int], epoch: int) -> bytes:
 class ReplicasManager(AsyncService):
     """One broker's part in its group's elections; ``await start()``, ``await stop()``."""
 
-    def __init__(self, runner: BrokerRunner) -> None:
+    def __init__(self, runner: RoleHost) -> None:
         super().__init__()
         c = runner.config
         self.runner = runner

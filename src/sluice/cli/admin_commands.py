@@ -7,218 +7,33 @@ are printed there as one line.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import contextlib
-import datetime as dt
 import json
-import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sluice.auth.credentials import Credentials, credentials_from_environment
+from sluice.cli.command import NAMESRV_ENV, command
+from sluice.cli.output import (
+    Progress,
+    body_preview,
+    fmt_time,
+    message_json,
+    message_lines,
+    out,
+    parse_time,
+    print_json,
+    print_table,
+    write_body,
+)
 from sluice.client.admin import DEFAULT_NAMESRV, LONG_MAX, Admin, AdminError, parse_perm
-from sluice.common.message import MessageExt
 from sluice.common.structs import perm_to_string
 
-NAMESRV_ENV = "SLUICE_NAMESRV"
-CREDENTIALS_FILE_ENV = "SLUICE_CREDENTIALS_FILE"
 ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq", "producer")
-TEXT_BODY_LIMIT = 4096  # characters of a text body shown by get-by-id (--body-only prints it all)
-BINARY_BODY_LIMIT = 256  # bytes of a binary body shown as hex
-PREVIEW = 32  # characters of a body shown in a get-by-key row
 
 
-# == running ======================================================================================
-def namesrv_of(args: argparse.Namespace) -> str:
-    return args.namesrv or os.environ.get(NAMESRV_ENV) or DEFAULT_NAMESRV
-
-
-def default_credentials_file() -> str:
-    return os.environ.get(CREDENTIALS_FILE_ENV) or os.path.join(os.path.expanduser("~"), ".sluice", "credentials")
-
-
-def cli_credentials() -> Credentials | None:
-    """What the CLI signs its requests with (brokers with authentication on): $SLUICE_ACCESS_KEY and
-    $SLUICE_SECRET_KEY, else the file $SLUICE_CREDENTIALS_FILE or ~/.sluice/credentials (TOML: ``access_key``
-    and ``secret_key``; readable by its owner only), else none."""
-    from_env = credentials_from_environment()
-    if from_env is not None:
-        return from_env
-    path = default_credentials_file()
-    if not os.path.exists(path):
-        return None
-    if sys.platform != "win32" and os.stat(path).st_mode & 0o077:
-        raise AdminError(f"credentials file {path} is readable by others: chmod 600 it")
-    import tomllib
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise AdminError(f"credentials file {path}: {exc}") from None
-    ak, sk = data.get("access_key"), data.get("secret_key")
-    if not isinstance(ak, str) or not isinstance(sk, str) or not ak or not sk:
-        raise AdminError(f"credentials file {path}: needs access_key and secret_key, both non-empty strings")
-    return Credentials(ak, sk)
-
-
-def run(coro: Coroutine[Any, Any, int]) -> int:
-    from sluice.cli.servers import _new_loop
-
-    with asyncio.Runner(loop_factory=_new_loop) as runner:
-        return runner.run(coro)
-
-
-def command(fn: Callable[[Admin, argparse.Namespace], Coroutine[Any, Any, int]]) -> Callable[[argparse.Namespace],
-                                                                                            int]:
-    """A CLI handler: ``fn(admin, args)`` on a fresh event loop, the admin closed afterwards."""
-
-    def handler(args: argparse.Namespace) -> int:
-        if not logging.getLogger().handlers:
-            # Warnings on stderr: they tell what the one-line error cannot (e.g. that the peer at the name
-            # server's address speaks another protocol); the output on stdout stays clean.
-            logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="sluice: %(levelname)s: %(message)s")
-
-        async def main() -> int:
-            async with Admin(namesrv_of(args), credentials=cli_credentials()) as admin:
-                return await fn(admin, args)
-
-        return run(main())
-
-    handler.__name__ = fn.__name__
-    return handler
-
-
-# == formatting ===================================================================================
-def out(line: str = "") -> None:
-    print(line, flush=False)
-
-
-def print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> list[str]:
-    """Rows under headers, columns two spaces apart; columns in ``right`` (numbers) right-aligned."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for r in cells:
-        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
-        lines.append("  ".join(parts).rstrip())
-    return lines
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> None:
-    for line in table(headers, rows, right):
-        out(line)
-
-
-def fmt_time(ms: int) -> str:
-    """Local time with milliseconds; '-' for 0 (never)."""
-    if ms <= 0:
-        return "-"
-    try:
-        return dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
-
-
-def parse_time(text: str) -> int:
-    """Milliseconds since the epoch, or a local date / time such as ``2024-05-01`` or ``2024-05-01T12:30``."""
-    t = text.strip()
-    if t.isdigit():
-        return int(t)
-    try:
-        return int(dt.datetime.fromisoformat(t).timestamp() * 1000)
-    except ValueError:
-        raise AdminError(f"time {text!r} is neither milliseconds since the epoch "
-                         "nor a date like 2024-05-01 12:30") from None
-
-
-def text_body(body: bytes) -> str | None:
-    """The body as text when it is UTF-8 without control characters (bar tab and newlines), else None."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if any((c < " " and c not in "\t\n\r") or c == "\x7f" for c in text):
-        return None
-    return text
-
-
-def body_preview(body: bytes, width: int = PREVIEW) -> str:
-    text = text_body(body)
-    if text is None:
-        return f"<{len(body)} bytes binary>"
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def message_json(m: MessageExt) -> dict[str, Any]:
-    text = text_body(m.body)
-    return {"topic": m.topic, "msgId": m.msg_id, "offsetMsgId": m.offset_msg_id, "tags": m.tags, "keys": m.keys,
-            "queueId": m.queue_id, "queueOffset": m.queue_offset, "commitLogOffset": m.commit_log_offset,
-            "bornTimestamp": m.born_timestamp, "bornHost": m.born_host, "storeTimestamp": m.store_timestamp,
-            "storeHost": m.store_host, "reconsumeTimes": m.reconsume_times, "flag": m.flag, "sysFlag": m.sys_flag,
-            "bodyCRC": m.body_crc, "storeSize": m.store_size, "properties": dict(sorted(m.properties.items())),
-            "bodySize": len(m.body), "bodyEncoding": "utf-8" if text is not None else "base64",
-            "body": text if text is not None else base64.b64encode(m.body).decode()}
-
-
-def message_lines(m: MessageExt) -> list[str]:
-    uniq = m.uniq_key
-    rows: list[tuple[str, str]] = [
-        ("topic", m.topic),
-        ("msg id", uniq or m.offset_msg_id),
-        ("offset msg id", m.offset_msg_id),
-        ("tags", m.tags or "-"),
-        ("keys", " ".join(m.keys) or "-"),
-        ("queue", f"{m.queue_id} (queue offset {m.queue_offset})"),
-        ("commit log offset", str(m.commit_log_offset)),
-        ("born", f"{fmt_time(m.born_timestamp)} from {m.born_host}"),
-        ("stored", f"{fmt_time(m.store_timestamp)} on {m.store_host}"),
-        ("reconsume times", str(m.reconsume_times)),
-        ("flag / sys flag", f"{m.flag} / {m.sys_flag:#x}"),
-    ]
-    props = sorted(m.properties.items())
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
-    for i, (k, v) in enumerate(props or [("-", "")]):
-        label = "properties" if i == 0 else ""
-        lines.append(f"{label.ljust(width)}  {k}={v}" if props else f"{label.ljust(width)}  -")
-    text = text_body(m.body)
-    if text is not None:
-        lines.append(f"{'body'.ljust(width)}  {len(m.body)} bytes, UTF-8 text")
-        shown = text if len(text) <= TEXT_BODY_LIMIT else text[:TEXT_BODY_LIMIT]
-        lines.extend(shown.splitlines() or [""])
-        if len(text) > TEXT_BODY_LIMIT:
-            lines.append(f"... ({len(text) - TEXT_BODY_LIMIT} more characters; --body-only prints it all)")
-    else:
-        lines.append(f"{'body'.ljust(width)}  {len(m.body)} bytes, binary (hex)")
-        shown_b = m.body[:BINARY_BODY_LIMIT]
-        lines.extend(shown_b[i : i + 32].hex(" ") for i in range(0, len(shown_b), 32))
-        if len(m.body) > BINARY_BODY_LIMIT:
-            lines.append(f"... ({len(m.body) - BINARY_BODY_LIMIT} more bytes; --body-only prints it all)")
-    return lines
-
-
-def write_body(body: bytes) -> None:
-    """The raw body on stdout, byte for byte."""
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is not None:
-        buffer.write(body)
-        buffer.flush()
-    else:  # a text-only stdout (some test harnesses)
-        sys.stdout.write(body.decode("utf-8", "replace"))
-        sys.stdout.flush()
-
-
-# == topic ========================================================================================
 @command
 async def topic_create(admin: Admin, args: argparse.Namespace) -> int:
     brokers = await admin.create_topic(args.name, queues=args.queues, perm=args.perm, order=args.order,
@@ -356,38 +171,6 @@ def _properties(items: Sequence[str] | None) -> dict[str, str]:
             raise AdminError(f"--prop {item!r} is not name=value")
         props[name] = value
     return props
-
-
-class Progress:
-    """A progress line on stderr, at most twice a second: redrawn in place on a terminal, else one line each."""
-
-    def __init__(self, total: int, what: str) -> None:
-        self.total = total
-        self.what = what
-        self.start = time.monotonic()
-        self.last = self.start
-        self.tty = sys.stderr.isatty()
-        self.drawn = False
-
-    def update(self, done: int) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.5:
-            return
-        self.last = now
-        rate = done / max(now - self.start, 1e-9)
-        line = f"{self.what} {done}/{self.total} ({rate:,.0f} msg/s)"
-        if self.tty:
-            sys.stderr.write("\r" + line)
-            self.drawn = True
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.drawn = False
 
 
 @command

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from sluice.cli.admin_commands import command, out, print_json, table
+from sluice.cli.command import command
+from sluice.cli.output import out, print_json, table
 from sluice.client.admin import Admin, AdminError
 from sluice.client.auth_admin import policy_entry
 

@@ -12,16 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from sluice.cli.admin_commands import (
-    Progress,
-    body_preview,
-    command,
-    fmt_time,
-    out,
-    parse_time,
-    print_json,
-    print_table,
-)
+from sluice.cli.command import command
+from sluice.cli.output import Progress, body_preview, fmt_time, out, parse_time, print_json, print_table
 from sluice.client.admin import Admin, uncompressed
 from sluice.client.dead_letters import DeadLetterResend, dead_letters, summarize
 

@@ -8,7 +8,8 @@ import sys
 import traceback
 
 from sluice import __version__
-from sluice.cli.admin_commands import ADMIN_COMMANDS, add_admin_commands, namesrv_of
+from sluice.cli.admin_commands import ADMIN_COMMANDS, add_admin_commands
+from sluice.cli.command import namesrv_of
 from sluice.cli.pipeline import add_pipeline_commands
 from sluice.cli.servers import add_server_commands
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sluice.cli.admin_commands import command, out, parse_time, print_json, print_table
+from sluice.cli.command import command
+from sluice.cli.output import out, parse_time, print_json, print_table
 from sluice.client.admin import Admin, AdminError, parse_perm
 
 

@@ -8,16 +8,8 @@ import json
 import sys
 from collections.abc import Callable
 
-from sluice.cli.admin_commands import (
-    body_preview,
-    command,
-    fmt_time,
-    message_json,
-    message_lines,
-    out,
-    parse_time,
-    print_json,
-)
+from sluice.cli.command import command
+from sluice.cli.output import body_preview, fmt_time, message_json, message_lines, out, parse_time, print_json
 from sluice.client.admin import Admin, AdminError
 from sluice.client.topic_reader import message_at, read_messages
 

@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 
-from sluice.cli.admin_commands import command, fmt_time, out, parse_time, print_json, print_table
+from sluice.cli.command import command
+from sluice.cli.output import fmt_time, out, parse_time, print_json, print_table
 from sluice.client.admin import LONG_MAX, Admin, AdminError
 from sluice.client.trace import TRACE_TOPIC, TraceStep
 from sluice.common.config_text import camel_case

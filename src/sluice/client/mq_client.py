@@ -27,6 +27,7 @@ from sluice.common.errors import ClientError, MessageFormatError, NameServerUnav
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_record
 from sluice.common.properties import PROPERTY_PRODUCER_GROUP
+from sluice.common.service import AsyncService
 from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, MessageQueue, TopicRouteData
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -109,9 +110,10 @@ def consumer_running_info(client: MQClientInstance, consumer: Any) -> bytes:
                            "mqTable": table, "statusTable": {}})
 
 
-class MQClientInstance:
+class MQClientInstance(AsyncService):
     def __init__(self, config: ClientConfig, credentials: CredentialsLike | None = None,
                  tls: TlsLike | None = None) -> None:
+        super().__init__()
         self.config = config
         self.client_id = build_client_id(config.instance_name)
         # With credentials, every request is signed (ACL 2.0: brokers with authentication on need it).
@@ -125,7 +127,6 @@ class MQClientInstance:
         self.transaction_checkers: dict[str, Callable[[str, CheckTransactionStateRequestHeader, MessageExt], None]] = {}
         self.publish_topics: set[str] = set()
         self.consumers: dict[str, ConsumerInner] = {}
-        self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._heartbeat_first = False  # see rebalance_now
         self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}
@@ -140,23 +141,18 @@ class MQClientInstance:
         if not self.config.namesrv_addrs:
             raise ClientError("no name server address: set namesrv, e.g. '127.0.0.1:9876'")
         self.running = True
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._route_loop()),
-                       loop.create_task(self._every(self.config.heartbeat_broker_interval, self.send_heartbeat_to_all)),
-                       loop.create_task(self._rebalance_loop())]
+        self._spawn(self._route_loop())
+        self._spawn(self._every(self.config.heartbeat_broker_interval, self.send_heartbeat_to_all))
+        self._spawn(self._rebalance_loop())
         if self.consumers:
-            self._tasks.append(loop.create_task(self._every(self.config.persist_consumer_offset_interval,
-                                                            self.persist_all_offsets)))
+            self._spawn(self._every(self.config.persist_consumer_offset_interval, self.persist_all_offsets))
 
     async def shutdown(self) -> None:
         if not self.running:
             return
         self.running = False
         self._rebalance_now.set()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await self.stop()
         for fetch in list(self._route_fetches.values()):
             fetch.cancel()
         await self.unregister_everywhere()

@@ -8,25 +8,19 @@ from sluice._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
     from sluice.remoting.client import RemotingClient
-    from sluice.remoting.codec import FrameDecoder, encode_command
+    from sluice.remoting.codec import FrameDecoder, FrameTooLargeError, ProtocolError, encode_command
     from sluice.remoting.codes import RequestCode, ResponseCode
     from sluice.remoting.command import RemotingCommand
     from sluice.remoting.connection import Connection
     from sluice.remoting.dispatcher import RequestDispatcher
-    from sluice.remoting.errors import (
-        FrameTooLargeError,
-        ProtocolError,
-        RemotingConnectError,
-        RemotingError,
-        RemotingTimeoutError,
-    )
+    from sluice.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
     from sluice.remoting.server import RemotingServer
 
 _EXPORTS = {
     "Connection": "sluice.remoting.connection",
     "FrameDecoder": "sluice.remoting.codec",
-    "FrameTooLargeError": "sluice.remoting.errors",
-    "ProtocolError": "sluice.remoting.errors",
+    "FrameTooLargeError": "sluice.remoting.codec",
+    "ProtocolError": "sluice.remoting.codec",
     "RemotingClient": "sluice.remoting.client",
     "RemotingCommand": "sluice.remoting.command",
     "RemotingConnectError": "sluice.remoting.errors",

@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import orjson
 
+from sluice.common.errors import SluiceError
 from sluice.remoting.codes import LanguageCode, SerializeType
 from sluice.remoting.command import RemotingCommand
-from sluice.remoting.errors import FrameTooLargeError, ProtocolError
 
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 _PREFIX: Final = struct.Struct(">II")
@@ -32,6 +32,19 @@ _INT32_MAX: Final = 2**31 - 1
 _DECIMAL: Final = re.compile(r"-?[0-9]{1,10}")
 _json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _json_encode_ascii = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+
+
+class ProtocolError(SluiceError):
+    """Bytes on a connection that are not a valid remoting frame: the connection must be closed.
+
+    ``decoded`` holds the whole frames ``FrameDecoder.feed`` read before the bad bytes, still to be served.
+    """
+
+    decoded: list[RemotingCommand] = []  # noqa: RUF012  # replaced per instance by FrameDecoder.feed, never mutated
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame longer than the configured limit (16 MiB by default)."""
 
 
 def _ext_str(v: Any) -> str:

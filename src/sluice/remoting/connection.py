@@ -18,16 +18,11 @@ from collections.abc import Awaitable, Callable
 from typing import cast
 
 from sluice.common.config import RemotingConfig
-from sluice.remoting.codec import FrameDecoder, encode_command
+from sluice.remoting.codec import FrameDecoder, ProtocolError, encode_command
 from sluice.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from sluice.remoting.command import RemotingCommand, next_opaque
 from sluice.remoting.deferred_response import DeferredResponse
-from sluice.remoting.errors import (
-    BadRequestError,
-    ConnectionClosedError,
-    ProtocolError,
-    RemotingTimeoutError,
-)
+from sluice.remoting.errors import BadRequestError, ConnectionClosedError, RemotingTimeoutError
 from sluice.remoting.rpc_latency import RESULT_ONEWAY, RESULT_SUCCESS, RESULT_WRITE_CHANNEL_FAILED, RpcLatency
 
 log = logging.getLogger(__name__)

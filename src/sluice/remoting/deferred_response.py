@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 
-if TYPE_CHECKING:
-    from sluice.remoting.connection import Connection
-
 log = logging.getLogger(__name__)
+
+
+class AnsweringConnection(Protocol):
+    """What a deferred response asks of the connection it is bound to (``sluice.remoting.connection``)."""
+
+    remote_addr: str
+
+    def deferred_done(self, deferred: DeferredResponse, req: RemotingCommand, resp: RemotingCommand | None) -> None:
+        """Send ``resp`` (None: nothing, a oneway request) as the answer to ``req``."""
 
 
 class DeferredResponse:
@@ -28,14 +34,14 @@ class DeferredResponse:
     __slots__ = ("_conn", "_req", "_resolved", "_early", "on_cancel", "read_at")
 
     def __init__(self, on_cancel: Callable[[], None] | None = None) -> None:
-        self._conn: Connection | None = None
+        self._conn: AnsweringConnection | None = None
         self._req: RemotingCommand | None = None
         self._resolved = False
         self._early: Callable[[], RemotingCommand | None] | None = None  # resolved before it was bound
         self.on_cancel = on_cancel
         self.read_at = 0.0  # when the request was read (time.monotonic(): its answer's latency)
 
-    def bind(self, conn: Connection, req: RemotingCommand) -> None:
+    def bind(self, conn: AnsweringConnection, req: RemotingCommand) -> None:
         """Called by the connection the handler returned this to (an answer made already is sent now)."""
         self._conn = conn
         self._req = req
@@ -81,4 +87,4 @@ class DeferredResponse:
                 log.exception("cancelling a deferred response failed")
 
 
-__all__ = ["DeferredResponse"]
+__all__ = ["AnsweringConnection", "DeferredResponse"]

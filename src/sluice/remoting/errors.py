@@ -2,25 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sluice.common.errors import SluiceError
-
-if TYPE_CHECKING:
-    from sluice.remoting.command import RemotingCommand
-
-
-class ProtocolError(SluiceError):
-    """Bytes on a connection that are not a valid remoting frame: the connection must be closed.
-
-    ``decoded`` holds the whole frames ``FrameDecoder.feed`` read before the bad bytes, still to be served.
-    """
-
-    decoded: list[RemotingCommand] = []  # noqa: RUF012  # replaced per instance by FrameDecoder.feed, never mutated
-
-
-class FrameTooLargeError(ProtocolError):
-    """A frame longer than the configured limit (16 MiB by default)."""
 
 
 class RemotingError(SluiceError):

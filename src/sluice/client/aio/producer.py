@@ -60,7 +60,7 @@ class Producer:
         self.sender = Sender(group, self.client, cfg, self.router, self.faults, self.in_flight)
         self._flush_handle: asyncio.Handle | None = None
         # With ``enable_trace``: each answered send is recorded in the trace topic (docs/trace.md).
-        self.trace = TraceDispatcher(group, "PRODUCER", cfg, credentials, tls) if cfg.enable_trace else None
+        self.trace = TraceDispatcher(group, "PRODUCER", cfg, Producer, credentials, tls) if cfg.enable_trace else None
         # With trace on, an auto-batched message carries the broker's region and trace switch itself (as last
         # answered): brokers stamp only messages sent singly, and a Java consumer's trace skips a message without
         # MSG_REGION.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.consumer_base import ConsumerBase, StartedPull
+from sluice.client.aio.producer import Producer
 from sluice.client.aio.trace_dispatcher import TraceDispatcher
 from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, PullStatus
 from sluice.client.message_selector import MessageSelector
@@ -84,7 +85,7 @@ class PushConsumer(ConsumerBase):
         self._timers: list[asyncio.Task[None]] = []
         self._rebalance_lock = asyncio.Lock()
         # With ``enable_trace``: each listener call is recorded in the trace topic (docs/trace.md).
-        self.trace = TraceDispatcher(group, "CONSUMER", self.config, credentials, tls) \
+        self.trace = TraceDispatcher(group, "CONSUMER", self.config, Producer, credentials, tls) \
             if self.config.enable_trace else None
         # With ``enable_otel``: a process span per listener call, the child of the message's trace context.
         self.otel: Instrumentation | None = None

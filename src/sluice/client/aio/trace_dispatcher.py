@@ -16,7 +16,8 @@ import itertools
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.client.message import Message
 from sluice.client.trace import MAX_TRACE_MESSAGE_SIZE, TRACE_GROUP_PREFIX, TRACE_TOPIC, TraceContext, pack
@@ -25,7 +26,6 @@ from sluice.common.naming import GROUP_MAX_LENGTH
 
 if TYPE_CHECKING:
     from sluice.auth.credentials import CredentialsLike
-    from sluice.client.aio.producer import Producer
     from sluice.remoting.tls import TlsLike
 
 log = logging.getLogger(__name__)
@@ -38,22 +38,38 @@ FAILURE_LOG_INTERVAL = 10.0
 _counter = itertools.count(1)
 
 
+class TraceProducer(Protocol):
+    """What the dispatcher asks of the producer it sends with (``sluice.client.aio.producer.Producer``)."""
+
+    async def start(self) -> Any: ...
+
+    def send_async(self, msg: Message, *, timeout: float | None = None) -> asyncio.Future[Any]: ...
+
+    async def shutdown(self) -> None: ...
+
+
+# Makes the trace producer: ``factory(group, config=..., credentials=..., tls=..., **settings)``, the producer
+# class itself (the host passes it: the producer module hosts a dispatcher too).
+TraceProducerFactory = Callable[..., TraceProducer]
+
+
 class TraceDispatcher:
     """Sends trace records of one client (a producer or a consumer) to its trace topic."""
 
-    def __init__(self, group: str, kind: str, config: ClientConfig, credentials: CredentialsLike | None = None,
-                 tls: TlsLike | None = None) -> None:
+    def __init__(self, group: str, kind: str, config: ClientConfig, producer_factory: TraceProducerFactory,
+                 credentials: CredentialsLike | None = None, tls: TlsLike | None = None) -> None:
         self.topic = config.trace_topic or TRACE_TOPIC
         tail = f"-{kind}-{next(_counter)}"  # (the host's name cut so that the trace group's is a legal one)
         self.group = f"{TRACE_GROUP_PREFIX}-{group}"[:GROUP_MAX_LENGTH - len(tail)] + tail
         self.config = config
         self._credentials = credentials
         self._tls = tls
+        self._producer_factory = producer_factory
         self._buffer: deque[TraceContext] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._producer: Producer | None = None
+        self._producer: TraceProducer | None = None
         self._in_flight = asyncio.Semaphore(IN_FLIGHT)
         self._sends: set[asyncio.Future[object]] = set()
         self.discarded = 0  # records dropped because the buffer was full
@@ -73,9 +89,7 @@ class TraceDispatcher:
         return True
 
     async def _start(self) -> None:
-        from sluice.client.aio.producer import Producer  # (the producer module imports this one)
-
-        producer = Producer(self.group, config=self.config, credentials=self._credentials, tls=self._tls,
+        producer = self._producer_factory(self.group, config=self.config, credentials=self._credentials, tls=self._tls,
                             enable_trace=False, enable_otel=False, max_message_size=MAX_TRACE_MESSAGE_SIZE + 64 * 1024,
                             send_msg_timeout=int(SEND_TIMEOUT * 1000), auto_batch=False,
                             instance_name=f"PID_CLIENT_INNER_TRACE_PRODUCER_{self.config.namesrv_addr}")
@@ -139,7 +153,7 @@ class TraceDispatcher:
     def _send(self, body: str, keys: set[str], records: int) -> None:
         assert self._producer is not None
         try:
-            fut: asyncio.Future[object] = self._producer.send_async(  # type: ignore[assignment]
+            fut: asyncio.Future[object] = self._producer.send_async(
                 Message(self.topic, body.encode("utf-8"), keys=sorted(keys)), timeout=SEND_TIMEOUT)
         except Exception as exc:
             self._in_flight.release()
