@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
         TransactionSendResult,
     )
     from sluice.client.message_selector import MessageSelector
+    from sluice.client.request_reply import ReplyMessage, RequestTimeoutError, create_reply_message
     from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
     from sluice.common.message import MessageExt
     from sluice.common.structs import MessageModel, MessageQueue
@@ -45,6 +46,8 @@ _EXPORTS = {
     "MessageQueue": "sluice.common.structs",
     "MessageSelector": "sluice.client.message_selector",
     "Producer": "sluice.client",
+    "ReplyMessage": "sluice.client.request_reply",
+    "RequestTimeoutError": "sluice.client.request_reply",
     "PullConsumer": "sluice.client",
     "PushConsumer": "sluice.client",
     "SendResult": "sluice.client",
@@ -54,11 +57,12 @@ _EXPORTS = {
     "TransactionListener": "sluice.client",
     "TransactionProducer": "sluice.client",
     "TransactionSendResult": "sluice.client",
+    "create_reply_message": "sluice.client.request_reply",
 }
 __all__ = [
-    "BrokerResponseError", "ClientError", "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState",
-    "Message", "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer",
-    "PushConsumer", "SendResult", "SendStatus", "SimpleConsumer", "SluiceError", "TransactionListener",
-    "TransactionProducer", "TransactionSendResult", "__version__",
+    "BrokerResponseError", "ClientError", "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message",
+    "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer", "PushConsumer",
+    "ReplyMessage", "RequestTimeoutError", "SendResult", "SendStatus", "SimpleConsumer", "SluiceError",
+    "TransactionListener", "TransactionProducer", "TransactionSendResult", "__version__", "create_reply_message",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

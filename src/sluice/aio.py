@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
     from sluice.client.aio import Producer, PullConsumer, PushConsumer, SimpleConsumer, TransactionProducer
     from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, Message, SendResult, SendStatus
     from sluice.client.message_selector import MessageSelector
+    from sluice.client.request_reply import ReplyMessage, RequestTimeoutError, create_reply_message
     from sluice.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 
 _EXPORTS = {
@@ -21,16 +22,19 @@ _EXPORTS = {
     "Producer": "sluice.client.aio",
     "PullConsumer": "sluice.client.aio",
     "PushConsumer": "sluice.client.aio",
+    "ReplyMessage": "sluice.client.request_reply",
+    "RequestTimeoutError": "sluice.client.request_reply",
     "SendResult": "sluice.client.message",
     "SendStatus": "sluice.client.message",
     "SimpleConsumer": "sluice.client.aio",
     "TransactionListener": "sluice.client.transaction",
     "TransactionProducer": "sluice.client.aio",
     "TransactionSendResult": "sluice.client.transaction",
+    "create_reply_message": "sluice.client.request_reply",
 }
 __all__ = [
     "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message", "MessageSelector", "Producer",
-    "PullConsumer", "PushConsumer", "SendResult", "SendStatus", "SimpleConsumer", "TransactionListener",
-    "TransactionProducer", "TransactionSendResult",
+    "PullConsumer", "PushConsumer", "ReplyMessage", "RequestTimeoutError", "SendResult", "SendStatus",
+    "SimpleConsumer", "TransactionListener", "TransactionProducer", "TransactionSendResult", "create_reply_message",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -57,7 +57,9 @@ class HACluster:
     def start_broker(self, i: int) -> None:
         port, ha_port = self.ports[i]
         config = self.root / f"broker-{i}.toml"
+        # (no fast channel: its port, listen_port - 2, could be one this cluster handed another broker)
         config.write_text(f"[broker]\ncontroller_lease_ttl = {self.lease_ttl_ms}\nregister_name_server_period = 5000\n"
+                          "fast_channel_enabled = false\n"
                           f"{self.settings}\n[store]\nmapped_file_size_commit_log = 8388608\n"
                           # (small index and queue files: three brokers per test, on whatever disk CI has)
                           "max_hash_slot_num = 100000\nmax_index_num = 400000\n"

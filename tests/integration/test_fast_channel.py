@@ -112,3 +112,28 @@ def test_with_acl_on_the_fast_channel_refuses_what_is_not_signed(tmp_path: Path,
         asyncio.run(go())
     finally:
         c.close()
+
+
+def test_the_two_ports_share_one_connection_limit(empty_cluster: Cluster) -> None:
+    from sluice.common.config import RemotingConfig
+    port = free_port_with_fast_channel()
+    broker = empty_cluster.start_broker(listen_port=port, remoting=RemotingConfig(max_connections=2))
+
+    async def go() -> None:
+        clients = [RemotingClient(), RemotingClient()]
+        try:
+            for client, p in zip(clients, (port, port - 2), strict=True):
+                api = MQClientAPI(client, [empty_cluster.namesrv_addr])
+                await api.get_broker_runtime_info(f"127.0.0.1:{p}", 30_000)  # one connection open on each port
+            reader, writer = await asyncio.open_connection("127.0.0.1", port - 2)
+            try:
+                assert await asyncio.wait_for(reader.read(1), 30) == b""  # closed at once: over the limit
+            finally:
+                writer.close()
+            acceptor = broker.fast_server.acceptor  # (the TLS-detecting acceptor: on by default)
+            assert broker.fast_server.refused + (acceptor.refused_over_limit if acceptor else 0) == 1
+        finally:
+            for client in clients:
+                await client.close()
+
+    asyncio.run(go())

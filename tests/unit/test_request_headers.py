@@ -38,6 +38,7 @@ from sluice.remoting.headers import (
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
+    ReplyMessageRequestHeader,
     RequestHeader,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
@@ -54,6 +55,10 @@ SEND = SendMessageRequestHeader("PG", "T", "TBW102", 4, 3, 1, 1_700_000_000_000,
 # One header of each kind, with its request's code; None where the code is not a request anyone sends whole.
 EXAMPLES: list[tuple[int | None, RequestHeader]] = [
     (RequestCode.SEND_MESSAGE, SEND),
+    (RequestCode.SEND_REPLY_MESSAGE, SEND),
+    (RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, ReplyMessageRequestHeader(
+        "PG", "C_REPLY_TOPIC", "TBW102", 4, 0, 1, 1_700_000_000_000, 7, "k\x01v", 2, False, "10.0.0.1:5000",
+        "10.0.0.2:10911", 1_700_000_000_123)),
     (RequestCode.CONSUMER_SEND_MSG_BACK, ConsumerSendMsgBackRequestHeader(123, "CG", 3, "id", "T", False, 15)),
     (RequestCode.END_TRANSACTION, EndTransactionRequestHeader("PG", 5, 678, 8, True, "id", "tx", "T", "broker-a")),
     (RequestCode.CHECK_TRANSACTION_STATE, CheckTransactionStateRequestHeader("T", 5, 678, "id", "tx", "off", "b")),
@@ -102,7 +107,8 @@ def test_a_header_decodes_to_what_was_encoded(code: int, header: RequestHeader) 
 
 
 def test_every_request_code_with_a_header_has_an_example() -> None:
-    assert set(DECODERS) - {RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE} == {c for c, _ in EXAMPLES}
+    assert set(DECODERS) - {RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+                            RequestCode.SEND_REPLY_MESSAGE_V2} == {c for c, _ in EXAMPLES}
 
 
 def test_the_v2_send_header_uses_one_letter_names() -> None:

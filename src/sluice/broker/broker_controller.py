@@ -41,6 +41,7 @@ from sluice.broker.processors.query_assignment_processor import (
     QueryAssignmentProcessor,
 )
 from sluice.broker.processors.query_message_processor import QueryMessageProcessor
+from sluice.broker.processors.reply_message_processor import ReplyMessageProcessor
 from sluice.broker.processors.send_message_processor import SendMessageProcessor
 from sluice.broker.producer_manager import ProducerManager
 from sluice.broker.pull_request_hold_service import PullRequestHoldService
@@ -56,7 +57,7 @@ from sluice.common.config import BrokerConfig, BrokerRole, MessageStoreConfig
 from sluice.common.loop_lag import LoopLagProbe
 from sluice.common.message import host_to_bytes
 from sluice.common.metrics_exporter import MetricsExporter
-from sluice.common.naming import SCHEDULE_TOPIC
+from sluice.common.naming import SCHEDULE_TOPIC, reply_topic
 from sluice.common.service import AsyncService
 from sluice.common.structs import TopicConfig
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
@@ -83,7 +84,8 @@ ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 0.40
 # What a slave refuses: everything that writes its store or its metadata (they come from the master).
 SLAVE_REFUSED = frozenset({
     RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
-    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION, RequestCode.UPDATE_AND_CREATE_TOPIC,
+    RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2, RequestCode.CONSUMER_SEND_MSG_BACK,
+    RequestCode.END_TRANSACTION, RequestCode.UPDATE_AND_CREATE_TOPIC,
     RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
     RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
     RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.PEEK_MESSAGE,
@@ -145,6 +147,8 @@ class BrokerController(AsyncService):
                                           config.remoting, f"broker {config.broker_name} (fast channel)",
                                           on_close=self._on_connection_closed, tls=self.tls)
         self.fast_server.rpc_latency = self.server.rpc_latency
+        self.server.peers.append(self.fast_server)  # (one limit of connections for both ports)
+        self.fast_server.peers.append(self.server)
         # ACL 2.0: the users and rules, and (when on) the check of every request; the inner credentials sign what
         # this broker sends (registrations, a slave's copying).
         self.auth_metadata = AuthMetadataManager(os.path.join(config.store.store_path_config, "auth.json"))
@@ -213,8 +217,12 @@ class BrokerController(AsyncService):
             await self.server.start(sock=sock)
             await self._start_fast_channel()
         except BaseException:
+            for server in (self.fast_server, self.server):
+                try:
+                    await server.stop()
+                except Exception:  # (the error that stopped the start is the one to raise)
+                    log.exception("stopping %s after a failed start", server.name)
             sock.close()
-            await self.server.stop()
             if self.ha_service is not None:
                 await self.ha_service.stop()
             await loop.run_in_executor(None, self.store.shutdown)
@@ -291,6 +299,7 @@ class BrokerController(AsyncService):
         self.order_info.load()
         await self._load_auth()
         self.ensure_system_topic(SCHEDULE_TOPIC, len(c.delay_levels))
+        self.ensure_system_topic(reply_topic(c.broker_cluster_name), 1)
         self.store.arrival_listeners.append(self.hold_service.notify_message_arriving)
         self.store.arrival_listeners.append(self.pop_polling.notify_message_arriving)
 
@@ -315,9 +324,6 @@ class BrokerController(AsyncService):
                 if created is not None:
                     await asyncio.wrap_future(created)
                     log.info("super user %s created", username)
-        if c.authorization_enabled and not c.authentication_enabled:
-            log.warning("authorization is on and authentication off: a request is checked as the user its AccessKey "
-                        "claims, unproven (as in RocketMQ); turn authentication_enabled on too")
         if c.authorization_enabled and not c.authentication_enabled:
             log.warning("authorization is on and authentication off: a request is checked as the user its AccessKey "
                         "claims, unproven (as in RocketMQ); turn authentication_enabled on too")
@@ -372,6 +378,7 @@ class BrokerController(AsyncService):
                                  self.timer_service, self.producer_manager),
             BrokerStatusProcessor(c, addr, store, self, self.runtime_config, self.trigger_register),
             EndTransactionProcessor(c, store, self.transaction_service, self.stats),
+            ReplyMessageProcessor(c, addr, store, self.stats, topics, self.producer_manager),
             PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
                                 self.pop_polling, self.order_info, self.swapped_out),
             AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info),
@@ -388,13 +395,20 @@ class BrokerController(AsyncService):
         if not c.fast_channel_enabled or c.fast_listen_port == 0:
             return
         try:
-            await self.fast_server.start(c.listen_host, c.fast_listen_port)
+            sock = bind_socket(c.listen_host, c.fast_listen_port)
         except OSError as exc:
             # RocketMQ will not start then; here only the clients that ask for the fast channel miss it.
             log.warning("the fast channel's port %d (listen_port - 2) cannot be bound (%s): clients with "
                         "vipChannelEnabled (RocketMQ Dashboard's isVIPChannel) cannot reach this broker; "
                         "free the port, or set fast_channel_enabled = false to silence this", c.fast_listen_port,
                         exc.strerror)
+            return
+        try:
+            await self.fast_server.start(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        log.info("broker %s: fast channel on %s:%d", c.broker_name, c.listen_host, c.fast_listen_port)
 
     async def _start_ha_service(self) -> None:
         """A master's HA service: where its slaves connect; a SYNC_MASTER's puts wait for them."""
@@ -448,8 +462,7 @@ class BrokerController(AsyncService):
         self.hold_service.wake_all()
         self.pop_polling.wake_all()
         await asyncio.sleep(0)
-        await self.server.stop()
-        await self.fast_server.stop()
+        await asyncio.gather(self.server.stop(), self.fast_server.stop())
         if self.ha_client is not None:
             await self.ha_client.stop()
         if self.slave_sync is not None:

@@ -33,6 +33,15 @@ class ProducerManager:
                 if not ch.conn.closed and (allowed is None or allowed(ch))]
         return random.choice(live) if live else None
 
+    def find_channel(self, client_id: str) -> ClientChannelInfo | None:
+        """The live registration of client ``client_id`` in any group (RocketMQ's ``findChannel``: where a reply
+        to its request goes); None when it has none."""
+        for members in self.groups.values():
+            ch = members.get(client_id)
+            if ch is not None and not ch.conn.closed:
+                return ch
+        return None
+
     def unregister_producer(self, group: str, client_id: str, conn: Connection | None = None) -> None:
         """``client_id`` leaves ``group`` — only the registration made over ``conn`` when it is given (RocketMQ
         removes the requesting channel's: another connection cannot unregister someone else)."""

@@ -196,6 +196,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
         raise ConfigError(f"--grpc-port {args.grpc_port}: a port is 0 to 65535")
     if not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port {args.metrics_port}: a port is 0 to 65535")
+    fast = bcfg.fast_listen_port if bcfg.fast_channel_enabled else 0
+    for flag, port in (("--grpc-port", None if args.no_grpc else args.grpc_port),
+                       ("--metrics-port", None if args.no_metrics else args.metrics_port),
+                       ("--namesrv-port", nscfg.port)):
+        if fast and port == fast:
+            raise ConfigError(f"{flag} {port} is the broker's fast channel port (its listen_port - 2, where "
+                              "RocketMQ clients with vipChannelEnabled send): choose another port, or set "
+                              "fast_channel_enabled = false in [broker]")
     # One endpoint serves the name server's, the broker's and the front's metrics (--metrics-port).
     nscfg.metrics_exporter_type = bcfg.metrics_exporter_type = "DISABLE"
     secured = bcfg.authentication_enabled or bcfg.authorization_enabled

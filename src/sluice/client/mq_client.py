@@ -19,6 +19,7 @@ from sluice.auth.credentials import CredentialsLike, signing_hook
 from sluice.client.broker_select import FoundBroker, admin_addr, publish_addr, subscribe_addr
 from sluice.client.message_id import local_ipv4
 from sluice.client.mq_client_api import MQClientAPI
+from sluice.client.request_reply import ReplyWaiters, reply_from_push
 from sluice.common import fastjson
 from sluice.common.backoff import Backoff
 from sluice.common.config import ClientConfig
@@ -34,7 +35,7 @@ from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError, RemotingError
-from sluice.remoting.headers import CheckTransactionStateRequestHeader
+from sluice.remoting.headers import CheckTransactionStateRequestHeader, ReplyMessageRequestHeader
 from sluice.remoting.tls import TlsLike, client_tls
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class MQClientInstance(AsyncService):
         self.transaction_checkers: dict[str, Callable[[str, CheckTransactionStateRequestHeader, MessageExt], None]] = {}
         self.publish_topics: set[str] = set()
         self.consumers: dict[str, ConsumerInner] = {}
+        self.replies = ReplyWaiters()  # this client's requests waiting for their replies
         self._rebalance_now = asyncio.Event()
         self._heartbeat_first = False  # see rebalance_now
         self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}
@@ -428,7 +430,20 @@ class MQClientInstance(AsyncService):
             return req.response(ResponseCode.SUCCESS, body=consumer_running_info(self, c))
         if req.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             return self._consume_message_directly(req)
+        if req.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            return self._receive_reply_message(conn, req)
         return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+
+    def _receive_reply_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """A reply to one of this client's requests, pushed by the broker its responder sent it to."""
+        try:
+            reply = reply_from_push(ReplyMessageRequestHeader.decode(req.ext_fields), bytes(req.body),
+                                    self.config.max_message_size)
+        except (BadRequestError, MessageFormatError) as exc:
+            log.warning("a reply message from %s cannot be read: %s", conn.remote_addr, exc)
+            return req.response(ResponseCode.SYSTEM_ERROR, "process reply message fail")
+        self.replies.deliver(reply)
+        return req.response(ResponseCode.SUCCESS)
 
     def _consume_message_directly(self, req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         """A stored message a broker hands to this client's listener for its group (RocketMQ's

@@ -12,6 +12,7 @@ from sluice.client.aio.producer import Producer as AsyncProducer
 from sluice.client.aio.producer import QueueSelector
 from sluice.client.message import Message, SendResult
 from sluice.common.config import ClientConfig
+from sluice.common.message import MessageExt
 from sluice.common.structs import MessageQueue
 
 
@@ -52,6 +53,17 @@ class Producer(_loop.SyncFacade[AsyncProducer]):
         fut.add_done_callback(lambda f: _copy_outcome(f, out))
         loop = fut.get_loop()
         out.add_done_callback(lambda o: o.cancelled() and loop.call_soon_threadsafe(fut.cancel))
+
+    def request(self, msg: Message, timeout: float = 3.0, *, sharding_key: str | None = None,
+                queue: MessageQueue | None = None) -> MessageExt:
+        """Send ``msg`` as a request and wait for its reply (see ``sluice.aio.Producer.request``)."""
+        return _loop.run(self.aio.request(msg, timeout, sharding_key=sharding_key, queue=queue))
+
+    def request_async(self, msg: Message, timeout: float = 3.0, *, sharding_key: str | None = None,
+                      queue: MessageQueue | None = None) -> Future[MessageExt]:
+        """Send a request and return at once; the ``concurrent.futures.Future`` gets the reply (or the error):
+        ``add_done_callback`` for a callback, as RocketMQ's ``request(msg, RequestCallback, timeout)``."""
+        return _loop.submit(self.aio.request(msg, timeout, sharding_key=sharding_key, queue=queue))
 
     def send_oneway(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None) -> None:
         _loop.run(self.aio.send_oneway(msg, sharding_key=sharding_key, queue=queue))

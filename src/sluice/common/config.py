@@ -439,6 +439,8 @@ class BrokerConfig(AuthSettings):
     trace_on: bool = True
     trace_topic_enable: bool = False
     msg_trace_topic_name: Name = "RMQ_SYS_TRACE_TOPIC"
+    # Request-reply: a reply is pushed to its requester and also stored in <cluster>_REPLY_TOPIC (as RocketMQ).
+    store_reply_message_enable: bool = True
     # Transactions: a half message undecided this long after it was sent is checked back with a producer of its
     # group, every ``transaction_check_interval``, at most ``transaction_check_max`` times; then it is discarded
     # (kept in TRANS_CHECK_MAX_TIME_TOPIC). ``reject_transaction_message`` refuses half messages.

@@ -19,6 +19,7 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (timer wheel, POP's revive log): no client sends there
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"  # a cluster's reply topic is <cluster>_REPLY_TOPIC
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # timer messages wait here for the timer wheel (RocketMQ 5)
 # System topics producers may not send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
@@ -71,6 +72,11 @@ def validate_group(group: str) -> None:
 
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def reply_topic(cluster: str) -> str:
+    """Where a cluster's replies go (RocketMQ's ``MixAll.getReplyTopic``)."""
+    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
 
 
 def dlq_topic(group: str) -> str:

@@ -51,12 +51,15 @@ class RequestDispatcher:
                 return None if request.is_oneway else request.response(ResponseCode.NO_PERMISSION, remark)
         handler = self.handlers.get(request.code)
         if handler is None:
-            self.unsupported_seen[request.code] = self.unsupported_seen.get(request.code, 0) + 1
-            log.warning("request code %d from %s (%s client, version %d) is not supported", request.code,
-                        conn.remote_addr, request.language, request.version)
-            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f" request type {request.code} not supported")
+            return self.not_supported(conn, request)
         return handler(conn, request)
+
+    def not_supported(self, conn: Connection, request: RemotingCommand, where: str = "") -> RemotingCommand:
+        """REQUEST_CODE_NOT_SUPPORTED, logged and counted."""
+        self.unsupported_seen[request.code] = self.unsupported_seen.get(request.code, 0) + 1
+        log.warning("request code %d from %s (%s client, version %d) is not supported%s", request.code,
+                    conn.remote_addr, request.language, request.version, where)
+        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
 
 
 class RestrictedDispatcher:
@@ -71,6 +74,10 @@ class RestrictedDispatcher:
 
     def __call__(self, conn: Connection, request: RemotingCommand) -> HandlerResult:
         if request.code in self.refused:
-            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f" request type {request.code} not supported")
+            d = self.dispatcher
+            if d.refusal is not None:  # (authenticated and allowed first, as every request)
+                remark = d.refusal(conn.remote_addr, request)
+                if remark is not None:
+                    return None if request.is_oneway else request.response(ResponseCode.NO_PERMISSION, remark)
+            return d.not_supported(conn, request, " on this port")
         return self.dispatcher(conn, request)

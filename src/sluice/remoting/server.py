@@ -61,6 +61,8 @@ class RemotingServer:
         self.port = 0
         self.refused = 0  # connections closed at once because the limit was reached
         self.accepted = 0  # connections taken since the start
+        # Servers of the same process whose connections count against the same limit (a broker's two ports).
+        self.peers: list[RemotingServer] = []
         self.rpc_latency = RpcLatency()  # every answer's time (the metrics endpoint exports it)
         self._refused_logged = -1e9
 
@@ -79,13 +81,16 @@ class RemotingServer:
 
         limit = connection_limit(self.config.max_connections)
 
+        def open_connections() -> int:
+            return len(self.connections) + sum(len(p.connections) for p in self.peers)
+
         def factory() -> asyncio.Protocol:
-            if len(self.connections) >= limit:
+            if open_connections() >= limit:
                 now = time.monotonic()
                 if now - self._refused_logged > 10:
                     self._refused_logged = now
                     log.warning("%s: refusing connections: %d are open, the limit (max_connections, and the open "
-                                "files this process may have)", self.name, len(self.connections))
+                                "files this process may have)", self.name, open_connections())
                 self.refused += 1
                 return _Refused()
             conn = self._protocol()
@@ -111,7 +116,7 @@ class RemotingServer:
             listening = sock if sock is not None else bind_socket(host, port)
             # Connections still to send their first byte hold descriptors too: they share the limit.
             self.acceptor = TlsAcceptor(self.tls, connected, self.name,
-                                        capacity=lambda: limit - len(self.connections))
+                                        capacity=lambda: limit - open_connections())
             self.acceptor.start(listening)
             bound = listening.getsockname()
         elif sock is not None:

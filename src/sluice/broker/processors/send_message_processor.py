@@ -39,7 +39,7 @@ from sluice.common.properties import (
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
 )
-from sluice.common.structs import perm_writeable
+from sluice.common.structs import TopicConfig, perm_writeable
 from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -87,6 +87,27 @@ def ipv4_addr(addr: str) -> str:
             and port.isdigit():
         return addr
     return "127.0.0.1:0"
+
+
+def topic_refusal(req: RemotingCommand, topic: str) -> RemotingCommand | None:
+    """The answer to a send to a topic no client may write (an illegal name, a system topic); None: it may."""
+    try:
+        validate_topic(topic)
+    except InvalidNameError as exc:
+        return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
+    if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        # (rmq_sys_*: the broker's own logs, e.g. POP's revive log, which a forged record would corrupt)
+        return req.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+    return None
+
+
+def queue_refusal(conn: Connection, req: RemotingCommand, tc: TopicConfig, queue_id: int) -> RemotingCommand | None:
+    """The answer to a send to a queue the topic does not have; None: it has it."""
+    if queue_id >= max(tc.read_queue_nums, tc.write_queue_nums):
+        return req.response(ResponseCode.INVALID_PARAMETER,
+                            f"request queueId[{queue_id}] is illegal, topic:[{tc.topic_name}] "
+                            f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] consumer:[{conn.remote_addr}]")
+    return None
 
 
 def _forbidden(store: MessageStore, broker_addr: str) -> str:
@@ -214,13 +235,9 @@ class SendMessageProcessor:
               h: SendMessageRequestHeader) -> RemotingCommand | DeferredResponse:
         if not perm_writeable(self.config.broker_permission):
             return req.response(ResponseCode.NO_PERMISSION, _forbidden(self.store, self.broker_addr))
-        try:
-            validate_topic(h.topic)
-        except InvalidNameError as exc:
-            return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        if h.topic in NOT_ALLOWED_SEND_TOPICS or h.topic.startswith(SYSTEM_TOPIC_PREFIX):
-            # (rmq_sys_*: the broker's own logs, e.g. POP's revive log, which a forged record would corrupt)
-            return req.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+        refused = topic_refusal(req, h.topic)
+        if refused is not None:
+            return refused
         tc = self.topic_config_manager.get(h.topic)
         if tc is None:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -235,10 +252,9 @@ class SendMessageProcessor:
         if not perm_writeable(tc.perm):
             return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
         queue_id = h.queue_id
-        if queue_id >= max(tc.read_queue_nums, tc.write_queue_nums):
-            return req.response(ResponseCode.INVALID_PARAMETER,
-                                f"request queueId[{queue_id}] is illegal, topic:[{h.topic}] "
-                                f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] consumer:[{conn.remote_addr}]")
+        refused = queue_refusal(conn, req, tc, queue_id)
+        if refused is not None:
+            return refused
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))
         max_size = self.config.store.max_message_size

@@ -25,10 +25,12 @@ from sluice.client.message import MAX_PROPERTIES_SIZE, Message, SendResult
 from sluice.client.message_id import create_uniq_id
 from sluice.client.mq_client import MQClientInstance, client_config
 from sluice.client.queue_router import QueueRouter, QueueSelector, TopicPublishInfo
+from sluice.client.request_reply import ReplyMessage, RequestTimeoutError, request_properties
 from sluice.client.trace import now_ms, pub_context
 from sluice.common.batch_codec import encode_batch_record
 from sluice.common.config import ClientConfig
-from sluice.common.errors import ClientError
+from sluice.common.errors import ClientError, MessageFormatError
+from sluice.common.message import MessageExt
 from sluice.common.naming import validate_group
 from sluice.common.properties import encode_properties
 from sluice.common.structs import MessageQueue
@@ -133,6 +135,39 @@ class Producer:
             self._trace_pub(msg, result, started)
         return result
 
+    async def request(self, msg: Message, timeout: float = 3.0, *, sharding_key: str | None = None,
+                      queue: MessageQueue | None = None) -> MessageExt:
+        """Send ``msg`` as a request and wait for its reply (RocketMQ's ``DefaultMQProducer.request``): a consumer
+        of the topic answers with ``create_reply_message(request, body)`` and ``send``; the broker pushes the reply
+        here. Raises ``RequestTimeoutError`` when no reply came within ``timeout`` seconds (sending included)."""
+        self._check_started()
+        if not isinstance(msg, Message) or isinstance(msg, ReplyMessage):
+            raise TypeError(f"request takes a Message, not {type(msg).__name__}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if self.router.cached(msg.topic) is None:
+            # The broker a reply reaches must know this client's connection: registered with every broker now.
+            await self.router.publish_info(msg.topic)
+            await self.client.send_heartbeat_to_all()
+        correlation_id, reply = self.client.replies.expect()
+        try:
+            self._flush_batches(msg.topic)
+            uniq, request = self.sender.single_request(
+                msg, sharding_key, request_properties(correlation_id, self.client.client_id, int(timeout * 1000)))
+            started = now_ms()
+            resp, mq = await self.sender.send_with_retries(msg.topic, request, msg, sharding_key, queue, None, None,
+                                                           max(0.001, deadline - loop.time()), oneway=False)
+            assert resp is not None
+            if self.trace is not None:
+                self._trace_pub(msg, self.sender.result(resp, mq, [uniq]), started)
+            try:
+                return await asyncio.wait_for(reply, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise RequestTimeoutError(f"send request message to <{msg.topic}> OK, but wait reply message "
+                                          f"timeout, {int(timeout * 1000)} ms.") from None
+        finally:
+            self.client.replies.forget(correlation_id)
+
     async def send_oneway(self, msg: Message, *, sharding_key: str | None = None,
                           queue: MessageQueue | None = None) -> None:
         """Send without waiting for any answer (no retry, no result)."""
@@ -205,6 +240,8 @@ class Producer:
 
     async def _send_batch_traced(self, msgs: Sequence[Message], sharding_key: str | None,
                                  queue: MessageQueue | None, timeout: float | None) -> SendResult:
+        if any(isinstance(m, ReplyMessage) for m in msgs):
+            raise MessageFormatError("a reply is sent on its own (send), not in a batch")
         batch = encode_message_batch(msgs, self.config.max_message_size)
         self._flush_batches(batch.topic)
         request = self.sender.batch_request(batch.body, encode_properties(batch.properties).decode())

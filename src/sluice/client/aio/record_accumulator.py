@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from sluice.client.message import Message, SendResult
+from sluice.client.request_reply import ReplyMessage
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from sluice.common.structs import MessageQueue
 
@@ -51,8 +52,9 @@ class ProducerBatch:
 
 def batchable(msg: Message, compress_over: int) -> bool:
     """Whether a message may share a batch: not delayed (levels or timers), not for a retry topic, and small
-    enough to go uncompressed (a batch record has no compressed flag of its own)."""
-    return (msg.delay_level == 0 and msg.deliver_at is None and msg.delay is None
+    enough to go uncompressed (a batch record has no compressed flag of its own); not a reply (a request of its own).
+    """
+    return (not isinstance(msg, ReplyMessage) and msg.delay_level == 0 and msg.deliver_at is None and msg.delay is None
             and len(msg.body) <= compress_over and not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
 
 

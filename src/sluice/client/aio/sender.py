@@ -24,6 +24,7 @@ from sluice.client.message import Message, SendResult, SendStatus
 from sluice.client.message_id import create_uniq_id
 from sluice.client.mq_client import MQClientInstance
 from sluice.client.queue_router import DEFAULT_TOPIC_QUEUE_NUMS, QueueRouter, QueueSelector, TopicPublishInfo
+from sluice.client.request_reply import ReplyMessage
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC
@@ -88,9 +89,13 @@ class Sender:
     # == requests ===================================================================================
     def single_request(self, msg: Message, sharding_key: str | None, system_properties: bytes = b"",
                        system_flag: int = 0) -> tuple[str, RequestFor]:
-        """A message's id and its SEND_MESSAGE_V2 request for a queue (the same id on every attempt);
-        ``system_properties`` (encoded, each pair led by the separator) and ``system_flag`` are added as given."""
+        """A message's id and its SEND_MESSAGE_V2 (a reply's SEND_REPLY_MESSAGE_V2) request for a queue (the same id
+        on every attempt); ``system_properties`` (encoded, each pair led by the separator) and ``system_flag`` are
+        added as given."""
         uniq = create_uniq_id()
+        code = RequestCode.SEND_MESSAGE_V2
+        if isinstance(msg, ReplyMessage):  # (the broker pushes it to its requester)
+            code, system_properties = RequestCode.SEND_REPLY_MESSAGE_V2, system_properties + msg.reply_properties()
         props_str = (msg.wire_for_send(uniq, self.config.max_message_size, sharding_key) + system_properties).decode()
         body, sys_flag = msg.body, system_flag
         if len(body) > self.config.compress_msg_body_over_howmuch:
@@ -98,8 +103,7 @@ class Sender:
         born = int(time.time() * 1000)
 
         def request(mq: MessageQueue, via_default: bool) -> RemotingCommand:
-            return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2,
-                                           self._header(mq, sys_flag, born, msg.flag, props_str), body)
+            return RemotingCommand.request(code, self._header(mq, sys_flag, born, msg.flag, props_str), body)
 
         return uniq, request
 

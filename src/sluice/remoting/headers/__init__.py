@@ -54,6 +54,7 @@ from sluice.remoting.headers.send import (
     CheckTransactionStateRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
+    ReplyMessageRequestHeader,
     SendMessageRequestHeader,
 )
 
@@ -70,6 +71,9 @@ DECODERS: dict[int, Callable[[Mapping[str, str]], RequestHeader]] = {
     RequestCode.SEND_MESSAGE: SendMessageRequestHeader.decode,
     RequestCode.SEND_MESSAGE_V2: SendMessageRequestHeader.decode_v2,
     RequestCode.SEND_BATCH_MESSAGE: _decode_batch,
+    RequestCode.SEND_REPLY_MESSAGE: SendMessageRequestHeader.decode,
+    RequestCode.SEND_REPLY_MESSAGE_V2: SendMessageRequestHeader.decode_v2,
+    RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageRequestHeader.decode,
     RequestCode.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader.decode,
     RequestCode.END_TRANSACTION: EndTransactionRequestHeader.decode,
     RequestCode.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader.decode,
@@ -123,7 +127,8 @@ __all__ = [
     "GetMinOffsetRequestHeader", "GetTopicConfigRequestHeader", "GetTopicStatsInfoRequestHeader",
     "NotificationRequestHeader", "PeekMessageRequestHeader", "PollingInfoRequestHeader", "PopMessageRequestHeader",
     "PullMessageRequestHeader", "QueryConsumerOffsetRequestHeader", "QueryMessageRequestHeader",
-    "QueryTopicConsumeByWhoRequestHeader", "RequestHeader", "ResetOffsetRequestHeader", "SearchOffsetRequestHeader",
+    "QueryTopicConsumeByWhoRequestHeader", "ReplyMessageRequestHeader", "RequestHeader", "ResetOffsetRequestHeader",
+    "SearchOffsetRequestHeader",
     "SendMessageRequestHeader", "UnregisterClientRequestHeader", "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader", "decode_request_header", "field_bool", "field_int", "field_str",
 ]

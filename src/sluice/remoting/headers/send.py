@@ -225,5 +225,51 @@ class CheckTransactionStateRequestHeader(RequestHeader):
         return ext
 
 
+class ReplyMessageRequestHeader(RequestHeader):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT, from a broker to the requesting client: a reply message as its responder sent it,
+    with where and when the broker took it (RocketMQ's ReplyMessageRequestHeader)."""
+
+    __slots__ = ("producer_group", "topic", "default_topic", "default_topic_queue_nums", "queue_id", "sys_flag",
+                 "born_timestamp", "flag", "properties", "reconsume_times", "unit_mode", "born_host", "store_host",
+                 "store_timestamp")
+    TOPIC_FIELD = "topic"
+    GROUP_FIELD = "producer_group"
+
+    def __init__(self, producer_group: str, topic: str, default_topic: str, default_topic_queue_nums: int,
+                 queue_id: int, sys_flag: int, born_timestamp: int, flag: int, properties: str, reconsume_times: int,
+                 unit_mode: bool, born_host: str, store_host: str, store_timestamp: int) -> None:
+        self.producer_group = producer_group
+        self.topic = topic
+        self.default_topic = default_topic
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.flag = flag
+        self.properties = properties
+        self.reconsume_times = reconsume_times
+        self.unit_mode = unit_mode
+        self.born_host = born_host
+        self.store_host = store_host
+        self.store_timestamp = store_timestamp
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> ReplyMessageRequestHeader:
+        return cls(field_str(ext, "producerGroup"), field_str(ext, "topic"), field_str(ext, "defaultTopic", ""),
+                   field_int(ext, "defaultTopicQueueNums", 4), field_int(ext, "queueId"), field_int(ext, "sysFlag"),
+                   field_int(ext, "bornTimestamp"), field_int(ext, "flag", 0), ext.get("properties") or "",
+                   field_int(ext, "reconsumeTimes", 0), field_bool(ext, "unitMode"), field_str(ext, "bornHost"),
+                   field_str(ext, "storeHost"), field_int(ext, "storeTimestamp"))
+
+    def encode(self) -> dict[str, str]:
+        return {"producerGroup": self.producer_group, "topic": self.topic, "defaultTopic": self.default_topic,
+                "defaultTopicQueueNums": str(self.default_topic_queue_nums), "queueId": str(self.queue_id),
+                "sysFlag": str(self.sys_flag), "bornTimestamp": str(self.born_timestamp), "flag": str(self.flag),
+                "properties": self.properties, "reconsumeTimes": str(self.reconsume_times),
+                "unitMode": text_bool(self.unit_mode), "bornHost": self.born_host, "storeHost": self.store_host,
+                "storeTimestamp": str(self.store_timestamp)}
+
+
 __all__ = ["V2_KEYS", "CheckTransactionStateRequestHeader", "ConsumerSendMsgBackRequestHeader",
+           "ReplyMessageRequestHeader",
            "EndTransactionRequestHeader", "SendMessageRequestHeader"]

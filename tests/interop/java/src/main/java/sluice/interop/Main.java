@@ -14,6 +14,8 @@ import java.util.Arrays;
  * java -cp ... sluice.interop.Main admin         --namesrv H:P          (JSON requests on stdin, JSON answers on stdout)
  * java -cp ... sluice.interop.Main bench         --namesrv H:P --topic T --mode sync|async|batch|consume ...
  * java -cp ... sluice.interop.Main transact      --namesrv H:P --topic T --group G [--count N] --stop-file F --out F
+ * java -cp ... sluice.interop.Main request-reply --namesrv H:P --topic T --group G --role request|respond [--count N]
+ *                                                [--stop-file F] --out F
  * </pre>
  *
  * Every program writes one JSON object per line (flushed at once) and ends by itself: when its work is done,
@@ -26,7 +28,7 @@ public final class Main {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length == 0) {
-            System.err.println("usage: Main produce|push-consume|pop-consume|lite-pull|admin|bench|transact [--option value ...]");
+            System.err.println("usage: Main produce|push-consume|pop-consume|lite-pull|admin|bench|transact|request-reply [--option value ...]");
             System.exit(2);
         }
         Args args = Args.parse(Arrays.copyOfRange(argv, 1, argv.length));
@@ -53,6 +55,9 @@ public final class Main {
                     break;
                 case "transact":
                     code = Transact.run(args);
+                    break;
+                case "request-reply":
+                    code = RequestReply.run(args);
                     break;
                 default:
                     System.err.println("unknown program: " + argv[0]);
