@@ -4,6 +4,7 @@ sends, the broker pushes it over the requester's connection and keeps it in the 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -61,8 +62,10 @@ def test_a_request_gets_the_reply_its_responder_sent(cluster: Cluster) -> None:
         finally:
             await consumer.shutdown()
             await replier.shutdown()
-        async with Admin(ns) as admin:  # the replies are kept in the reply topic too
-            assert sum(q.max_offset for q in await admin.topic_status("DefaultCluster_REPLY_TOPIC")) == 5
+        async with Admin(ns) as admin:  # the replies are kept in the reply topic too (stored after the push)
+            async with asyncio.timeout(30):
+                while sum(q.max_offset for q in await admin.topic_status("DefaultCluster_REPLY_TOPIC")) < 5:
+                    await asyncio.sleep(0.02)
 
     asyncio.run(go())
 
@@ -101,10 +104,11 @@ def test_the_threaded_producer_requests_with_a_future_too(cluster: Cluster) -> N
         with SyncProducer("rr-sync-requester", ns) as requester:
             assert requester.request(Message("rr-sync", b"one"), 20).body == b"ONE"
             got: list[bytes] = []
+            called = threading.Event()
             fut = requester.request_async(Message("rr-sync", b"two"), 20)
-            fut.add_done_callback(lambda f: got.append(f.result().body))
+            fut.add_done_callback(lambda f: (got.append(f.result().body), called.set()))
             assert fut.result(30).body == b"TWO"
-            assert got == [b"TWO"]
+            assert called.wait(30) and got == [b"TWO"]
     finally:
         _loop.call_soon(stop.set)
         serving.result(30)
@@ -142,5 +146,28 @@ def test_only_a_request_can_be_replied_to(cluster: Cluster) -> None:
         del plain.properties["CLUSTER"]
         with pytest.raises(ClientError, match=r"property\[CLUSTER\] is null"):
             create_reply_message(plain, b"no")
+
+    asyncio.run(go())
+
+
+def test_a_reply_goes_to_the_reply_topic_only_and_that_topic_is_the_systems(cluster: Cluster) -> None:
+    cluster.create_topic("rr-elsewhere", 1)
+
+    async def go() -> None:
+        async with Producer("rr-elsewhere-p", cluster.namesrv_addr, retry_times_when_send_failed=0) as p:
+            with pytest.raises(ClientError) as err:
+                await p.send(ReplyMessage("rr-elsewhere", b"x", correlation_id="c", reply_to_client="a@1", ttl="1"))
+            exc: BaseException | None = err.value
+            while exc is not None and not isinstance(exc, BrokerResponseError):
+                exc = exc.__cause__
+            assert isinstance(exc, BrokerResponseError) and exc.code == ResponseCode.MESSAGE_ILLEGAL
+            assert exc.remark == "a reply goes to the reply topic DefaultCluster_REPLY_TOPIC, not rr-elsewhere"
+        async with Admin(cluster.namesrv_addr) as admin:
+            broker = cluster.brokers[0].broker_addr
+            for call in (admin.api.delete_topic_in_broker(broker, "DefaultCluster_REPLY_TOPIC"),
+                         admin.api.create_topic(broker, "DefaultCluster_REPLY_TOPIC", 1, 1, 0)):
+                with pytest.raises(BrokerResponseError, match="conflict with system topic"):
+                    await call
+        assert cluster.brokers[0].topic_config_manager.get("DefaultCluster_REPLY_TOPIC") is not None
 
     asyncio.run(go())

@@ -151,6 +151,13 @@ def test_source_ip_ranges_limit_an_entry() -> None:
     # A V2 send mixing long names in is checked on the topic its handler decodes.
     (RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": "orders", "topic": "payments"}, b"", [("Topic:payments", "Pub")]),
     (RequestCode.SEND_BATCH_MESSAGE, {"a": "pg", "topic": "payments"}, b"", [("Topic:payments", "Pub")]),
+    # A reply's header is a send's: the same decoding, a retry topic checked on its group.
+    (RequestCode.SEND_REPLY_MESSAGE_V2, {"a": "pg", "b": "orders", "topic": "payments"}, b"",
+     [("Topic:payments", "Pub")]),
+    (RequestCode.SEND_REPLY_MESSAGE_V2, {"a": "pg", "b": "C_REPLY_TOPIC"}, b"", [("Topic:C_REPLY_TOPIC", "Pub")]),
+    (RequestCode.SEND_REPLY_MESSAGE_V2, {"a": "pg", "b": "%RETRY%cg"}, b"", [("Group:cg", "Sub")]),
+    (RequestCode.SEND_REPLY_MESSAGE, {"topic": "C_REPLY_TOPIC"}, b"", [("Topic:C_REPLY_TOPIC", "Pub")]),
+    (RequestCode.RECALL_MESSAGE, {"topic": "orders", "recallHandle": "h"}, b"", [("Topic:orders", "Pub")]),
     # Naming nothing where the kind names a topic or group: checked on the cluster, not let through.
     (RequestCode.PULL_MESSAGE, {}, b"", [("Cluster:c1", "Get")]),
     (RequestCode.SEND_MESSAGE_V2, {"a": "pg"}, b"", [("Cluster:c1", "Get")]),

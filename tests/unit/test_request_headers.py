@@ -38,6 +38,7 @@ from sluice.remoting.headers import (
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
+    RecallMessageRequestHeader,
     ReplyMessageRequestHeader,
     RequestHeader,
     ResetOffsetRequestHeader,
@@ -56,6 +57,7 @@ SEND = SendMessageRequestHeader("PG", "T", "TBW102", 4, 3, 1, 1_700_000_000_000,
 EXAMPLES: list[tuple[int | None, RequestHeader]] = [
     (RequestCode.SEND_MESSAGE, SEND),
     (RequestCode.SEND_REPLY_MESSAGE, SEND),
+    (RequestCode.RECALL_MESSAGE, RecallMessageRequestHeader("PG", "T", "djEgVCBiIDEgaWQ=", "broker-a")),
     (RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, ReplyMessageRequestHeader(
         "PG", "C_REPLY_TOPIC", "TBW102", 4, 0, 1, 1_700_000_000_000, 7, "k\x01v", 2, False, "10.0.0.1:5000",
         "10.0.0.2:10911", 1_700_000_000_123)),

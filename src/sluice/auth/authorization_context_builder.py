@@ -233,8 +233,12 @@ def _build(code: int, ext: Mapping[str, str], body: bytes | memoryview | None,
             c.group(topic, S)  # (RocketMQ: the producer group "a" if any, which the sender chooses)
         else:
             c.topic(topic, P)
-    elif code in (C.SEND_REPLY_MESSAGE, C.SEND_REPLY_MESSAGE_V2):  # (beyond RocketMQ)
-        c.topic(f("b") if code == C.SEND_REPLY_MESSAGE_V2 else f("topic"), P)
+    elif code in (C.SEND_REPLY_MESSAGE, C.SEND_REPLY_MESSAGE_V2):  # (beyond RocketMQ: its header as a send's)
+        topic = _v2_topic(ext) if code == C.SEND_REPLY_MESSAGE_V2 else f("topic")
+        if _is_retry(topic):
+            c.group(topic, S)
+        else:
+            c.topic(topic, P)
     elif code == 370:  # RECALL_MESSAGE
         c.topic(f("topic"), P)
     elif code == C.END_TRANSACTION:

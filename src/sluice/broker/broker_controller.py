@@ -41,6 +41,7 @@ from sluice.broker.processors.query_assignment_processor import (
     QueryAssignmentProcessor,
 )
 from sluice.broker.processors.query_message_processor import QueryMessageProcessor
+from sluice.broker.processors.recall_message_processor import RecallMessageProcessor
 from sluice.broker.processors.reply_message_processor import ReplyMessageProcessor
 from sluice.broker.processors.send_message_processor import SendMessageProcessor
 from sluice.broker.producer_manager import ProducerManager
@@ -379,6 +380,7 @@ class BrokerController(AsyncService):
             BrokerStatusProcessor(c, addr, store, self, self.runtime_config, self.trigger_register),
             EndTransactionProcessor(c, store, self.transaction_service, self.stats),
             ReplyMessageProcessor(c, addr, store, self.stats, topics, self.producer_manager),
+            RecallMessageProcessor(c, addr, store, self.stats, topics, self.timer_service, self.role.is_master),
             PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
                                 self.pop_polling, self.order_info, self.swapped_out),
             AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info),

@@ -30,9 +30,12 @@ from sluice.common.errors import StoreConfigError
 from sluice.common.message import MessageExt, MessageExtBrokerInner
 from sluice.common.naming import TIMER_TOPIC
 from sluice.common.properties import (
+    PROPERTY_BORN_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
@@ -40,6 +43,8 @@ from sluice.common.properties import (
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TRACE_CONTEXT,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
 )
 from sluice.common.service import AsyncService
@@ -94,6 +99,7 @@ class TimerMessageService(ConfigManager, AsyncService):
         self.dequeue_ms = 0  # every message due before this is taken out of the wheel (maybe being delivered)
         self.delivered_ms = 0  # every message due before this was delivered
         self.delivered = 0
+        self.recalled = 0  # timer messages left out of their delivery: recalled
         # Told of each timer message delivered to its topic, with its size (the metrics count it as coming in).
         self.on_delivered: Callable[[str, int], None] | None = None
         # (dequeue_ms reached, the commit-log end then): what the checkpoint may claim once that much is flushed
@@ -298,17 +304,20 @@ class TimerMessageService(ConfigManager, AsyncService):
             if msg is not None:
                 due = _due_of(msg)
                 enqueued = now_ms()
+                delete = PROPERTY_TIMER_DEL_UNIQKEY in msg.properties
                 if due < self.dequeue_ms:  # its time has passed (or is passing): no wheel
-                    self._deliver_now(now_due, msg, enqueued)
+                    if not delete:  # (a recall too late: what it recalls is delivered already)
+                        self._deliver_now(now_due, msg, enqueued)
                 else:
                     try:
                         prev = self.wheel.newest(due)
                     except WheelOverflowError as exc:
                         log.error("%s: delivering the message at %d now", exc, msg.commit_log_offset)
-                        self._deliver_now(now_due, msg, enqueued)
+                        if not delete:
+                            self._deliver_now(now_due, msg, enqueued)
                     else:
                         pos = self.timer_log.append(TimerUnit(prev, due, msg.commit_log_offset, enqueued,
-                                                              msg.store_size))
+                                                              msg.store_size, delete))
                         self.wheel.add(due, pos)
                         start = pos - pos % self.timer_log.file_size
                         self._log_end_max_due[start] = max(self._log_end_max_due.get(start, 0), due)
@@ -378,14 +387,20 @@ class TimerMessageService(ConfigManager, AsyncService):
                 units.append(unit)
                 pos = unit.prev
             units.reverse()  # in the order they were sent
+            recalled = self._recalled(units)
             for i in range(0, len(units), _CHUNK):  # a chunk of messages in memory at a time
                 msgs = []
                 for u in units[i:i + _CHUNK]:
+                    if u.delete:
+                        continue
                     m = self.store.look_message_by_offset(u.offset, u.size)
                     if m is None or m.topic != TIMER_TOPIC or _due_of(m) != due or \
                             PROPERTY_REAL_TOPIC not in m.properties:
                         log.warning("timer message at commit-log offset %d, due at %d, is gone (aged out, or the "
                                     "log was cut back after a crash)", u.offset, due)
+                        continue
+                    if recalled and delete_key(m.properties[PROPERTY_REAL_TOPIC], m.uniq_key or "") in recalled:
+                        self.recalled += 1
                         continue
                     msgs.append((m, u.enqueue_ms))
                 await self._deliver(msgs)
@@ -399,6 +414,32 @@ class TimerMessageService(ConfigManager, AsyncService):
             self.dequeue_ms = self.delivered_ms = passed
             self._delivered_marks.append((self.dequeue_ms, self.store.get_max_phy_offset()))
         return n
+
+    def _recalled(self, units: list[TimerUnit]) -> set[str]:
+        """What the recalls among ``units`` (one due time's) take back: their delete keys."""
+        keys = set()
+        for u in units:
+            if u.delete:
+                m = self.store.look_message_by_offset(u.offset, u.size)
+                key = None if m is None else m.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+                if key:
+                    keys.add(key)
+        return keys
+
+    def recall_message(self, topic: str, uniq_key: str, deliver_ms: int, producer_group: str, born_host: str,
+                       store_host: str) -> MessageExtBrokerInner:
+        """The timer message that recalls the one of ``topic`` with ``uniq_key`` due at ``deliver_ms`` - 1 (a
+        recall handle's time, RocketMQ's TIMER_OUT_MS + 1): it enters the same slot of the wheel, whose delivery
+        then leaves that message out."""
+        now = now_ms()
+        props = {PROPERTY_TAGS: RECALL_MESSAGE_TAG, PROPERTY_TIMER_DEL_UNIQKEY: delete_key(topic, uniq_key),
+                 PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq_key, PROPERTY_TIMER_DELIVER_MS: str(deliver_ms),
+                 PROPERTY_BORN_TIMESTAMP: str(now), PROPERTY_TRACE_CONTEXT: "",
+                 PROPERTY_PRODUCER_GROUP: producer_group,
+                 PROPERTY_TIMER_OUT_MS: str(self.wheel.due_time(deliver_ms - 1)), PROPERTY_REAL_TOPIC: topic,
+                 PROPERTY_REAL_QUEUE_ID: "0"}
+        self.ensure_system_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
+        return MessageExtBrokerInner(TIMER_TOPIC, b"0", 0, 0, props, 0, now, born_host, store_host, 0)
 
     async def _deliver(self, msgs: list[tuple[MessageExt, int]]) -> None:
         """Store ``msgs`` under their real topics (a few per append); retried until the store takes them."""
@@ -458,6 +499,14 @@ class TimerMessageService(ConfigManager, AsyncService):
         for start in [s for s in self._log_end_max_due if s < before]:
             del self._log_end_max_due[start]
         return before
+
+
+RECALL_MESSAGE_TAG = "_RECALL_TAG_"
+
+
+def delete_key(real_topic: str, uniq_key: str) -> str:
+    """What names a timer message to recall (RocketMQ's TimerMessageStore.buildDeleteKey)."""
+    return f"{real_topic}+{uniq_key}"
 
 
 def _due_of(msg: MessageExt) -> int:

@@ -314,6 +314,8 @@ class SendResult:
     # The broker's region and trace switch (a producer with trace on records a send only when the switch is on).
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    # A timer message's: what takes it back before it is due (``Producer.recall_message``).
+    recall_handle: str | None = None
 
 
 class ConsumeStatus(enum.Enum):

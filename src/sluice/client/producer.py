@@ -65,6 +65,10 @@ class Producer(_loop.SyncFacade[AsyncProducer]):
         ``add_done_callback`` for a callback, as RocketMQ's ``request(msg, RequestCallback, timeout)``."""
         return _loop.submit(self.aio.request(msg, timeout, sharding_key=sharding_key, queue=queue))
 
+    def recall_message(self, topic: str, recall_handle: str, timeout: float | None = None) -> str:
+        """Take back a timer message before it is due (see ``sluice.aio.Producer.recall_message``)."""
+        return _loop.run(self.aio.recall_message(topic, recall_handle, timeout))
+
     def send_oneway(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None) -> None:
         _loop.run(self.aio.send_oneway(msg, sharding_key=sharding_key, queue=queue))
 

@@ -439,6 +439,10 @@ class BrokerConfig(AuthSettings):
     trace_on: bool = True
     trace_topic_enable: bool = False
     msg_trace_topic_name: Name = "RMQ_SYS_TRACE_TOPIC"
+    # Recall (RocketMQ 5.x): a producer may take back a timer message before it is due, with the recall handle its
+    # send was answered with (off by default, as RocketMQ); also while the broker is read-only.
+    recall_message_enable: bool = False
+    allow_recall_when_broker_not_writeable: bool = True
     # Request-reply: a reply is pushed to its requester and also stored in <cluster>_REPLY_TOPIC (as RocketMQ).
     store_reply_message_enable: bool = True
     # Transactions: a half message undecided this long after it was sent is checked back with a producer of its

@@ -20,6 +20,7 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (timer wheel, POP's revive log): no client sends there
 REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"  # a cluster's reply topic is <cluster>_REPLY_TOPIC
+_REPLY_SUFFIX = "_" + REPLY_TOPIC_POSTFIX
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # timer messages wait here for the timer wheel (RocketMQ 5)
 # System topics producers may not send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
@@ -34,7 +35,8 @@ SYSTEM_GROUP_PREFIX = "cid_rmq_sys_"  # (compared in lower case, as RocketMQ's M
 
 
 def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+    """A topic of the system's: RocketMQ's set, the broker's own logs, a cluster's reply topic."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX) or topic.endswith(_REPLY_SUFFIX)
 
 
 def is_system_group(group: str) -> bool:

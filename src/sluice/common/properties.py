@@ -37,6 +37,8 @@ PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
+PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
 # Request-reply (RocketMQ 4.6, RIP-16): a request names its requester and the id its reply carries back; a reply
 # is marked as one; the broker and the requester stamp when they passed it on and took it.
 PROPERTY_CORRELATION_ID = "CORRELATION_ID"

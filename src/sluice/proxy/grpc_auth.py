@@ -55,7 +55,7 @@ def grpc_contexts(rpc: str, req: Any) -> list[AuthorizationContext]:
             raise AuthorizationError("message is null.")
         for name in dict.fromkeys(m.topic.name for m in req.messages):
             _topic(ctxs, name, p)
-    elif rpc == "EndTransaction":
+    elif rpc in ("EndTransaction", "RecallMessage"):
         _topic(ctxs, req.topic.name, p)
     elif rpc == "Heartbeat":
         if req.client_type in CONSUMER_TYPES:

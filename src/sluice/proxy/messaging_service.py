@@ -36,6 +36,7 @@ from sluice.common.properties import (
     PROPERTY_TRANSACTION_PREPARED,
     encode_properties,
 )
+from sluice.common.recall_handle import RecallHandle, RecallHandleError
 from sluice.common.structs import MessageQueue
 from sluice.common.sysflag import (
     PERM_READ,
@@ -60,11 +61,13 @@ from sluice.proxy.grpc_converter import (
 from sluice.proxy.grpc_tls_front import GrpcTlsFront
 from sluice.proxy.protocol import RPCS, SERVICE, pb
 from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
 from sluice.remoting.headers import (
     CheckTransactionStateRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
+    RecallMessageRequestHeader,
     SendMessageRequestHeader,
 )
 from sluice.remoting.tls import ServerTls
@@ -97,6 +100,9 @@ _SEND_CODES: dict[int, str] = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTE
                ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
                ResponseCode.NO_PERMISSION: "FORBIDDEN",
                ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS"}
+# Broker codes of a recall → the gRPC code (RocketMQ's proxy: ResponseBuilder's mapping, the rest internal errors).
+_RECALL_CODES: dict[int, str] = {ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS",
+                                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED: "NOT_IMPLEMENTED"}
 # Broker codes that mean a receipt the broker cannot match: a push consumer stops retrying on this one only.
 _STALE_RECEIPT = (ResponseCode.NO_MESSAGE, ResponseCode.INVALID_PARAMETER, ResponseCode.TOPIC_NOT_EXIST,
                   ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, ResponseCode.MESSAGE_ILLEGAL)
@@ -367,16 +373,7 @@ class MessagingService:
             props[PROPERTY_PRODUCER_GROUP] = topic
         ext = SendMessageRequestHeader(producer_group, topic, "TBW102", 4, mq.queue_id, sys_flag, born, 0,
                                        encode_properties(props).decode(), broker_name=mq.broker_name).encode_v2()
-        timeout = max(0.2, min(BROKER_TIMEOUT, _remaining(context, BROKER_TIMEOUT) - 0.3))
-        try:
-            resp = await self.client.api.invoke(addr, RequestCode.SEND_MESSAGE_V2, ext, m.body,
-                                                timeout_ms=int(timeout * 1000))
-        except RemotingError as exc:
-            raise Refused("PROXY_TIMEOUT" if isinstance(exc, TimeoutError) else "INTERNAL_SERVER_ERROR",
-                          str(exc)) from None
-        if resp.code != ResponseCode.SUCCESS:
-            raise Refused(_SEND_CODES.get(resp.code, "INTERNAL_SERVER_ERROR"),
-                          resp.remark or f"broker answered {resp.code}")
+        resp = await self._invoke(addr, RequestCode.SEND_MESSAGE_V2, ext, m.body, context, _SEND_CODES)
         out = pb.SendMessageResponse(status=status("OK"))
         queue_offset = int(resp.ext_fields.get("queueOffset", "0"))
         transaction_id = ""
@@ -387,8 +384,41 @@ class MessagingService:
                 raise Refused("INTERNAL_SERVER_ERROR", "the broker answered without an offset message id") from None
             transaction_id = TransactionId(mq.broker_name, commit_log_offset, queue_offset).encode()
         out.entries.add(status=status("OK"), message_id=sp.message_id, offset=queue_offset,
-                        transaction_id=transaction_id)
+                        transaction_id=transaction_id, recall_handle=resp.ext_fields.get("recallHandle", ""))
         return out
+
+    async def _invoke(self, addr: str, code: int, ext: dict[str, str], body: bytes, context: Any,
+                      codes: dict[int, str]) -> RemotingCommand:
+        """A request to a broker within the call's deadline; ``Refused`` with the gRPC code ``codes`` maps its
+        refusal to (INTERNAL_SERVER_ERROR for the others), or PROXY_TIMEOUT."""
+        timeout = max(0.2, min(BROKER_TIMEOUT, _remaining(context, BROKER_TIMEOUT) - 0.3))
+        try:
+            resp = await self.client.api.invoke(addr, code, ext, body, timeout_ms=int(timeout * 1000))
+        except RemotingError as exc:
+            raise Refused("PROXY_TIMEOUT" if isinstance(exc, TimeoutError) else "INTERNAL_SERVER_ERROR",
+                          str(exc)) from None
+        if resp.code != ResponseCode.SUCCESS:
+            raise Refused(codes.get(resp.code, "INTERNAL_SERVER_ERROR"), resp.remark or f"broker answered {resp.code}")
+        return resp
+
+    # == recall ======================================================================================
+    async def RecallMessage(self, req: Any, context: Any) -> Any:  # noqa: N802
+        """A timer message taken back before it is due (RocketMQ's RecallMessageActivity): the broker's refusals
+        as RocketMQ's proxy maps them (most to INTERNAL_SERVER_ERROR, with the broker's remark)."""
+        try:
+            topic = req.topic.name
+            check_topic(topic, send=True)
+            try:
+                handle = RecallHandle.decode(req.recall_handle)
+            except RecallHandleError as exc:
+                raise Refused("INTERNAL_SERVER_ERROR", str(exc)) from None
+            addr = await self._addr_of(topic, handle.broker_name)
+            header = RecallMessageRequestHeader(None, topic, req.recall_handle, handle.broker_name)
+            resp = await self._invoke(addr, RequestCode.RECALL_MESSAGE, header.encode(), b"", context,
+                                      _RECALL_CODES)
+        except Refused as exc:
+            return pb.RecallMessageResponse(status=exc.status())
+        return pb.RecallMessageResponse(status=status("OK"), message_id=resp.ext_fields.get("msgId", ""))
 
     @staticmethod
     def _interleaved(queues: list[MessageQueue]) -> list[MessageQueue]:

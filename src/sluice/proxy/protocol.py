@@ -153,6 +153,8 @@ MESSAGES: dict[str, list[Field]] = {
                                        ("message_id", 5, "string", ""), ("lite_topic", 6, "string", "optional"),
                                        ("suspend", 7, "bool", "optional")],
     "ChangeInvisibleDurationResponse": [("status", 1, "Status", ""), ("receipt_handle", 2, "string", "")],
+    "RecallMessageRequest": [("topic", 1, "Resource", ""), ("recall_handle", 2, "string", "")],
+    "RecallMessageResponse": [("status", 1, "Status", ""), ("message_id", 2, "string", "")],
 }
 
 # RPC name → (request, response, client streams, server streams)
@@ -169,6 +171,7 @@ RPCS: dict[str, tuple[str, str, bool, bool]] = {
     "Telemetry": ("TelemetryCommand", "TelemetryCommand", True, True),
     "NotifyClientTermination": ("NotifyClientTerminationRequest", "NotifyClientTerminationResponse", False, False),
     "ChangeInvisibleDuration": ("ChangeInvisibleDurationRequest", "ChangeInvisibleDurationResponse", False, False),
+    "RecallMessage": ("RecallMessageRequest", "RecallMessageResponse", False, False),
 }
 
 _SCALARS = {"string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,

@@ -96,6 +96,7 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    RECALL_MESSAGE = 370
     # ACL 2.0's users and rules (RocketMQ 5.3+)
     AUTH_CREATE_USER = 3001
     AUTH_UPDATE_USER = 3002
@@ -147,6 +148,7 @@ class ResponseCode(enum.IntEnum):
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604
 
 
 class LanguageCode(enum.IntEnum):

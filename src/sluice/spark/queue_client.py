@@ -28,6 +28,7 @@ from sluice.common.naming import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
+    REPLY_TOPIC_POSTFIX,
     RETRY_GROUP_TOPIC_PREFIX,
 )
 from sluice.common.structs import ClusterInfo, MessageQueue
@@ -37,13 +38,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Topics a topic pattern never matches: RocketMQ's system, retry and dead-letter topics.
+# Topics a topic pattern never matches: RocketMQ's system, retry and dead-letter topics, a cluster's reply topic.
 _SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC}
 _SYSTEM_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "RMQ_SYS_", "rmq_sys_")
 
 
 def is_system_topic(topic: str) -> bool:
-    return topic in _SYSTEM_TOPICS or topic.startswith(_SYSTEM_PREFIXES)
+    return topic in _SYSTEM_TOPICS or topic.startswith(_SYSTEM_PREFIXES) or topic.endswith("_" + REPLY_TOPIC_POSTFIX)
 
 
 class TopicNotFoundError(LookupError):

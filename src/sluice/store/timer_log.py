@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 UNIT: Final = struct.Struct(">qqqqii")  # prev, deliver ms, commit-log offset, enqueue ms, size, magic
 UNIT_SIZE: Final = UNIT.size
 UNIT_MAGIC: Final = 0x54494D52  # "TIMR"
+# A unit whose message deletes (recalls) another due at the same time (RocketMQ's MAGIC_DELETE).
+DELETE_UNIT_MAGIC: Final = 0x54494D44  # "TIMD"
 UNIT_DTYPE: Final = np.dtype([("prev", ">i8"), ("deliver", ">i8"), ("offset", ">i8"), ("enqueue", ">i8"),
                               ("size", ">i4"), ("magic", ">i4")])
 
@@ -36,6 +38,7 @@ class TimerUnit(NamedTuple):
     offset: int  # of the timer message in the commit log
     enqueue_ms: int
     size: int
+    delete: bool = False  # its message recalls another of the same due time (TIMER_DEL_UNIQKEY)
 
 
 class TimerLog:
@@ -85,7 +88,8 @@ class TimerLog:
         """Append ``unit``; its position. Raises ``OSError`` (ENOSPC...) with nothing appended."""
         pos = self.end
         fd, at = self._fd_for(pos)
-        data = UNIT.pack(unit.prev, unit.deliver_ms, unit.offset, unit.enqueue_ms, unit.size, UNIT_MAGIC)
+        data = UNIT.pack(unit.prev, unit.deliver_ms, unit.offset, unit.enqueue_ms, unit.size,
+                         DELETE_UNIT_MAGIC if unit.delete else UNIT_MAGIC)
         if os.pwrite(fd, data, at) != UNIT_SIZE:
             raise OSError(f"short write to the timer log at {pos}")
         with self._lock:  # (the flush thread swaps the set)
@@ -105,9 +109,9 @@ class TimerLog:
         if len(data) != UNIT_SIZE:
             return None
         prev, deliver, offset, enqueue, size, magic = UNIT.unpack(data)
-        if magic != UNIT_MAGIC:
+        if magic != UNIT_MAGIC and magic != DELETE_UNIT_MAGIC:
             return None
-        return TimerUnit(prev, deliver, offset, enqueue, size)
+        return TimerUnit(prev, deliver, offset, enqueue, size, magic == DELETE_UNIT_MAGIC)
 
     def segments(self) -> Iterator[tuple[int, np.ndarray]]:
         """Every file's units as a structured array (``UNIT_DTYPE``), with the position of its first unit."""

@@ -15,7 +15,7 @@ from sluice.common import fastjson
 from sluice.common.errors import InvalidNameError
 from sluice.common.fastjson import ObjectKey
 from sluice.common.message import decode_message_id
-from sluice.common.naming import validate_group, validate_topic
+from sluice.common.naming import reply_topic, validate_group, validate_topic
 from sluice.common.structs import MessageQueue, TopicConfig, TopicFilterType
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -122,7 +122,8 @@ class AdminBrokerProcessor:
             validate_topic(topic)
         except InvalidNameError as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        if topic in SYSTEM_TOPICS or topic in (self.config.broker_cluster_name, self.config.broker_name):
+        if topic in SYSTEM_TOPICS or topic in (self.config.broker_cluster_name, self.config.broker_name,
+                                               reply_topic(self.config.broker_cluster_name)):
             return req.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
         read, write = h.read_queue_nums, h.write_queue_nums
         if not (0 < read <= 1024 and 0 < write <= 1024):
@@ -144,7 +145,7 @@ class AdminBrokerProcessor:
 
     async def delete_topic_in_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         topic = DeleteTopicRequestHeader.decode(req.ext_fields).topic
-        if topic in SYSTEM_TOPICS:
+        if topic in SYSTEM_TOPICS or topic == reply_topic(self.config.broker_cluster_name):
             return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         self.topic_config_manager.delete(topic)
         self.trigger_register()

@@ -8,13 +8,20 @@ not connected to this broker, or did not answer), as RocketMQ's ReplyMessageProc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
 from typing import TYPE_CHECKING
 
-from sluice.broker.processors.send_message_processor import ipv4_addr, queue_refusal, topic_refusal
+from sluice.broker.processors.send_message_processor import (
+    ipv4_addr,
+    metrics_message_type,
+    queue_refusal,
+    topic_refusal,
+)
 from sluice.common.message import MessageExtBrokerInner, create_message_ids
+from sluice.common.naming import reply_topic
 from sluice.common.properties import (
     PROPERTY_MESSAGE_REPLY_TO_CLIENT,
     PROPERTY_MSG_REGION,
@@ -29,6 +36,7 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import RemotingError
 from sluice.remoting.headers import ReplyMessageRequestHeader, SendMessageRequestHeader
+from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
     from sluice.broker.broker_stats import BrokerStats
@@ -84,9 +92,9 @@ class ReplyMessageProcessor:
         if cfg.store_reply_message_enable:
             inner = MessageExtBrokerInner(h.topic, body, queue_id, h.flag, props, h.sys_flag, h.born_timestamp,
                                           ipv4_addr(conn.remote_addr), self.broker_addr, h.reconsume_times)
-            result = await self.store.put_async([inner])
+            result = await self._store(inner)
             if result.stored:
-                self.stats.record_topic_put(h.topic, result.msg_num, result.wrote_bytes, "normal")
+                self.stats.record_topic_put(h.topic, result.msg_num, result.wrote_bytes, metrics_message_type(props))
                 response.ext_fields["msgId"] = create_message_ids(self.broker_addr, result.phys_offsets)
                 response.ext_fields["queueOffset"] = str(result.queue_offset)
             else:
@@ -94,14 +102,34 @@ class ReplyMessageProcessor:
                             h.topic, result.status.name, result.remark or "")
         return response
 
+    async def _store(self, inner: MessageExtBrokerInner) -> PutMessageResult:
+        """Store a reply as a client's send is stored: behind the same back-pressure (SYSTEM_BUSY and the rest)."""
+        done: asyncio.Future[PutMessageResult] = asyncio.get_running_loop().create_future()
+        t0 = time.perf_counter()
+
+        def stored(_i: int, r: PutMessageResult) -> None:
+            if not done.done():
+                done.set_result(r)
+        self.store.put_then([[inner]], stored)
+        result = await done
+        self.stats.record_put(result, time.perf_counter() - t0)
+        return result
+
     def _check(self, conn: Connection, req: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | None:
-        """RocketMQ's msgCheck: the broker and the topic take writes, the queue exists."""
+        """RocketMQ's msgCheck: the broker and the topic take writes, the queue exists; and (beyond RocketMQ,
+        which stores a reply wherever it is sent, as a send bypassing the send path's checks) the topic is this
+        cluster's reply topic, the one every responder's ``createReplyMessage`` names."""
         if not perm_writeable(self.config.broker_permission) or self.store.write_failure:
+            why = f": {self.store.write_failure}" if self.store.write_failure else ""
             return req.response(ResponseCode.NO_PERMISSION, f"the broker[{self.broker_addr}] sending message is "
-                                                            f"forbidden")
+                                                            f"forbidden{why}")
         refusal = topic_refusal(req, h.topic)
         if refusal is not None:
             return refusal
+        expected = reply_topic(self.config.broker_cluster_name)
+        if h.topic != expected:
+            return req.response(ResponseCode.MESSAGE_ILLEGAL, f"a reply goes to the reply topic {expected}, not "
+                                                              f"{h.topic}")
         tc = self.topic_config_manager.get(h.topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
@@ -135,9 +163,10 @@ class ReplyMessageProcessor:
             h.born_timestamp, h.flag, encode_properties(pushed_props).decode(), h.reconsume_times, h.unit_mode,
             conn.remote_addr, self.broker_addr, int(time.time() * 1000))
         try:
-            answer = await channel.conn.invoke(
-                RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, header.encode(), body),
-                PUSH_REPLY_TIMEOUT)
+            async with asyncio.timeout(PUSH_REPLY_TIMEOUT):  # (a requester not reading holds no task past it)
+                answer = await channel.conn.invoke(
+                    RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, header.encode(), body),
+                    PUSH_REPLY_TIMEOUT)
         except (RemotingError, TimeoutError, OSError) as exc:
             log.warning("push reply message to <%s> fail: %s", requester, exc)
             return False, f"push reply message to {requester}fail."

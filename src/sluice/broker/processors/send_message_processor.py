@@ -18,6 +18,7 @@ from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     SYSTEM_TOPIC_PREFIX,
+    TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     dlq_topic,
     retry_topic,
@@ -29,16 +30,20 @@ from sluice.common.properties import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_MSG_REGION,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
 )
+from sluice.common.recall_handle import RecallHandle
 from sluice.common.structs import TopicConfig, perm_writeable
 from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.codes import RequestCode, ResponseCode
@@ -326,14 +331,28 @@ class SendMessageProcessor:
             if stored_topic == TRANS_HALF_TOPIC:
                 self.stats.record_half(h.topic, r.msg_num)
             ids = create_message_ids(self.broker_addr, r.phys_offsets)
-            return req.response(code, None, {"msgId": ids, "queueId": str(queue_id),
-                                             "queueOffset": str(r.queue_offset),
-                                             PROPERTY_MSG_REGION: self.config.region_id,
-                                             PROPERTY_TRACE_SWITCH: "true" if self.config.trace_on else "false"})
+            ext = {"msgId": ids, "queueId": str(queue_id), "queueOffset": str(r.queue_offset),
+                   PROPERTY_MSG_REGION: self.config.region_id,
+                   PROPERTY_TRACE_SWITCH: "true" if self.config.trace_on else "false"}
+            if stored_topic == TIMER_TOPIC:
+                handle = self._recall_handle(msgs[0])
+                if handle is not None:
+                    ext["recallHandle"] = handle
+            return req.response(code, None, ext)
 
         if h.batch:
             return self._put_raw(raw, respond)
         return self._put(conn, msgs, respond)
+
+    def _recall_handle(self, stored: MessageExtBrokerInner) -> str | None:
+        """What takes a timer message back before it is due (RocketMQ's attachRecallHandle): its due time + 1 ms
+        (its slot, whatever the precision), not for a retry topic's."""
+        props = stored.properties
+        real_topic, due = props.get(PROPERTY_REAL_TOPIC), parse_long(props.get(PROPERTY_TIMER_OUT_MS))
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if real_topic is None or due is None or uniq is None or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        return RecallHandle(real_topic, self.config.broker_name, str(due + 1), uniq).encode()
 
     def _put_raw(self, raw: RawBatch, respond: ResponseBuilder) -> RemotingCommand | DeferredResponse:
         return self._store_waiting(lambda done: self.store.put_then([raw], done), respond)

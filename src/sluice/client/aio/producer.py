@@ -31,9 +31,12 @@ from sluice.common.batch_codec import encode_batch_record
 from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError, MessageFormatError
 from sluice.common.message import MessageExt
-from sluice.common.naming import validate_group
+from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, validate_group, validate_topic
 from sluice.common.properties import encode_properties
+from sluice.common.recall_handle import RecallHandle, RecallHandleError
 from sluice.common.structs import MessageQueue
+from sluice.remoting.codes import RequestCode
+from sluice.remoting.headers import RecallMessageRequestHeader
 from sluice.remoting.tls import TlsLike
 
 if TYPE_CHECKING:
@@ -161,12 +164,34 @@ class Producer:
             if self.trace is not None:
                 self._trace_pub(msg, self.sender.result(resp, mq, [uniq]), started)
             try:
-                return await asyncio.wait_for(reply, max(0.0, deadline - loop.time()))
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):  # (not wait_for: it may drop a cancel)
+                    return await reply
             except TimeoutError:
                 raise RequestTimeoutError(f"send request message to <{msg.topic}> OK, but wait reply message "
                                           f"timeout, {int(timeout * 1000)} ms.") from None
         finally:
             self.client.replies.forget(correlation_id)
+
+    async def recall_message(self, topic: str, recall_handle: str, timeout: float | None = None) -> str:
+        """Take back a timer message before it is due (RocketMQ 5's ``recallMessage``), with the
+        ``SendResult.recall_handle`` its send returned; the message's id. ``BrokerResponseError`` when the broker
+        refuses (recall off, the handle bad or its time passed)."""
+        self._check_started()
+        validate_topic(topic)
+        if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            raise ClientError(f"topic {topic} is not supported: a retry or dead-letter topic")
+        try:
+            handle = RecallHandle.decode(recall_handle)
+        except RecallHandleError as exc:
+            raise ClientError(str(exc)) from None
+        await self.router.publish_info(topic)
+        addr = self.client.find_broker_addr(handle.broker_name)
+        if addr is None:
+            raise ClientError(f"The broker service address not found: {handle.broker_name}")
+        header = RecallMessageRequestHeader(self.group, topic, recall_handle, handle.broker_name)
+        resp = await self.client.api.invoke_ok(addr, RequestCode.RECALL_MESSAGE, header.encode(),
+                                               timeout_ms=int(self.sender.timeout_s(timeout) * 1000))
+        return resp.ext_fields.get("msgId", "")
 
     async def send_oneway(self, msg: Message, *, sharding_key: str | None = None,
                           queue: MessageQueue | None = None) -> None:

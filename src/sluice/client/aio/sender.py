@@ -130,7 +130,8 @@ class Sender:
         return SendResult(status, ids[0], ext.get("msgId", ""), MessageQueue(mq.topic, mq.broker_name,
                                                                              int(ext.get("queueId", mq.queue_id))),
                           int(ext.get("queueOffset", "-1")), ids, ext.get("transactionId") or None,
-                          ext.get("MSG_REGION") or "DefaultRegion", ext.get("TRACE_ON") != "false")
+                          ext.get("MSG_REGION") or "DefaultRegion", ext.get("TRACE_ON") != "false",
+                          ext.get("recallHandle") or None)
 
     @staticmethod
     def batch_results(resp: RemotingCommand, mq: MessageQueue, sends: list[PendingSend]) -> list[SendResult]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sluice.client.aio.producer import Producer
 from sluice.client.message import Message, SendResult, SendStatus
+from sluice.client.request_reply import ReplyMessage
 from sluice.client.trace import end_transaction_context, now_ms
 from sluice.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
 from sluice.common.config import ClientConfig
@@ -96,6 +97,8 @@ class TransactionProducer(Producer):
         if msg.delay_level:
             raise MessageFormatError("a transactional message cannot have a delay level: it is delivered when "
                                      "committed")
+        if isinstance(msg, ReplyMessage):
+            raise MessageFormatError("a reply is sent with send, not in a transaction")
         system = "".join(f"{PROPERTY_SEPARATOR}{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in (
             (PROPERTY_TRANSACTION_PREPARED, "true"), (PROPERTY_PRODUCER_GROUP, self.group))).encode()
         uniq, request = self.sender.single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)

@@ -270,6 +270,34 @@ class ReplyMessageRequestHeader(RequestHeader):
                 "storeTimestamp": str(self.store_timestamp)}
 
 
+class RecallMessageRequestHeader(RequestHeader):
+    """RECALL_MESSAGE: take back the timer message a recall handle names, before it is due."""
+
+    __slots__ = ("producer_group", "topic", "recall_handle", "broker_name")
+    TOPIC_FIELD = "topic"
+    GROUP_FIELD = "producer_group"
+
+    def __init__(self, producer_group: str | None, topic: str, recall_handle: str,
+                 broker_name: str | None = None) -> None:
+        self.producer_group = producer_group
+        self.topic = topic
+        self.recall_handle = recall_handle
+        self.broker_name = broker_name
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> RecallMessageRequestHeader:
+        return cls(ext.get("producerGroup"), field_str(ext, "topic"), field_str(ext, "recallHandle"),
+                   ext.get("bname"))
+
+    def encode(self) -> dict[str, str]:
+        ext = {"topic": self.topic, "recallHandle": self.recall_handle}
+        if self.producer_group is not None:
+            ext["producerGroup"] = self.producer_group
+        if self.broker_name is not None:
+            ext["bname"] = self.broker_name
+        return ext
+
+
 __all__ = ["V2_KEYS", "CheckTransactionStateRequestHeader", "ConsumerSendMsgBackRequestHeader",
-           "ReplyMessageRequestHeader",
+           "RecallMessageRequestHeader", "ReplyMessageRequestHeader",
            "EndTransactionRequestHeader", "SendMessageRequestHeader"]

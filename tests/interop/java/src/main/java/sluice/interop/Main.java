@@ -16,6 +16,7 @@ import java.util.Arrays;
  * java -cp ... sluice.interop.Main transact      --namesrv H:P --topic T --group G [--count N] --stop-file F --out F
  * java -cp ... sluice.interop.Main request-reply --namesrv H:P --topic T --group G --role request|respond [--count N]
  *                                                [--stop-file F] --out F
+ * java -cp ... sluice.interop.Main recall        --namesrv H:P --topic T --group G [--delay-ms N] [--recall-handle H] --out F
  * </pre>
  *
  * Every program writes one JSON object per line (flushed at once) and ends by itself: when its work is done,
@@ -28,7 +29,7 @@ public final class Main {
 
     public static void main(String[] argv) throws Exception {
         if (argv.length == 0) {
-            System.err.println("usage: Main produce|push-consume|pop-consume|lite-pull|admin|bench|transact|request-reply [--option value ...]");
+            System.err.println("usage: Main produce|push-consume|pop-consume|lite-pull|admin|bench|transact|request-reply|recall [--option value ...]");
             System.exit(2);
         }
         Args args = Args.parse(Arrays.copyOfRange(argv, 1, argv.length));
@@ -58,6 +59,9 @@ public final class Main {
                     break;
                 case "request-reply":
                     code = RequestReply.run(args);
+                    break;
+                case "recall":
+                    code = Recall.run(args);
                     break;
                 default:
                     System.err.println("unknown program: " + argv[0]);
