@@ -127,7 +127,8 @@ def test_recalls_are_refused_as_rocketmq_refuses_them(cluster: Cluster) -> None:
 
 
 def test_the_grpc_front_returns_recall_handles_and_recalls(cluster: Cluster) -> None:
-    cluster.brokers[0].config.recall_message_enable = True
+    broker = cluster.brokers[0]
+    broker.config.recall_message_enable = True
     cluster.create_topic("recall-g", 1)
 
     async def go() -> tuple[Any, Any, Any]:
@@ -138,22 +139,27 @@ def test_the_grpc_front_returns_recall_handles_and_recalls(cluster: Cluster) -> 
                     return channel.unary_unary(f"/{SERVICE}/{method}",
                                                request_serializer=lambda r: r.SerializeToString(),
                                                response_deserializer=getattr(pb, response).FromString)
-                m = pb.Message(topic=pb.Resource(name="recall-g"), body=b"grpc timer")
-                m.system_properties.message_id = "01RECALLGRPC0000000000000001"
-                m.system_properties.message_type = 3  # DELAY
-                m.system_properties.delivery_timestamp.FromMilliseconds(int(time.time() * 1000) + 30_000)
-                sent = await rpc("SendMessage", "SendMessageResponse")(pb.SendMessageRequest(messages=[m]),
-                                                                       timeout=10)
-                handle = sent.entries[0].recall_handle
+                sent = []
+                due = int(time.time() * 1000) + 4000
+                for i, body in enumerate((b"grpc recall me", b"grpc keep me")):
+                    m = pb.Message(topic=pb.Resource(name="recall-g"), body=body)
+                    m.system_properties.message_id = f"01RECALLGRPC000000000000000{i}"
+                    m.system_properties.message_type = 3  # DELAY
+                    m.system_properties.delivery_timestamp.FromMilliseconds(due)
+                    sent.append(await rpc("SendMessage", "SendMessageResponse")(pb.SendMessageRequest(messages=[m]),
+                                                                                timeout=10))
+                handle = sent[0].entries[0].recall_handle
                 ok = await rpc("RecallMessage", "RecallMessageResponse")(
                     pb.RecallMessageRequest(topic=pb.Resource(name="recall-g"), recall_handle=handle), timeout=10)
                 bad = await rpc("RecallMessage", "RecallMessageResponse")(
                     pb.RecallMessageRequest(topic=pb.Resource(name="recall-g"), recall_handle="garbage"), timeout=10)
-                return sent, ok, bad
+                return sent[0], ok, bad
         finally:
             await stop(server, service)
 
     sent, ok, bad = cluster.loop.run(go())
     assert sent.status.code == CODE["OK"] and sent.entries[0].recall_handle
-    assert ok.status.code == CODE["OK"] and ok.message_id == "01RECALLGRPC0000000000000001"
+    assert ok.status.code == CODE["OK"] and ok.message_id == "01RECALLGRPC0000000000000000"
     assert bad.status.code == CODE["INTERNAL_SERVER_ERROR"] and bad.status.message == "recall handle is invalid"
+    got = _delivered(cluster, "recall-g", b"grpc keep me")
+    assert b"grpc recall me" not in got and broker.timer_service.recalled == 1

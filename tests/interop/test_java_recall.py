@@ -16,7 +16,7 @@ def test_the_java_producer_recalls_its_timer_message_and_one_sluice_sent(sluice,
     sluice.create_topic(topic, 2)
     sluice.broker.config.recall_message_enable = True
     with Producer("recall-sluice-pg", namesrv=ns) as p:
-        ours = p.send(Message(topic, b"sluice-recall-me", delay=timedelta(seconds=10)))
+        ours = p.send(Message(topic, b"sluice-recall-me", delay=timedelta(seconds=25)))  # (past a slow JVM)
     assert ours.recall_handle is not None
     records = java.run("recall", timeout=120, namesrv=ns, topic=topic, group="recall-java-pg", delay_ms=8000,
                        recall_handle=ours.recall_handle)
@@ -33,7 +33,7 @@ def test_the_java_producer_recalls_its_timer_message_and_one_sluice_sent(sluice,
         wait_until(lambda: got.extend(m.body for m in reader.poll(0.2)) or b"java-keep-me" in got, 60,
                    "the message sent beside the recalled ones")
         wait_until(lambda: got.extend(m.body for m in reader.poll(0.2)) or sluice.broker.timer_service.recalled >= 2,
-                   30, "both recalls applied")
+                   90, "both recalls applied")
         for _ in range(3):
             got.extend(m.body for m in reader.poll(0.2))
     assert b"java-recall-me" not in got and b"sluice-recall-me" not in got

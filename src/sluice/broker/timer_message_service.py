@@ -109,6 +109,7 @@ class TimerMessageService(ConfigManager, AsyncService):
         self.delivered_by_master: tuple[int, int] | None = None
         self._saved_dequeue_ms = 0
         self._undelivered_from: tuple[int, int] | None = None  # see _enqueued
+        self._enqueued_through_ms = 0  # see _enqueued_through
         self._wake_enqueue = asyncio.Event()
         self._wake_dequeue = asyncio.Event()
         self._next_wake = 0  # when the dequeue task wakes next (ms)
@@ -266,6 +267,7 @@ class TimerMessageService(ConfigManager, AsyncService):
         cq = store.find_consume_queue(TIMER_TOPIC, 0, create=False)
         if cq is None:
             return 0
+        sampled = now_ms()  # (everything stored before this is in the queue by its end now)
         end = cq.max_offset
         now_due: list[tuple[MessageExt, int]] = []
         try:
@@ -276,7 +278,18 @@ class TimerMessageService(ConfigManager, AsyncService):
             raise
         await self._deliver(now_due)
         self._undelivered_from = None
+        if self.enqueue_offset >= end:
+            self._enqueued_through_ms = max(self._enqueued_through_ms, sampled)
+            self._wake_dequeue.set()
         return n
+
+    def _enqueued_through(self) -> int:
+        """Until when every timer message stored is in the wheel: a slot is delivered only once every record due
+        in it (a recall among them) has been read. Now, when the timer queue is read to its end."""
+        cq = self.store.find_consume_queue(TIMER_TOPIC, 0, create=False)
+        if cq is None or self.enqueue_offset >= cq.max_offset:
+            return now_ms()
+        return self._enqueued_through_ms
 
     async def _enqueue_until(self, cq: ConsumeQueue, end: int, now_due: list[tuple[MessageExt, int]]) -> int:
         store = self.store
@@ -302,7 +315,7 @@ class TimerMessageService(ConfigManager, AsyncService):
                     and _due_of(msg) < skipped[1]:
                 msg = None  # the old master delivered it
             if msg is not None:
-                due = _due_of(msg)
+                due = self.wheel.due_time(_due_of(msg))  # (a slot of this precision, whatever it was stored with)
                 enqueued = now_ms()
                 delete = PROPERTY_TIMER_DEL_UNIQKEY in msg.properties
                 if due < self.dequeue_ms:  # its time has passed (or is passing): no wheel
@@ -349,8 +362,12 @@ class TimerMessageService(ConfigManager, AsyncService):
                 continue
             self._wake_dequeue.clear()
             nxt = self.wheel.next_due(self.dequeue_ms, now_ms() + 1000)  # (it waits a second at most anyway)
-            wait = 1.0 if nxt is None else min(1.0, max(0.0, (nxt - now_ms()) / 1000))
-            self._next_wake = now_ms() + int(wait * 1000)
+            now = now_ms()
+            if nxt is not None and nxt <= now and nxt > self._enqueued_through():
+                wait = 1.0  # due, but the queue is not read through it yet: the enqueue task wakes this one
+            else:
+                wait = 1.0 if nxt is None else min(1.0, max(0.0, (nxt - now) / 1000))
+            self._next_wake = now + int(wait * 1000)
             if wait <= 0:
                 continue
             try:  # until the next due time, or an earlier one comes in
@@ -362,7 +379,7 @@ class TimerMessageService(ConfigManager, AsyncService):
     async def deliver_due(self) -> int:
         """Deliver every message due by now, due time by due time; how many."""
         n = 0
-        now = now_ms()
+        now = min(now_ms(), self._enqueued_through())
         loop = asyncio.get_running_loop()
         turn_ends = loop.time() + _TURN
         while True:
@@ -387,19 +404,20 @@ class TimerMessageService(ConfigManager, AsyncService):
                 units.append(unit)
                 pos = unit.prev
             units.reverse()  # in the order they were sent
-            recalled = self._recalled(units)
+            recalled = await self._recalled(units, due)
             for i in range(0, len(units), _CHUNK):  # a chunk of messages in memory at a time
                 msgs = []
                 for u in units[i:i + _CHUNK]:
                     if u.delete:
                         continue
                     m = self.store.look_message_by_offset(u.offset, u.size)
-                    if m is None or m.topic != TIMER_TOPIC or _due_of(m) != due or \
+                    if m is None or m.topic != TIMER_TOPIC or self.wheel.due_time(_due_of(m)) != due or \
                             PROPERTY_REAL_TOPIC not in m.properties:
                         log.warning("timer message at commit-log offset %d, due at %d, is gone (aged out, or the "
                                     "log was cut back after a crash)", u.offset, due)
                         continue
-                    if recalled and delete_key(m.properties[PROPERTY_REAL_TOPIC], m.uniq_key or "") in recalled:
+                    uniq = m.uniq_key
+                    if recalled and uniq and delete_key(m.properties[PROPERTY_REAL_TOPIC], uniq) in recalled:
                         self.recalled += 1
                         continue
                     msgs.append((m, u.enqueue_ms))
@@ -415,15 +433,23 @@ class TimerMessageService(ConfigManager, AsyncService):
             self._delivered_marks.append((self.dequeue_ms, self.store.get_max_phy_offset()))
         return n
 
-    def _recalled(self, units: list[TimerUnit]) -> set[str]:
-        """What the recalls among ``units`` (one due time's) take back: their delete keys."""
+    async def _recalled(self, units: list[TimerUnit], due: int) -> set[str]:
+        """What the recalls among ``units`` (due at ``due``) take back: their delete keys."""
         keys = set()
+        loop = asyncio.get_running_loop()
+        turn_ends = loop.time() + _TURN
         for u in units:
-            if u.delete:
-                m = self.store.look_message_by_offset(u.offset, u.size)
-                key = None if m is None else m.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
-                if key:
-                    keys.add(key)
+            if not u.delete:
+                continue
+            if loop.time() >= turn_ends:
+                await asyncio.sleep(0)
+                turn_ends = loop.time() + _TURN
+            m = self.store.look_message_by_offset(u.offset, u.size)
+            if m is None or m.topic != TIMER_TOPIC or self.wheel.due_time(_due_of(m)) != due:
+                continue
+            key = m.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+            if key:
+                keys.add(key)
         return keys
 
     def recall_message(self, topic: str, uniq_key: str, deliver_ms: int, producer_group: str, born_host: str,

@@ -34,7 +34,9 @@ class RecallHandle(NamedTuple):
         except (binascii.Error, ValueError, UnicodeDecodeError):
             raise RecallHandleError("recall handle is invalid") from None
         items = raw.split(" ")
-        if items[0] != VERSION_1 or len(items) < 5:
+        while items and not items[-1]:  # (as Java's String.split: trailing empty items dropped)
+            items.pop()
+        if len(items) < 5 or items[0] != VERSION_1:
             raise RecallHandleError("recall handle is invalid")
         return cls(items[1], items[2], items[3], items[4])
 

@@ -464,8 +464,8 @@ class TlsAcceptor:
                 continue
             room = self.max_pending if self.capacity is None else min(self.max_pending, self.capacity())
             if self._silent >= room:
+                self.refused_over_limit += 1  # (counted before the peer can see it closed)
                 sock.close()
-                self.refused_over_limit += 1
                 self._rate_limited_warning("closing a connection: %d are still to send their first byte (the "
                                            "limit: max_connections and the open files left)", self._silent)
                 continue

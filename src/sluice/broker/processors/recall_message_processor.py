@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from sluice.broker.processors.send_message_processor import ipv4_addr
+from sluice.broker.processors.send_message_processor import ipv4_addr, put_as_send
 from sluice.common.decimal_text import parse_long
 from sluice.common.properties import PROPERTY_MSG_REGION
 from sluice.common.recall_handle import RecallHandle, RecallHandleError
@@ -52,10 +52,9 @@ class RecallMessageProcessor:
         marker = self.timer_service.recall_message(handle.topic, handle.message_id, int(handle.timestamp),
                                                    h.producer_group or "", ipv4_addr(conn.remote_addr),
                                                    self.broker_addr)
-        result = await self.store.put_async([marker])
+        result = await put_as_send(self.store, self.stats, marker)
         if not result.stored:
             return req.response(ResponseCode.SYSTEM_ERROR, "recall failed, execute error", region)
-        self.stats.record_topic_put(marker.topic, result.msg_num, result.wrote_bytes, "normal")
         return req.response(ResponseCode.SUCCESS, None, {**region, "msgId": handle.message_id})
 
     def _check(self, req: RemotingCommand, h: RecallMessageRequestHeader) -> tuple[int, str] | None:
@@ -78,6 +77,7 @@ class RecallMessageProcessor:
         if handle.broker_name != c.broker_name:
             return ResponseCode.ILLEGAL_OPERATION, UNAVAILABLE
         left = parse_long(handle.timestamp, -1) - int(time.time() * 1000)
-        if left <= 0 or left >= c.store.timer_max_delay_sec * 1000:
+        # (a due time is rounded up to the precision: the latest handle is that much past the longest delay)
+        if left <= 0 or left > c.store.timer_max_delay_sec * 1000 + c.store.timer_precision_ms:
             return ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid"
         return None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sluice.broker.processors.send_message_processor import (
     ipv4_addr,
     metrics_message_type,
+    put_as_send,
     queue_refusal,
     topic_refusal,
 )
@@ -36,7 +37,6 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import RemotingError
 from sluice.remoting.headers import ReplyMessageRequestHeader, SendMessageRequestHeader
-from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
     from sluice.broker.broker_stats import BrokerStats
@@ -92,7 +92,7 @@ class ReplyMessageProcessor:
         if cfg.store_reply_message_enable:
             inner = MessageExtBrokerInner(h.topic, body, queue_id, h.flag, props, h.sys_flag, h.born_timestamp,
                                           ipv4_addr(conn.remote_addr), self.broker_addr, h.reconsume_times)
-            result = await self._store(inner)
+            result = await put_as_send(self.store, self.stats, inner)
             if result.stored:
                 self.stats.record_topic_put(h.topic, result.msg_num, result.wrote_bytes, metrics_message_type(props))
                 response.ext_fields["msgId"] = create_message_ids(self.broker_addr, result.phys_offsets)
@@ -101,19 +101,6 @@ class ReplyMessageProcessor:
                 log.warning("a reply to %s was not stored in %s: %s %s", props.get(PROPERTY_MESSAGE_REPLY_TO_CLIENT),
                             h.topic, result.status.name, result.remark or "")
         return response
-
-    async def _store(self, inner: MessageExtBrokerInner) -> PutMessageResult:
-        """Store a reply as a client's send is stored: behind the same back-pressure (SYSTEM_BUSY and the rest)."""
-        done: asyncio.Future[PutMessageResult] = asyncio.get_running_loop().create_future()
-        t0 = time.perf_counter()
-
-        def stored(_i: int, r: PutMessageResult) -> None:
-            if not done.done():
-                done.set_result(r)
-        self.store.put_then([[inner]], stored)
-        result = await done
-        self.stats.record_put(result, time.perf_counter() - t0)
-        return result
 
     def _check(self, conn: Connection, req: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | None:
         """RocketMQ's msgCheck: the broker and the topic take writes, the queue exists; and (beyond RocketMQ,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Callable
@@ -113,6 +114,21 @@ def queue_refusal(conn: Connection, req: RemotingCommand, tc: TopicConfig, queue
                             f"request queueId[{queue_id}] is illegal, topic:[{tc.topic_name}] "
                             f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] consumer:[{conn.remote_addr}]")
     return None
+
+
+async def put_as_send(store: MessageStore, stats: BrokerStats, inner: MessageExtBrokerInner) -> PutMessageResult:
+    """Store a message a client's request made (a reply, a recall) as a send is stored: behind the same
+    back-pressure (SYSTEM_BUSY and the rest), timed and counted in the put stats."""
+    done: asyncio.Future[PutMessageResult] = asyncio.get_running_loop().create_future()
+    t0 = perf_counter()
+
+    def stored(_i: int, r: PutMessageResult) -> None:
+        if not done.done():
+            done.set_result(r)
+    store.put_then([[inner]], stored)
+    result = await done
+    stats.record_put(result, perf_counter() - t0)
+    return result
 
 
 def _forbidden(store: MessageStore, broker_addr: str) -> str:
