@@ -163,3 +163,13 @@ def test_the_grpc_front_returns_recall_handles_and_recalls(cluster: Cluster) -> 
     assert bad.status.code == CODE["INTERNAL_SERVER_ERROR"] and bad.status.message == "recall handle is invalid"
     got = _delivered(cluster, "recall-g", b"grpc keep me")
     assert b"grpc recall me" not in got and broker.timer_service.recalled == 1
+
+
+def test_a_recall_on_a_broker_with_timers_off_fails_as_on_rocketmq(cluster: Cluster) -> None:
+    broker = cluster.brokers[0]
+    broker.config.recall_message_enable = True
+    broker.timer_service.enabled = False
+    cluster.create_topic("recall-off", 1)
+    handle = RecallHandle("recall-off", "broker-a", str(int(time.time() * 1000) + 5000), "01AB").encode()
+    assert _recall_at(broker.broker_addr, "recall-off", handle) == (ResponseCode.SYSTEM_ERROR,
+                                                                    "recall failed, execute error")

@@ -49,6 +49,8 @@ class RecallMessageProcessor:
             return req.response(code, remark, region)
         handle = RecallHandle.decode(h.recall_handle)  # (checked)
         assert self.timer_service is not None
+        if not self.timer_service.enabled:  # (RocketMQ's store refuses the record: WHEEL_TIMER_NOT_ENABLE)
+            return req.response(ResponseCode.SYSTEM_ERROR, "recall failed, execute error", region)
         marker = self.timer_service.recall_message(handle.topic, handle.message_id, int(handle.timestamp),
                                                    h.producer_group or "", ipv4_addr(conn.remote_addr),
                                                    self.broker_addr)
