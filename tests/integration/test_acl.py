@@ -569,3 +569,39 @@ def test_the_admin_status_and_relay_requests_need_their_rights(acl_cluster: Clus
                 assert resp.code == ResponseCode.NO_PERMISSION and "User:ivan has no permission" in (
                     resp.remark or ""), (code, resp.remark)
     asyncio.run(go())
+
+
+def test_replies_and_recalls_need_pub_on_their_topic(acl_cluster: Cluster) -> None:
+    """A reply needs Pub on the reply topic, a recall Pub on the message's topic: refused from a real producer
+    without it, allowed with it."""
+    from datetime import timedelta
+
+    from sluice.client.request_reply import ReplyMessage
+    ns = acl_cluster.namesrv_addr
+    acl_cluster.brokers[0].config.recall_message_enable = True
+    acl_cluster.create_topic("timers", 1)
+
+    async def go() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("rita", "rita-secret")
+            await admin.create_acl("User:rita", [policy_entry("Topic:timers", "Pub")])
+        async with Producer("rr-pg", ns, credentials=ROOT) as root:
+            sent = await root.send(Message("timers", b"later", delay=timedelta(seconds=30)))
+        assert sent.recall_handle is not None
+        reply = ReplyMessage("DefaultCluster_REPLY_TOPIC", b"r", correlation_id="c", reply_to_client="x@1", ttl="1")
+        async with Producer("rr-pg", ns, credentials=("rita", "rita-secret"),
+                            retry_times_when_send_failed=0) as rita:
+            with pytest.raises(ClientError) as err:
+                await rita.send(reply)
+            assert "User:rita has no permission to access Topic:DefaultCluster_REPLY_TOPIC" in str(err.value)
+            assert await rita.recall_message("timers", sent.recall_handle) == sent.msg_id  # (Pub on timers)
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("otto", "otto-secret")
+            await admin.create_acl("User:otto", [policy_entry("Topic:other", "Pub")])
+        async with Producer("rr-pg", ns, credentials=("otto", "otto-secret")) as otto:
+            with pytest.raises(BrokerResponseError) as refused:
+                await otto.recall_message("timers", sent.recall_handle)
+            assert refused.value.code == ResponseCode.NO_PERMISSION
+            assert "User:otto has no permission to access Topic:timers" in refused.value.remark
+
+    asyncio.run(go())
