@@ -173,15 +173,16 @@ class Cluster:
         self.wait_registered(broker)
         return broker
 
-    def create_topic(self, topic: str, queues: int, order: bool = False) -> None:
-        """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server routes all its queues."""
+    def create_topic(self, topic: str, queues: int, order: bool = False, attributes: str | None = None) -> None:
+        """UPDATE_AND_CREATE_TOPIC on every broker (``attributes`` as ``+key=value,-key``), then wait until the name
+        server routes all its queues."""
 
         async def go() -> None:
             remoting = RemotingClient(request_hook=signing_hook(self.credentials))
             api = MQClientAPI(remoting, [self.namesrv_addr])
             try:
                 for b in self.brokers:
-                    await api.create_topic(b.broker_addr, topic, queues, queues, 6, order=order)
+                    await api.create_topic(b.broker_addr, topic, queues, queues, 6, order=order, attributes=attributes)
                 while True:
                     route = await api.get_topic_route(topic)
                     if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == \

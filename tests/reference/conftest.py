@@ -93,12 +93,14 @@ class System:
             self._admin = JavaAdmin(self._build, self.namesrv, self._admin_home)
         return self._admin
 
-    def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False) -> None:
+    def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
+                     message_type: str | None = None) -> None:
         """Created with Sluice's admin client (so that works against both too), then routed."""
 
         async def go() -> None:
             async with Admin(self.namesrv) as admin:
-                await admin.create_topic(topic, queues=queues, perm=perm, order=order, wait=30)
+                await admin.create_topic(topic, queues=queues, perm=perm, order=order, wait=30,
+                                         message_type=message_type)
 
         run(go())
 

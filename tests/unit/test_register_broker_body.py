@@ -35,7 +35,7 @@ def test_plain_body_is_rocketmq_json():
     assert d["topicConfigSerializeWrapper"]["dataVersion"] == {"counter": 3, "stateVersion": 0,
                                                                "timestamp": 1700000000000}
     assert d["topicConfigSerializeWrapper"]["topicConfigTable"]["TopicTest"] == {
-        "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "MULTI_TAG", "topicName": "TopicTest",
+        "attributes": {}, "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "MULTI_TAG", "topicName": "TopicTest",
         "topicSysFlag": 0, "writeQueueNums": 2}
 
 
@@ -56,6 +56,15 @@ def test_compressed_body_as_java_5_writes_it():
     assert body.topic_config_wrapper.data_version == DataVersion(5, 2)
     assert [(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm) for t in table.values()] == [
         ("T1", 4, 4, 6), ("T2", 1, 2, 7), ("T3", 8, 8, 6)]
+    assert [t.attributes for t in table.values()] == [{}, {"+message.type": "NORMAL"}, {}]
+
+
+def test_compressed_body_carries_the_attributes_as_java_writes_them():
+    tc = TopicConfig("P", 4, 4, attributes={"message.type": "PRIORITY"})
+    wrapper = TopicConfigSerializeWrapper(DataVersion(1, 1), {"P": tc})
+    data = encode_register_broker_body(wrapper, compressed=True)
+    assert b'P 4 4 6 SINGLE_TAG {"message.type":"PRIORITY"}' in zlib.decompress(data)
+    assert decode_register_broker_body(data, True).topic_config_wrapper.topic_config_table["P"] == tc
 
 
 def test_compressed_body_accepts_json_topic_entries():

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.common.attributes import PRIORITY_FACTOR
 from sluice.common.config import BrokerConfig
 from sluice.common.config_manager import ConfigManager
 from sluice.common.structs import DataVersion
@@ -27,6 +28,13 @@ class SubscriptionGroupConfig:
     notify_consumer_ids_changed_enable: bool = True
     # RocketMQ 5: a FIFO group (its gRPC consumers receive each message group in order).
     consume_message_orderly: bool = False
+    # RocketMQ's group attributes (``priority.factor`` ...: sluice.common.attributes).
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def priority_factor(self) -> int:
+        """The share (0..100) of this group's pops of a priority topic that take the highest priority first."""
+        return PRIORITY_FACTOR.value_of(self.attributes)
 
     def to_json(self) -> dict[str, Any]:
         return {"brokerId": self.broker_id, "consumeBroadcastEnable": self.consume_broadcast_enable,
@@ -35,7 +43,7 @@ class SubscriptionGroupConfig:
                     self.notify_consumer_ids_changed_enable, "retryMaxTimes": self.retry_max_times,
                 "retryQueueNums": self.retry_queue_nums,
                 "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-                "consumeMessageOrderly": self.consume_message_orderly}
+                "consumeMessageOrderly": self.consume_message_orderly, "attributes": dict(self.attributes)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SubscriptionGroupConfig:
@@ -43,7 +51,8 @@ class SubscriptionGroupConfig:
                    bool(d.get("consumeBroadcastEnable", True)), int(d.get("retryQueueNums", 1)),
                    int(d.get("retryMaxTimes", 16)), int(d.get("brokerId", 0)),
                    int(d.get("whichBrokerWhenConsumeSlowly", 1)), bool(d.get("notifyConsumerIdsChangedEnable", True)),
-                   bool(d.get("consumeMessageOrderly", False)))
+                   bool(d.get("consumeMessageOrderly", False)),
+                   {str(k): str(v) for k, v in (d.get("attributes") or {}).items()})
 
 
 class SubscriptionGroupManager(ConfigManager):

@@ -25,6 +25,7 @@ from sluice.client.message import Message, SendResult
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.client.trace import TRACE_TOPIC, TraceStep, records_for, trace_steps
 from sluice.common import fastjson
+from sluice.common.attributes import TOPIC_MESSAGE_TYPES, AttributeRefused, parse_modification
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import RemotingConfig
 from sluice.common.errors import BrokerResponseError, ClientError, MessageFormatError
@@ -327,13 +328,18 @@ class Admin:
         return None
 
     async def update_group(self, group: str, cluster: str | None = None, *, must_exist: bool = False,
-                           **changes: Any) -> dict[str, str]:
+                           attributes: str | None = None, **changes: Any) -> dict[str, str]:
         """Create or update ``group`` on every master of ``cluster`` (mqadmin updateSubGroup): its config as it is
         (or RocketMQ's defaults) with ``changes`` (RocketMQ's field names: ``retryMaxTimes``, ``consumeEnable``,
         ``consumeBroadcastEnable``, ``consumeFromMinEnable``, ``consumeMessageOrderly``, ``retryQueueNums``,
-        ``brokerId``, ``whichBrokerWhenConsumeSlowly``); broker name → address. With ``must_exist`` a group no
+        ``brokerId``, ``whichBrokerWhenConsumeSlowly``) and ``attributes`` changed as ``+key=value,-key`` says
+        (``+priority.factor=50``; mqadmin's ``-a``); broker name → address. With ``must_exist`` a group no
         broker has is an error."""
         validate_group(group)
+        try:
+            modification = parse_modification(attributes)
+        except AttributeRefused as exc:
+            raise AdminError(f"attributes {attributes!r}: {exc}") from None
         targets = await self.brokers(cluster)
         if not targets:
             raise AdminError("no broker is registered with the name server" if cluster is None
@@ -341,7 +347,7 @@ class Admin:
         current = await self.group_config(group, cluster)
         if current is None and must_exist:
             raise AdminError(f"no group {group!r} on the brokers" + (f" of cluster {cluster!r}" if cluster else ""))
-        config = {**GROUP_DEFAULTS, **(current or {}), **changes, "groupName": group}
+        config = {**GROUP_DEFAULTS, **(current or {}), **changes, "groupName": group, "attributes": modification}
         await self._gather(self.api.update_subscription_group(addr, config) for addr in targets.values())
         return targets
 
@@ -406,14 +412,25 @@ class Admin:
 
     # == topics =====================================================================================
     async def create_topic(self, topic: str, queues: int = 8, perm: int | str = 6, order: bool = False,
-                           cluster: str | None = None, wait: float = 5.0) -> dict[str, str]:
+                           cluster: str | None = None, wait: float = 5.0, *, message_type: str | None = None,
+                           attributes: str | None = None) -> dict[str, str]:
         """Create or update ``topic`` on every master of ``cluster`` (default: every broker).
 
         Returns broker name → address of the brokers it was created on. With ``order`` the name server
         also gets the topic's order config (``broker:queues;...``), as RocketMQ's ``updateTopic -o``
-        does. Waits up to ``wait`` seconds for the route to show every one of those brokers.
+        does. ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY ...) sets the topic's
+        ``message.type`` attribute; ``attributes`` changes any as ``+key=value,-key`` (mqadmin's ``-a``).
+        Waits up to ``wait`` seconds for the route to show every one of those brokers.
         """
         validate_topic(topic)
+        if message_type is not None:
+            if message_type not in TOPIC_MESSAGE_TYPES:
+                raise AdminError(f"message type {message_type!r} is not one of {', '.join(TOPIC_MESSAGE_TYPES)}")
+            attributes = ",".join(filter(None, (attributes, f"+message.type={message_type}")))
+        try:
+            parse_modification(attributes)
+        except AttributeRefused as exc:
+            raise AdminError(f"attributes {attributes!r}: {exc}") from None
         if not 1 <= queues <= 1024:
             raise AdminError(f"queue count {queues} is not between 1 and 1024")
         perm_value = parse_perm(perm)
@@ -421,7 +438,7 @@ class Admin:
         if not targets:
             raise AdminError("no broker is registered with the name server" if cluster is None
                              else f"cluster {cluster!r} has no master broker")
-        await self._gather(self.api.create_topic(addr, topic, queues, queues, perm_value, order)
+        await self._gather(self.api.create_topic(addr, topic, queues, queues, perm_value, order, attributes)
                            for addr in targets.values())
         if order:
             conf = ";".join(f"{name}:{queues}" for name in sorted(targets))

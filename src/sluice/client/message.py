@@ -18,6 +18,7 @@ from sluice.common.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_PRIORITY,
     PROPERTY_SEPARATOR,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
@@ -44,7 +45,7 @@ RESERVED_PROPERTY_KEYS: frozenset[str] = frozenset({
     "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS",
     "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
     "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
-    "__CRC32#",
+    "__CRC32#", "_SYS_MSG_PRIORITY_", "__LITE_TOPIC",
     # Not reserved by Java, but Sluice's API sets them through arguments (send(sharding_key=...), transactions).
     "__SHARDINGKEY", "__transactionId__", "TRACE_CONTEXT",
 })
@@ -110,6 +111,10 @@ class Message:
     # A W3C ``traceparent`` carried as TRACE_CONTEXT (what RocketMQ 5's clients carry as ``trace_context``); a
     # producer with ``enable_otel`` sets it to its publish span's.
     trace_context: str | None = None
+    # RocketMQ 5.4's priority (RIP-80), 0 the lowest: on a topic of message type PRIORITY the broker stores the
+    # message in queue min(priority, queues - 1) and a POP consumer takes the highest queue first. A priority
+    # message has no delay, no sharding key and no transaction.
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.body, bytearray | memoryview):
@@ -148,6 +153,12 @@ class Message:
                                      f"epoch")
         if self.delay is not None and not (isinstance(self.delay, timedelta) and self.delay > timedelta(0)):
             raise MessageFormatError(f"delay {self.delay!r} must be a positive timedelta")
+        if self.priority is not None:
+            if isinstance(self.priority, bool) or not isinstance(self.priority, int) or \
+                    not 0 <= self.priority < 2**31:
+                raise MessageFormatError(f"priority {self.priority!r} must be an integer within 0 .. 2147483647")
+            if self.delay_level or self.deliver_at is not None or self.delay is not None:
+                raise MessageFormatError("a priority message has no delay (delay_level, deliver_at, delay)")
         _check_user_properties(self.properties)
         if self.trace_context is not None and (not isinstance(self.trace_context, str) or len(
                 self.trace_context) > 512 or _has_separator(self.trace_context)):
@@ -178,6 +189,8 @@ class Message:
         if len(self.body) > max_body_size:
             raise MessageFormatError(f"message body is {len(self.body)} bytes, over the limit of {max_body_size}")
         wire = self._wire_properties(uniq_key)
+        if sharding_key is not None and self.priority is not None:
+            raise MessageFormatError("a priority message has no sharding key (it is not a FIFO message)")
         if sharding_key is not None:
             wire += _SHARDING_SUFFIX + sharding_key.encode("utf-8")
         if len(wire) > MAX_PROPERTIES_SIZE:
@@ -207,6 +220,8 @@ class Message:
             parts.append(_UNIQ_PREFIX + uniq_key)
         if self.trace_context:
             parts.append(_TRACE_CONTEXT_PREFIX + self.trace_context)
+        if self.priority is not None:
+            parts.append(f"{PROPERTY_PRIORITY}{NAME_VALUE_SEPARATOR}{self.priority}")
         if self.properties:
             parts.extend(map(NAME_VALUE_SEPARATOR.join, self.properties.items()))
         return PROPERTY_SEPARATOR.join(parts).encode("utf-8")
@@ -230,6 +245,8 @@ class Message:
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
         if self.trace_context:
             props[PROPERTY_TRACE_CONTEXT] = self.trace_context
+        if self.priority is not None:
+            props[PROPERTY_PRIORITY] = str(self.priority)
         props.update(self.properties)
         return props
 

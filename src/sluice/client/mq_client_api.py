@@ -42,6 +42,7 @@ from sluice.remoting.headers import (
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
+    GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
     PopMessageRequestHeader,
     PullMessageRequestHeader,
@@ -260,9 +261,22 @@ class MQClientAPI:
 
     # == admin and queries ============================================================================
     async def create_topic(self, addr: str, topic: str, read_queues: int, write_queues: int, perm: int,
-                           order: bool = False) -> None:
-        header = CreateTopicRequestHeader(topic, "TBW102", read_queues, write_queues, perm, "SINGLE_TAG", 0, order)
+                           order: bool = False, attributes: str | None = None) -> None:
+        """UPDATE_AND_CREATE_TOPIC; ``attributes`` as ``+key=value,-key`` (sluice.common.attributes)."""
+        header = CreateTopicRequestHeader(topic, "TBW102", read_queues, write_queues, perm, "SINGLE_TAG", 0, order,
+                                          attributes)
         await self.invoke_ok(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
+
+    async def get_topic_config(self, addr: str, topic: str, timeout_ms: int = 3_000) -> dict[str, Any] | None:
+        """GET_TOPIC_CONFIG: the broker's config of ``topic`` (RocketMQ's TopicConfig JSON), None when it has none."""
+        resp = await self.invoke(addr, RequestCode.GET_TOPIC_CONFIG, GetTopicConfigRequestHeader(topic).encode(),
+                                 timeout_ms=timeout_ms)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        out = _json(resp)
+        return out if isinstance(out, dict) else None
 
     async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
         await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, DeleteTopicRequestHeader(topic).encode())

@@ -425,6 +425,12 @@ class BrokerConfig(AuthSettings):
     # mode QUERY_ASSIGNMENT reports for a topic and group no SET_MESSAGE_REQUEST_MODE named.
     revive_queue_num: Annotated[int, Meta(ge=1, le=64)] = 8
     pop_from_retry_probability: Annotated[int, Meta(ge=0, le=100)] = 20
+    # Priority topics (RIP-80): the retry share of a priority-mode pop, and whether queue 0 is the lowest
+    # priority (RocketMQ's popFromRetryProbabilityForPriority, priorityOrderAsc).
+    pop_from_retry_probability_for_priority: Annotated[int, Meta(ge=0, le=100)] = 0
+    priority_order_asc: bool = True
+    # A topic of message.type MIXED (every type but priority and lite) may be made (enableMixedMessageType).
+    enable_mixed_message_type: bool = False
     pop_polling_size: Positive = 1024
     max_pop_polling_size: Positive = 100_000
     default_message_request_mode: Literal["PULL", "POP"] = "PULL"

@@ -10,6 +10,7 @@ from functools import lru_cache
 from sluice.common.properties import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
+    PROPERTY_PRIORITY,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -189,6 +190,12 @@ class MessageExt(_PropertyAccessors):
     def keys(self) -> list[str]:
         raw = self._property(PROPERTY_KEYS)
         return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def priority(self) -> int | None:
+        """The priority the message was sent with (RIP-80), None when it has none."""
+        raw = self._property(PROPERTY_PRIORITY)
+        return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
 
     @property
     def offset_msg_id(self) -> str:

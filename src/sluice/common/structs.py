@@ -108,11 +108,19 @@ class TopicConfig:
     topic_filter_type: TopicFilterType = TopicFilterType.SINGLE_TAG
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ's topic attributes (``message.type`` ...: sluice.common.attributes), kept as given.
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type.value, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        return {"attributes": dict(self.attributes), "order": self.order, "perm": self.perm,
+                "readQueueNums": self.read_queue_nums, "topicFilterType": self.topic_filter_type.value,
+                "topicName": self.topic_name, "topicSysFlag": self.topic_sys_flag,
+                "writeQueueNums": self.write_queue_nums}
+
+    @property
+    def message_type(self) -> str:
+        """RocketMQ's TopicMessageType of the topic: its ``message.type`` attribute, NORMAL when it has none."""
+        return self.attributes.get("message.type") or "NORMAL"
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicConfig:
@@ -122,9 +130,11 @@ class TopicConfig:
             if tft not in (0, 1):
                 raise ValueError(f"topicFilterType {tft} is neither 0 (SINGLE_TAG) nor 1 (MULTI_TAG)")
             tft = ("SINGLE_TAG", "MULTI_TAG")[tft]
+        attrs = _obj(d.get("attributes"), allow_none=True) or {}
         return cls(_text(d["topicName"]), _int(d.get("readQueueNums"), 16), _int(d.get("writeQueueNums"), 16),
                    _int(d.get("perm"), 6), TopicFilterType(_text(tft)),
-                   _int(d.get("topicSysFlag", d.get("topicSynFlag")), 0), _bool(d.get("order")))
+                   _int(d.get("topicSysFlag", d.get("topicSynFlag")), 0), _bool(d.get("order")),
+                   {_text(k): _text(v) for k, v in attrs.items()})
 
 
 @dataclass(slots=True)

@@ -77,8 +77,10 @@ class RegisterBrokerBody:
 
 
 def encode_topic_config_line(tc: TopicConfig) -> str:
-    """Java's ``TopicConfig.encode``: the compressed body's per-topic entry."""
-    return f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type.value}"
+    """Java's ``TopicConfig.encode``: the compressed body's per-topic entry (the attributes as JSON last)."""
+    attributes = json.dumps(tc.attributes, separators=(",", ":"), ensure_ascii=False)
+    return f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type.value} " \
+           f"{attributes}"
 
 
 def decode_topic_config_line(text: str) -> TopicConfig:
@@ -102,9 +104,17 @@ def decode_topic_config_line(text: str) -> TopicConfig:
         raise BodyFormatError(f"topic config entry {text[:80]!r} has fewer than 5 space-separated fields")
     name, read_nums, write_nums, perm, filter_type = fields[:5]
     try:
-        return TopicConfig(name, int(read_nums), int(write_nums), int(perm), TopicFilterType(filter_type))
+        tc = TopicConfig(name, int(read_nums), int(write_nums), int(perm), TopicFilterType(filter_type))
     except ValueError as exc:
         raise BodyFormatError(f"topic config entry {text[:80]!r}: {exc}") from None
+    if len(fields) >= 6:  # (as Java: attributes that do not parse, e.g. holding a space, are left out)
+        try:
+            attributes = fastjson.loads(fields[5])
+        except ValueError:
+            attributes = None
+        if isinstance(attributes, dict):
+            tc.attributes = {str(k): str(v) for k, v in attributes.items() if not isinstance(v, list | dict)}
+    return tc
 
 
 def encode_register_broker_body(wrapper: TopicConfigSerializeWrapper, filter_server_list: list[str] | None = None,

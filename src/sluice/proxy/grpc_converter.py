@@ -28,6 +28,7 @@ from sluice.common.naming import (
 from sluice.common.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_PRIORITY,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELAY_MS,
@@ -50,7 +51,7 @@ MAX_DELAY_MS = 86_400_000  # a delivery time at most a day ahead (the proxy's bo
 _TS_MIN_MS, _TS_MAX_MS = -62_135_596_800_000, 253_402_300_799_999
 # A gRPC receipt handle: the broker's POP receipt, then where the message lies in the commit log.
 HANDLE_SEPARATOR = "#"
-NORMAL, FIFO, DELAY, TRANSACTION = 1, 2, 3, 4
+NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY = 1, 2, 3, 4, 6
 
 
 class Refused(Exception):
@@ -141,6 +142,13 @@ def stored_properties(m: Any) -> tuple[dict[str, str], str]:
             raise Refused("ILLEGAL_MESSAGE_PROPERTY_KEY", f"a trace context is 1 to {MAX_TRACE_CONTEXT} characters "
                                                           f"of text")
         props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
+    if sp.HasField("priority"):  # (RIP-80: a priority message is of none of the other types)
+        if sp.priority < 0:
+            raise Refused("BAD_REQUEST", f"the message priority {sp.priority} is below 0")
+        if sp.HasField("message_group") or sp.HasField("delivery_timestamp") or sp.message_type == TRANSACTION:
+            raise Refused("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
+                          "a priority message has no message group, no delivery time and no transaction")
+        props[PROPERTY_PRIORITY] = str(sp.priority)
     if sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items()) > MAX_PROPERTIES_BYTES - 256:
         raise Refused("MESSAGE_PROPERTIES_TOO_LARGE", "the message's properties do not fit a stored record")
     return props, group
@@ -203,6 +211,11 @@ def to_pb_message(m: MessageExt, topic: Any, invisible: float) -> Any:
         sp.message_type = DELAY
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         sp.message_type = TRANSACTION
+    priority = _int(props.get(PROPERTY_PRIORITY))
+    if priority is not None and 0 <= priority < 2**31:
+        sp.priority = priority
+        if sp.message_type == NORMAL:
+            sp.message_type = PRIORITY
     if props.get(PROPERTY_TRACE_CONTEXT):
         sp.trace_context = props[PROPERTY_TRACE_CONTEXT]
     for k, v in props.items():

@@ -82,7 +82,10 @@ AUTO_RENEW_INVISIBLE_SECONDS = 60.0
 # The wait before each retry of a message (RocketMQ's delay levels from 1 s): what consumers are told to sleep.
 RETRY_BACKOFF = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 MAX_RETRIES = 1000
-MESSAGE_TYPES = [1, 2, 3, 4]  # NORMAL, FIFO, DELAY, TRANSACTION
+MESSAGE_TYPES = [1, 2, 3, 4]  # NORMAL, FIFO, DELAY, TRANSACTION: what a topic without a message.type accepts
+# What a topic of each ``message.type`` accepts (RocketMQ's RouteActivity); UNSPECIFIED where it is not known.
+ACCEPTED_MESSAGE_TYPES = {"NORMAL": [1], "FIFO": [2], "DELAY": [3], "TRANSACTION": [4], "LITE": [5], "PRIORITY": [6],
+                          "MIXED": MESSAGE_TYPES, "": MESSAGE_TYPES}
 PRODUCER_GROUP = "PROXY_SEND_GROUP"
 BROKER_TIMEOUT = 2.5  # a unary call's broker request: answered in-band before the client's 3 s deadline
 TELEMETRY_QUEUE = 1024  # commands waiting for one client's stream
@@ -167,6 +170,7 @@ class MessagingService:
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
         self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
+        self._topic_types: dict[str, tuple[float, str]] = {}  # topic → (when looked up, its message.type)
         self._background: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
@@ -217,6 +221,9 @@ class MessagingService:
             return pb.QueryRouteResponse(status=exc.status())
         out = pb.QueryRouteResponse(status=status("OK"))
         masters = {b.broker_name for b in route.broker_datas if b.master_addr}
+        kind = await self._topic_message_type(topic, sorted(b.master_addr for b in route.broker_datas
+                                                            if b.master_addr))
+        accepted = ACCEPTED_MESSAGE_TYPES.get(kind, [0])
         for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
             if qd.broker_name not in masters:
                 continue
@@ -229,8 +236,29 @@ class MessagingService:
                 mq.broker.name = qd.broker_name
                 mq.broker.id = 0
                 mq.broker.endpoints.CopyFrom(req.endpoints)  # this front is the one address clients call
-                mq.accept_message_types.extend(MESSAGE_TYPES)
+                mq.accept_message_types.extend(accepted)
         return out
+
+    async def _topic_message_type(self, topic: str, addrs: list[str]) -> str:
+        """The topic's ``message.type`` attribute ("" when it has none), looked up at most every 30 s on the
+        masters serving it; the last known answer (or "") when none answers."""
+        now = time.monotonic()
+        known = self._topic_types.get(topic)
+        if known is not None and now - known[0] < GROUP_CACHE_SECONDS:
+            return known[1]
+        for a in addrs:
+            try:
+                config = await self.client.api.get_topic_config(a, topic, timeout_ms=int(BROKER_TIMEOUT * 1000))
+            except (ClientError, RemotingError) as exc:
+                log.info("topic config of %s on %s: %s", topic, a, exc)
+                continue
+            attributes = (config or {}).get("attributes")
+            kind = str(attributes.get("message.type") or "") if isinstance(attributes, dict) else ""
+            if len(self._topic_types) >= GROUP_CACHE_SIZE:
+                self._topic_types.clear()
+            self._topic_types[topic] = (now, kind)
+            return kind
+        return known[1] if known is not None else ""
 
     async def Heartbeat(self, req: Any, context: Any) -> Any:  # noqa: N802
         return pb.HeartbeatResponse(status=status("OK"))

@@ -194,7 +194,8 @@ class PopMessageProcessor:
             if h.order:
                 resp, unblocked_at = await self._pop_orderly(req, h, group, tc.read_queue_nums, codes, record_filter)
             else:
-                resp = await self._pop(req, h, group, tc.read_queue_nums, retry, codes, record_filter)
+                resp = await self._pop(req, h, group, tc.read_queue_nums, retry, codes, record_filter,
+                                       tc.message_type == "PRIORITY")
                 unblocked_at = 0
             if resp is not None:
                 return resp
@@ -321,17 +322,27 @@ class PopMessageProcessor:
 
     async def _pop(self, req: RemotingCommand, h: PopMessageRequestHeader, group: SubscriptionGroupConfig,
                    queue_nums: int, retry: str, codes: frozenset[int] | None,
-                   record_filter: RecordFilter | None) -> RemotingCommand | None:
-        """One try: the answer with what was found, or None when nothing was."""
+                   record_filter: RecordFilter | None, priority_topic: bool = False) -> RemotingCommand | None:
+        """One try: the answer with what was found, or None when nothing was.
+
+        On a priority topic a pop (``priority.factor`` % of the group's) reads the queues from the highest
+        priority down and the retry topic first only ``pop_from_retry_probability_for_priority`` % of the time
+        (RocketMQ's PopMessageProcessor, RIP-80)."""
         rand = random.randrange(100)
-        first = [h.queue_id] if h.queue_id >= 0 else [(rand + i) % queue_nums for i in range(queue_nums)]
+        retry_share = self.config.pop_from_retry_probability
+        if priority_topic and rand < group.priority_factor:
+            retry_share = self.config.pop_from_retry_probability_for_priority
+            order = range(queue_nums - 1, -1, -1) if self.config.priority_order_asc else range(queue_nums)
+            first = [h.queue_id] if h.queue_id >= 0 else list(order)
+        else:
+            first = [h.queue_id] if h.queue_id >= 0 else [(rand + i) % queue_nums for i in range(queue_nums)]
         plan: list[tuple[str, int, frozenset[int] | None, RecordFilter | None]] = [
             (h.topic, q, codes, record_filter) for q in first]
         retry_tc = self.topic_config_manager.get(retry)
         if retry_tc is not None:
             retry_plan: list[tuple[str, int, frozenset[int] | None, RecordFilter | None]] = [
                 (retry, q, None, None) for q in range(retry_tc.read_queue_nums)]
-            plan = retry_plan + plan if rand < self.config.pop_from_retry_probability else plan + retry_plan
+            plan = retry_plan + plan if rand < retry_share else plan + retry_plan
         budget = h.max_msg_nums
         reads: list[_Read] = []
         rest = 0

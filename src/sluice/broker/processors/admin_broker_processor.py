@@ -12,6 +12,15 @@ from sluice.broker.processors.client_manage_processor import parse_json_body
 from sluice.broker.subscription_group_manager import SubscriptionGroupConfig
 from sluice.broker.topic_config_manager import SYSTEM_TOPICS
 from sluice.common import fastjson
+from sluice.common.attributes import (
+    GROUP_ATTRIBUTES,
+    MESSAGE_TYPE,
+    TOPIC_ATTRIBUTES,
+    AttributeRefused,
+    alter,
+    parse_modification,
+    topic_attributes_unsupported,
+)
 from sluice.common.errors import InvalidNameError
 from sluice.common.fastjson import ObjectKey
 from sluice.common.message import decode_message_id
@@ -133,7 +142,19 @@ class AdminBrokerProcessor:
             filter_type = TopicFilterType(tft)
         except ValueError:
             return req.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType {tft!r} is not SINGLE_TAG or MULTI_TAG")
-        tc = TopicConfig(topic, read, write, h.perm, filter_type, h.topic_sys_flag, h.order)
+        try:
+            modification = parse_modification(h.attributes)
+            if not self.config.enable_mixed_message_type and modification.get("+" + MESSAGE_TYPE.name) == "MIXED":
+                return req.response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
+            existing = self.topic_config_manager.get(topic)
+            attributes = alter(existing is None, TOPIC_ATTRIBUTES, existing.attributes if existing else {},
+                               modification)
+            unsupported = topic_attributes_unsupported(attributes)
+        except AttributeRefused as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if unsupported:
+            return req.response(ResponseCode.SYSTEM_ERROR, unsupported)
+        tc = TopicConfig(topic, read, write, h.perm, filter_type, h.topic_sys_flag, h.order, attributes)
         self.topic_config_manager.update(tc)
         self.trigger_register()
         try:  # answered once the topic table is on disk (written off the event loop)
@@ -162,8 +183,7 @@ class AdminBrokerProcessor:
         tc = self.topic_config_manager.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
-        return req.response(ResponseCode.SUCCESS, body=json_body({**tc.to_json(), "attributes": {},
-                                                                  "mappingDetail": None}))
+        return req.response(ResponseCode.SUCCESS, body=json_body({**tc.to_json(), "mappingDetail": None}))
 
     def get_topic_name_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         topics = sorted(self.topic_config_manager.table)
@@ -238,8 +258,18 @@ class AdminBrokerProcessor:
                 _json_int(data, "whichBrokerWhenConsumeSlowly", 1, 0, 1024),
                 _json_bool(data, "notifyConsumerIdsChangedEnable", True),
                 _json_bool(data, "consumeMessageOrderly", False))
+            modification = data.get("attributes") or {}
+            if not isinstance(modification, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in modification.items()):
+                raise ValueError("attributes must be an object of text values")
         except (InvalidNameError, ValueError) as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, f"bad subscription group config: {exc}")
+        existing = self.subscription_group_manager.table.get(g.group_name)
+        try:
+            g.attributes = alter(existing is None, GROUP_ATTRIBUTES, existing.attributes if existing else {},
+                                 modification)
+        except AttributeRefused as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
         self.subscription_group_manager.update(g)
         log.info("subscription group %s created or updated: %s", g.group_name, g.to_json())
         return req.response(ResponseCode.SUCCESS)

@@ -11,6 +11,7 @@ from functools import lru_cache
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+from sluice.common.attributes import message_type_of_properties
 from sluice.common.batch_codec import inflate_batch, scan_batch_columns
 from sluice.common.decimal_text import parse_long
 from sluice.common.errors import InvalidNameError, MessageFormatError
@@ -31,12 +32,9 @@ from sluice.common.properties import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_MSG_REGION,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRIORITY,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
-    PROPERTY_SHARDING_KEY,
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELAY_SEC,
-    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_PREPARED,
@@ -149,14 +147,22 @@ GROUP_MAX_BYTES = 1024 * 1024
 
 def metrics_message_type(props: dict[str, str]) -> str:
     """A send's ``message_type`` label (RocketMQ's TopicMessageType.parseFromMessageProperty, in lower case)."""
-    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-        return "transaction"
-    if PROPERTY_DELAY_TIME_LEVEL in props or PROPERTY_TIMER_DELIVER_MS in props or PROPERTY_TIMER_DELAY_SEC in props \
-            or PROPERTY_TIMER_DELAY_MS in props:
-        return "delay"
-    if PROPERTY_SHARDING_KEY in props:
-        return "fifo"
-    return "normal"
+    return message_type_of_properties(props).lower()
+
+
+def priority_queue(props: dict[str, str], write_queue_nums: int) -> int | None:
+    """The queue a priority message goes to, ``min(priority, writeQueueNums - 1)`` (RocketMQ's SendMessageProcessor):
+    None for a message without a priority; the property dropped where the message is of another type (a delay,
+    FIFO or transactional message keeps its own queue). ``ValueError`` for a priority that is not 0 .. 2^31 - 1."""
+    text = props.get(PROPERTY_PRIORITY)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) >= 2**31:
+        raise ValueError(f"the message priority {text[:32]!r} is not an integer within 0 .. 2147483647")
+    if message_type_of_properties(props) != "PRIORITY":
+        del props[PROPERTY_PRIORITY]
+        return None
+    return min(int(text), max(0, write_queue_nums - 1))
 
 
 @dataclass(slots=True)
@@ -322,6 +328,12 @@ class SendMessageProcessor:
                     self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
                     queue_id = 0
                     header_props[PROPERTY_DELAY_TIME_LEVEL] = "0"  # no delay on the way to the DLQ, as RocketMQ
+            try:
+                prio_queue = priority_queue(header_props, tc.write_queue_nums)
+            except ValueError as exc:
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            if prio_queue is not None and topic == h.topic:
+                queue_id = prio_queue
             inner = MessageExtBrokerInner(topic, req.body if isinstance(req.body, bytes) else bytes(req.body),
                                           queue_id, h.flag, header_props, h.sys_flag, h.born_timestamp, born_host,
                                           self.broker_addr, h.reconsume_times)

@@ -99,6 +99,8 @@ class TransactionProducer(Producer):
                                      "committed")
         if isinstance(msg, ReplyMessage):
             raise MessageFormatError("a reply is sent with send, not in a transaction")
+        if msg.priority is not None:
+            raise MessageFormatError("a transactional message has no priority")
         system = "".join(f"{PROPERTY_SEPARATOR}{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in (
             (PROPERTY_TRANSACTION_PREPARED, "true"), (PROPERTY_PRODUCER_GROUP, self.group))).encode()
         uniq, request = self.sender.single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)

@@ -15,12 +15,12 @@ class CreateTopicRequestHeader(RequestHeader):
     """UPDATE_AND_CREATE_TOPIC: a topic's config, created or replaced."""
 
     __slots__ = ("topic", "default_topic", "read_queue_nums", "write_queue_nums", "perm", "topic_filter_type",
-                 "topic_sys_flag", "order")
+                 "topic_sys_flag", "order", "attributes")
     TOPIC_FIELD = "topic"
 
     def __init__(self, topic: str, default_topic: str = "TBW102", read_queue_nums: int = 16,
                  write_queue_nums: int = 16, perm: int = PERM_READ | PERM_WRITE, topic_filter_type: str = "SINGLE_TAG",
-                 topic_sys_flag: int = 0, order: bool = False) -> None:
+                 topic_sys_flag: int = 0, order: bool = False, attributes: str | None = None) -> None:
         self.topic = topic
         self.default_topic = default_topic
         self.read_queue_nums = read_queue_nums
@@ -29,19 +29,24 @@ class CreateTopicRequestHeader(RequestHeader):
         self.topic_filter_type = topic_filter_type
         self.topic_sys_flag = topic_sys_flag
         self.order = order
+        # ``+key=value,-key``: the topic's attributes to add, change or remove (sluice.common.attributes)
+        self.attributes = attributes
 
     @classmethod
     def decode(cls, ext: Mapping[str, str]) -> CreateTopicRequestHeader:
         return cls(field_str(ext, "topic"), ext.get("defaultTopic") or "TBW102", field_int(ext, "readQueueNums", 16),
                    field_int(ext, "writeQueueNums", 16), field_int(ext, "perm", PERM_READ | PERM_WRITE),
                    ext.get("topicFilterType") or "SINGLE_TAG", field_int(ext, "topicSysFlag", 0),
-                   field_bool(ext, "order"))
+                   field_bool(ext, "order"), ext.get("attributes") or None)
 
     def encode(self) -> dict[str, str]:
-        return {"topic": self.topic, "defaultTopic": self.default_topic, "readQueueNums": str(self.read_queue_nums),
-                "writeQueueNums": str(self.write_queue_nums), "perm": str(self.perm),
-                "topicFilterType": self.topic_filter_type, "topicSysFlag": str(self.topic_sys_flag),
-                "order": text_bool(self.order)}
+        out = {"topic": self.topic, "defaultTopic": self.default_topic, "readQueueNums": str(self.read_queue_nums),
+               "writeQueueNums": str(self.write_queue_nums), "perm": str(self.perm),
+               "topicFilterType": self.topic_filter_type, "topicSysFlag": str(self.topic_sys_flag),
+               "order": text_bool(self.order)}
+        if self.attributes:
+            out["attributes"] = self.attributes
+        return out
 
 
 class _TopicRequestHeader(RequestHeader):
