@@ -117,6 +117,19 @@ def test_ordered_topic_gets_its_order_config(cluster, capsys):
     assert "order config" not in ok(capsys, "topic", "route", "cli-ordered", "--namesrv", ns)
 
 
+def test_a_priority_topic_and_a_group_attribute_from_the_cli(cluster, capsys):
+    ns = cluster.namesrv_addr
+    out = ok(capsys, "topic", "create", "cli-prio", "--queues", "4", "--message-type", "PRIORITY", "--namesrv", ns)
+    assert "message type PRIORITY" in out
+    assert cluster.brokers[0].topic_config_manager.get("cli-prio").attributes == {"message.type": "PRIORITY"}
+    err = fails(capsys, "topic", "update", "cli-prio", "--attributes", "+queue.type=BatchCQ", "--namesrv", ns)
+    assert "attempt to update an unchangeable attribute. key: queue.type" in err
+    ok(capsys, "group", "create", "cli-prio-g", "--attributes", "+priority.factor=30", "--namesrv", ns)
+    assert cluster.brokers[0].subscription_group_manager.table["cli-prio-g"].priority_factor == 30
+    err = fails(capsys, "group", "update", "cli-prio-g", "--attributes", "priority.factor=3", "--namesrv", ns)
+    assert "add/alter attribute format is wrong: priority.factor" in err
+
+
 def test_two_brokers(cluster, capsys):
     ns = cluster.namesrv_addr
     cluster.start_broker("broker-b")

@@ -306,3 +306,31 @@ def test_a_forward_to_the_dlq_with_an_expired_receipt_copies_nothing(cluster: Cl
         r = call(cluster, "ForwardMessageToDeadLetterQueue", req, "ForwardMessageToDeadLetterQueueResponse")
         assert r.status.code == CODE["INVALID_RECEIPT_HANDLE"]
     assert cluster.brokers[0].store.get_max_offset_in_queue("%DLQ%grpc-fwd", 0) == 1  # one copy
+
+
+def test_a_priority_topic_accepts_priority_messages_and_a_priority_is_a_non_negative_number(cluster: Cluster):
+    cluster.create_topic("GrpcPrio", 4, attributes="+message.type=PRIORITY")
+    cluster.create_topic("GrpcPlain", 2)
+    for topic, accepted in (("GrpcPrio", [6]), ("GrpcPlain", [1, 2, 3, 4])):  # (PRIORITY; untyped: the four)
+        r = call(cluster, "QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=endpoints()),
+                 "QueryRouteResponse")
+        assert r.status.code == CODE["OK"]
+        assert all(list(q.accept_message_types) == accepted for q in r.message_queues), (topic, r.message_queues)
+
+    def send(priority: int, mutate: Any = None) -> Any:
+        m = pb.Message(topic=pb.Resource(name="GrpcPrio"), body=b"x")
+        m.system_properties.message_id = f"01AB{priority & 0xFFFF:04X}"
+        m.system_properties.message_type = 6
+        m.system_properties.priority = priority
+        if mutate is not None:
+            mutate(m)
+        return call(cluster, "SendMessage", pb.SendMessageRequest(messages=[m]), "SendMessageResponse")
+
+    assert send(-1).status.code == CODE["BAD_REQUEST"]
+    assert send(1, lambda m: setattr(m.system_properties, "message_group", "g")).status.code == \
+        CODE["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
+    ok = send(9)
+    assert ok.status.code == CODE["OK"]
+    stored = cluster.brokers[0].store.get_max_offset_in_queue("GrpcPrio", 3)
+    assert stored == 1 and sum(  # min(priority, queues - 1)
+        cluster.brokers[0].store.get_max_offset_in_queue("GrpcPrio", q) for q in range(3)) == 0

@@ -164,7 +164,8 @@ def test_mixed_needs_the_broker_switch(cluster: Cluster, api: MQClientAPI) -> No
     addr = cluster.brokers[0].broker_addr
     with pytest.raises(BrokerResponseError) as err:
         cluster.loop.run(api.create_topic(addr, "attr-m", 4, 4, 6, attributes="+message.type=MIXED"))
-    assert (err.value.code, err.value.remark) == (ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
+    assert (err.value.code, err.value.remark) == (ResponseCode.INVALID_PARAMETER,
+                                                  "MIXED message type is not supported.")
 
 
 def test_topic_attributes_change_as_rocketmq_changes_them_and_survive_a_restart(cluster: Cluster,

@@ -286,8 +286,8 @@ class Sluice:
     def namesrv(self) -> str:
         return self.cluster.namesrv_addr
 
-    def create_topic(self, topic: str, queues: int = 4) -> None:
-        self.cluster.create_topic(topic, queues)
+    def create_topic(self, topic: str, queues: int = 4, attributes: str | None = None) -> None:
+        self.cluster.create_topic(topic, queues, attributes=attributes)
 
     def on_loop(self, fn: Any) -> Any:
         """Run ``fn()`` on the servers' event loop (the broker's state is not thread-safe)."""

@@ -116,6 +116,12 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
          lambda o: "success" in o),
         (("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "ops-g"), lambda o: "success" in o),
         (("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "ops-g2", "-r", "5"), lambda o: "success" in o),
+        (("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "ops-prio", "-r", "4", "-w", "4", "-a",
+          "+message.type=PRIORITY"), lambda o: "success" in o and _no_error(o)),
+        (("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "ops-prio", "-r", "4", "-w", "4", "-a",
+          "+message.type=URGENT"), lambda o: "value is not in set" in o),
+        (("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "ops-g3", "--attributes", "+priority.factor=50"),
+         lambda o: "success" in o and _no_error(o)),
         (("queryMsgByKey", "-n", ns, "-t", "ops-t", "-k", "ops-key-3"), lambda o: "ops-key-3" in o or "#Message ID"
          in o),
         (("queryMsgById", "-n", ns, "-t", "ops-t", "-i", msg_id), lambda o: "ops-t" in o and _no_error(o)),
@@ -168,6 +174,9 @@ def test_everyday_mqadmin_commands_print_what_an_operator_expects(node: Cluster,
             and _no_error(before_stop) and "sleep interrupted" in stop):  # (its end: stopped, not failing)
         failed["clusterRT"] = rt[-3000:]
     assert not failed, failed
+    broker = node.brokers[0]
+    assert broker.topic_config_manager.get("ops-prio").attributes == {"message.type": "PRIORITY"}
+    assert broker.subscription_group_manager.table["ops-g3"].priority_factor == 50
 
     # producerConnection, consumerConnection and consumerStatus need clients online: they run while some are.
     async def with_clients() -> dict[str, str]:

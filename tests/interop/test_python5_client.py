@@ -93,6 +93,20 @@ def test_a_message_group_keeps_one_queue_a_delivery_time_is_kept_and_a_nack_come
     assert got[-1] == {"event": "done", "acked": 7}
 
 
+def test_official_priority_messages_are_received_highest_priority_first(
+        cluster: Cluster, front: str, python5: Path, tmp_path: Path):
+    cluster.create_topic("Grpc5prio", 4, attributes="+message.type=PRIORITY")
+    priorities = [0, 3, 1, 7, 2, 0]
+    sent = run(python5, tmp_path, front, "produce", "Grpc5prio", str(len(priorities)), "--prefix", "p",
+               "--priorities", ",".join(map(str, priorities)))
+    assert [e["event"] for e in sent] == ["sent"] * len(priorities), sent
+    got = run(python5, tmp_path, front, "receive", "Grpc5prio", "grpc5-prio-g", str(len(priorities)))
+    received = [e for e in got if e["event"] == "received"]
+    # Queue min(priority, 3) each; one receive takes queue 3 first, then 2, 1, 0, each in the order sent.
+    assert [(e["body"], e["priority"]) for e in received] == [
+        ("p-1", 3), ("p-3", 7), ("p-4", 2), ("p-2", 1), ("p-0", 0), ("p-5", 0)]
+
+
 def test_sluices_description_of_the_protocol_matches_the_official_clients(python5: Path, tmp_path: Path):
     """Every field Sluice's front reads or writes has the official client's number, type and cardinality."""
     script = (

@@ -35,8 +35,8 @@ def test_plain_body_is_rocketmq_json():
     assert d["topicConfigSerializeWrapper"]["dataVersion"] == {"counter": 3, "stateVersion": 0,
                                                                "timestamp": 1700000000000}
     assert d["topicConfigSerializeWrapper"]["topicConfigTable"]["TopicTest"] == {
-        "attributes": {}, "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "MULTI_TAG", "topicName": "TopicTest",
-        "topicSysFlag": 0, "writeQueueNums": 2}
+        "attributes": {}, "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "MULTI_TAG",
+        "topicName": "TopicTest", "topicSysFlag": 0, "writeQueueNums": 2}
 
 
 def _java_compressed(entries: list[bytes], trailer: bytes = b"") -> bytes:

@@ -29,6 +29,7 @@ from sluice.cli.output import (
     write_body,
 )
 from sluice.client.admin import DEFAULT_NAMESRV, LONG_MAX, Admin, AdminError, parse_perm
+from sluice.common.attributes import TOPIC_MESSAGE_TYPES
 from sluice.common.structs import perm_to_string
 
 ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq", "producer")
@@ -37,10 +38,11 @@ ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq", "pro
 @command
 async def topic_create(admin: Admin, args: argparse.Namespace) -> int:
     brokers = await admin.create_topic(args.name, queues=args.queues, perm=args.perm, order=args.order,
-                                       cluster=args.cluster)
+                                       cluster=args.cluster, message_type=args.message_type,
+                                       attributes=args.attributes)
     where = ", ".join(f"{n} ({a})" for n, a in brokers.items())
     out(f"topic {args.name!r} created on {where}: {args.queues} queues, perm {perm_to_string(parse_perm(args.perm))}"
-        f"{', ordered' if args.order else ''}")
+        f"{', ordered' if args.order else ''}{f', message type {args.message_type}' if args.message_type else ''}")
     return 0
 
 
@@ -276,6 +278,11 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         p.add_argument("--perm", default="RW", help="RW, R, W or a number such as 6 (default RW)")
         p.add_argument("--order", action="store_true", help="an ordered topic (also sets its order config)")
         p.add_argument("--cluster", help="only on this cluster's brokers (default: every broker)")
+        p.add_argument("--message-type", choices=[t for t in TOPIC_MESSAGE_TYPES if t != "UNSPECIFIED"],
+                       help="the topic's message.type attribute: PRIORITY makes a priority topic (RIP-80); what "
+                            "gRPC clients may send to it")
+        p.add_argument("--attributes", metavar="+K=V,-K", help="add, change (+key=value) or remove (-key) topic "
+                       "attributes, as mqadmin's -a (message.type, lite.topic.expiration)")
     p = verb(topic, "update-perm", ops.topic_update_perm, "change a topic's permission on its brokers, its queues "
              "as they are (mqadmin updateTopicPerm)")
     p.add_argument("name", metavar="NAME")

@@ -152,7 +152,8 @@ def _group_changes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _group_write(admin: Admin, args: argparse.Namespace, must_exist: bool) -> int:
-    brokers = await admin.update_group(args.group, args.cluster, must_exist=must_exist, **_group_changes(args))
+    brokers = await admin.update_group(args.group, args.cluster, must_exist=must_exist,
+                                       attributes=getattr(args, "attributes", None), **_group_changes(args))
     config = await admin.group_config(args.group, args.cluster) or {}
     if args.json:
         print_json(config)
@@ -212,6 +213,9 @@ def add_group_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--orderly", type=on_off, metavar="BOOL", help="FIFO for RocketMQ 5 (gRPC) consumers")
     p.add_argument("--broker-id", type=int, metavar="ID", help="the broker id its pulls go to")
     p.add_argument("--slow-broker-id", type=int, metavar="ID", help="the broker id pulls go to when it falls behind")
+    p.add_argument("--attributes", metavar="+K=V,-K", help="add, change (+key=value) or remove (-key) attributes, "
+                   "as mqadmin's -a: +priority.factor=0..100 (the share of its pops of a priority topic that take "
+                   "the highest priority first; 100 by default)")
 
 
 def _connections_table(conns: list[dict[str, Any]]) -> None:

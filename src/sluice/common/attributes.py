@@ -48,7 +48,7 @@ class EnumAttribute(Attribute):
 
     def verify(self, value: str) -> None:
         if value not in self.universe:
-            raise AttributeRefused(f"value is not in set: [{', '.join(self.universe)}]")
+            raise AttributeRefused(f"value is not in set: [{', '.join(java_hash_set_order(self.universe))}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,24 @@ class BooleanAttribute(Attribute):
 @dataclass(frozen=True, slots=True)
 class StringAttribute(Attribute):
     pass
+
+
+def java_hash_set_order(values: tuple[str, ...]) -> list[str]:
+    """``values`` in the order Java iterates a Guava ``Sets.newHashSet(values...)`` of them: what RocketMQ's
+    refusals print. Buckets of a table sized for the values (String.hashCode spread as HashMap spreads it), each
+    in insertion order."""
+    expected = len(values)
+    capacity = expected + 1 if expected < 3 else int(expected / 0.75 + 1.0)
+    size = 1
+    while size < capacity:
+        size *= 2
+    buckets: dict[int, list[str]] = {}
+    for v in values:
+        h = 0
+        for unit in range(0, len(b := v.encode("utf-16-be")), 2):
+            h = (31 * h + int.from_bytes(b[unit:unit + 2], "big")) & 0xFFFFFFFF
+        buckets.setdefault((h ^ (h >> 16)) & (size - 1), []).append(v)
+    return [v for i in sorted(buckets) for v in buckets[i]]
 
 
 def java_long(text: str) -> int | None:

@@ -52,6 +52,9 @@ def produce(config: ClientConfiguration, a: argparse.Namespace) -> None:
                 m.message_group = a.group
             if a.delay_s:
                 m.delivery_timestamp = int(time.time()) + a.delay_s
+            if a.priorities:
+                priorities = [int(p) for p in a.priorities.split(",")]
+                m.priority = priorities[i % len(priorities)]
             try:
                 r = producer.send(m)
             except Exception as exc:  # (the refusal the test looks at: its code and message)
@@ -74,7 +77,7 @@ def receive(config: ClientConfiguration, a: argparse.Namespace) -> None:
                 body = m.body.decode()
                 emit(event="received", body=body, message_id=m.message_id, tag=m.tag, keys=list(m.keys or []),
                      properties=dict(m.properties or {}), attempt=m.delivery_attempt, group=m.message_group,
-                     delivery=m.delivery_timestamp)
+                     delivery=m.delivery_timestamp, priority=getattr(m, "priority", None))
                 if a.nack_first and body not in nacked:
                     nacked.add(body)
                     consumer.change_invisible_duration(m, 1)
@@ -171,6 +174,7 @@ def main() -> int:
     pr.add_argument("--tag", default="t")
     pr.add_argument("--delay-s", type=int, default=0)
     pr.add_argument("--prefix", default="m")
+    pr.add_argument("--priorities", default="", help="message i gets priority i % n of these (RIP-80)")
     rc = sub.add_parser("receive")
     rc.add_argument("topic")
     rc.add_argument("group")

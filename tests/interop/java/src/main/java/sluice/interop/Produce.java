@@ -24,7 +24,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * sends through a {@code MessageQueueSelector} with shard {@code i % --keys} choosing queue
  * {@code shard % queues}; {@code async} keeps at most {@code --window} sends in flight; {@code batch} sends
  * {@code --batch-size} messages per {@code send(Collection)}. {@code --delay-level L} sets a delay level.
- * {@code --trace} turns the client's message trace on; with {@code --stop-file} the producer stays up after its
+ * {@code --priorities 0,3,1} gives message i priority {@code priorities[i % n]} ({@code Message.setPriority},
+ * RocketMQ 5.4's RIP-80). {@code --trace} turns the client's message trace on; with {@code --stop-file} the producer stays up after its
  * sends until the file appears (or {@code --timeout}).
  */
 final class Produce {
@@ -42,6 +43,7 @@ final class Produce {
         int delayLevel = a.getInt("delay-level", 0);
         String prefix = a.get("prefix", mode);
         String[] tags = a.get("tags", "TagA,TagB,TagC").split(",");
+        String priorities = a.get("priorities", "");
         try (Journal out = new Journal(a.get("out"))) {
             DefaultMQProducer producer = new DefaultMQProducer(a.get("group"), a.rpcHook());
             producer.setNamesrvAddr(a.get("namesrv"));
@@ -52,7 +54,8 @@ final class Produce {
             producer.setEnableTrace(a.flag("trace"));  // (message trace to RMQ_SYS_TRACE_TOPIC)
             producer.start();
             try {
-                send(producer, out, mode, topic, count, batchSize, keys, bigEvery, window, delayLevel, prefix, tags);
+                send(producer, out, mode, topic, count, batchSize, keys, bigEvery, window, delayLevel, prefix, tags,
+                    priorities.isEmpty() ? new String[0] : priorities.split(","));
                 if (!a.get("stop-file", "").isEmpty()) {  // a producer that lives on (its trace records leave later)
                     out.event("sent-all");
                     Waits.until(Waits.deadline(a), a.get("stop-file", ""), () -> false);
@@ -67,7 +70,7 @@ final class Produce {
 
     private static void send(DefaultMQProducer producer, Journal out, String mode, String topic, int count,
                              int batchSize, int keys, int bigEvery, int window, int delayLevel, String prefix,
-                             String[] tags) throws Exception {
+                             String[] tags, String[] priorities) throws Exception {
         List<Message> pending = new ArrayList<>();
         List<JSONObject> pendingRecords = new ArrayList<>();
         Semaphore inFlight = new Semaphore(window);
@@ -81,6 +84,9 @@ final class Produce {
             msg.putUserProperty("shard", String.valueOf(i % keys));
             if (delayLevel > 0) {
                 msg.setDelayTimeLevel(delayLevel);
+            }
+            if (priorities.length > 0) {
+                msg.setPriority(Integer.parseInt(priorities[i % priorities.length]));
             }
             JSONObject record = record(msg);
             try {
