@@ -605,3 +605,23 @@ def test_replies_and_recalls_need_pub_on_their_topic(acl_cluster: Cluster) -> No
             assert "User:otto has no permission to access Topic:timers" in refused.value.remark
 
     asyncio.run(go())
+
+
+def test_a_namespace_rule_covers_that_namespaces_topics_and_a_topics_own_rule_comes_first(
+        acl_cluster: Cluster) -> None:
+    ns = acl_cluster.namesrv_addr
+    for topic in ("ns1%orders", "ns1%audit", "ns2%orders", "orders"):
+        acl_cluster.create_topic(topic, 1)
+
+    async def setup() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("nora", "nora-secret")
+            await admin.create_acl("User:nora", [policy_entry("Namespace:ns1", "Pub"),
+                                                 policy_entry("Topic:ns1%audit", "Pub", "Deny")])
+    asyncio.run(setup())
+    nora = ("nora", "nora-secret")
+    assert asyncio.run(send_one(ns, "ns1%orders", nora)).status.name == "SEND_OK"  # type: ignore[attr-defined]
+    assert refusal(ns, "ns1%audit", nora).remark.endswith("the decision is deny.")  # its own rule decides
+    for other in ("ns2%orders", "orders"):  # another namespace's, and one in none
+        assert refusal(ns, other, nora).remark == \
+            f"User:nora has no permission to access Topic:{other} from 127.0.0.1, no matched policies."

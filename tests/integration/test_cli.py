@@ -130,6 +130,19 @@ def test_a_priority_topic_and_a_group_attribute_from_the_cli(cluster, capsys):
     assert "add/alter attribute format is wrong: priority.factor" in err
 
 
+def test_namespaced_topics_are_listed_by_the_name_their_clients_use_beside_their_namespace(cluster, capsys):
+    ns = cluster.namesrv_addr
+    for topic in ("tenant-a%orders", "tenant-b%orders", "plain-orders"):
+        cluster.create_topic(topic, 1)
+    table = rows(ok(capsys, "topic", "list", "--namesrv", ns))
+    assert table[0] == ["TOPIC", "NAMESPACE"]
+    assert {("orders", "tenant-a"), ("orders", "tenant-b"), ("plain-orders", "-")} <= {tuple(r) for r in table[1:]}
+    table = rows(ok(capsys, "topic", "list", "--namespace", "tenant-b", "--namesrv", ns))
+    assert table[1:] == [["orders", "tenant-b"]]
+    assert json.loads(ok(capsys, "topic", "list", "--namespace", "tenant-a", "--json", "--namesrv", ns)) == \
+        ["tenant-a%orders"]  # (JSON: the broker's names)
+
+
 def test_two_brokers(cluster, capsys):
     ns = cluster.namesrv_addr
     cluster.start_broker("broker-b")
@@ -281,8 +294,8 @@ def test_group_list_and_progress_after_commit(cluster, capsys):
     assert table[-1][0].startswith("total lag: 4")
 
     table = rows(ok(capsys, "group", "list", "--namesrv", ns))
-    assert table[0] == ["GROUP", "ONLINE", "TYPE", "MODEL", "TOPICS", "BROKERS"]
-    assert ["cli-progress-group", "0"] == [r for r in table if r[0] == "cli-progress-group"][0][:2]
+    assert table[0] == ["GROUP", "NAMESPACE", "ONLINE", "TYPE", "MODEL", "TOPICS", "BROKERS"]
+    assert ["cli-progress-group", "-", "0"] == [r for r in table if r[0] == "cli-progress-group"][0][:3]
     groups = json.loads(ok(capsys, "group", "list", "--json", "--namesrv", ns))
     assert any(g["group"] == "cli-progress-group" and g["brokers"] == ["broker-a"] for g in groups)
 

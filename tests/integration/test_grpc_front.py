@@ -334,3 +334,33 @@ def test_a_priority_topic_accepts_priority_messages_and_a_priority_is_a_non_nega
     stored = cluster.brokers[0].store.get_max_offset_in_queue("GrpcPrio", 3)
     assert stored == 1 and sum(  # min(priority, queues - 1)
         cluster.brokers[0].store.get_max_offset_in_queue("GrpcPrio", q) for q in range(3)) == 0
+
+
+def test_a_namespace_wraps_every_name_and_answers_split_them_back(cluster: Cluster):
+    cluster.create_topic("ns1%GrpcNs", 2)
+
+    async def go() -> tuple[Any, Any, Any, Any]:
+        server, service, port = await serve(cluster.namesrv_addr, "127.0.0.1", 0)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                route = channel.unary_unary(f"/{SERVICE}/QueryRoute",
+                                            request_serializer=lambda r: r.SerializeToString(),
+                                            response_deserializer=pb.QueryRouteResponse.FromString)
+                mine = pb.Resource(resource_namespace="ns1", name="GrpcNs")
+                by_field = await route(pb.QueryRouteRequest(topic=mine, endpoints=endpoints()), timeout=10)
+                by_header = await route(pb.QueryRouteRequest(topic=pb.Resource(name="GrpcNs"), endpoints=endpoints()),
+                                        metadata=(("x-mq-namespace", "ns1"),), timeout=10)
+                elsewhere = await route(pb.QueryRouteRequest(topic=pb.Resource(name="GrpcNs"), endpoints=endpoints()),
+                                        metadata=(("x-mq-namespace", "ns2"),), timeout=10)
+                bad = await route(pb.QueryRouteRequest(topic=pb.Resource(resource_namespace="a%b", name="GrpcNs"),
+                                                       endpoints=endpoints()), timeout=10)
+                return by_field, by_header, elsewhere, bad
+        finally:
+            await stop(server, service)
+
+    by_field, by_header, elsewhere, bad = cluster.loop.run(go())
+    for r in (by_field, by_header):
+        assert r.status.code == CODE["OK"] and len(r.message_queues) == 2
+        assert {(q.topic.resource_namespace, q.topic.name) for q in r.message_queues} == {("ns1", "GrpcNs")}
+    assert elsewhere.status.code == CODE["TOPIC_NOT_FOUND"]  # ns2%GrpcNs: another namespace's topic
+    assert bad.status.code == CODE["BAD_REQUEST"] and "namespace 'a%b'" in bad.status.message

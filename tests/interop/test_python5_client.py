@@ -107,6 +107,27 @@ def test_official_priority_messages_are_received_highest_priority_first(
         ("p-1", 3), ("p-3", 7), ("p-4", 2), ("p-2", 1), ("p-0", 0), ("p-5", 0)]
 
 
+def test_two_namespaces_keep_apart_topics_and_groups_of_the_same_name(
+        cluster: Cluster, front: str, python5: Path, tmp_path: Path):
+    for ns in ("tenant-a", "tenant-b"):
+        cluster.create_topic(f"{ns}%orders", 2)  # (the broker's name of each namespace's "orders")
+    for ns, n in (("tenant-a", 3), ("tenant-b", 2)):
+        sent = run(python5, tmp_path, "--namespace", ns, front, "produce", "orders", str(n), "--prefix", ns)
+        assert [e["event"] for e in sent] == ["sent"] * n, sent
+    broker = cluster.brokers[0]
+    assert [sum(broker.store.get_max_offset_in_queue(f"{ns}%orders", q) for q in range(2))
+            for ns in ("tenant-a", "tenant-b")] == [3, 2]
+    for ns, n in (("tenant-a", 3), ("tenant-b", 2)):
+        got = run(python5, tmp_path, "--namespace", ns, front, "receive", "orders", "billing", str(n))
+        received = [e for e in got if e["event"] == "received"]
+        assert sorted(e["body"] for e in received) == [f"{ns}-{i}" for i in range(n)]  # its own only
+        assert {e["topic"] for e in received} == {"orders"}  # the name the client knows
+    # each namespace's group is its own: ns%billing, with its own retry topic
+    assert {"tenant-a%billing", "tenant-b%billing"} <= set(broker.subscription_group_manager.table)
+    bad = run(python5, tmp_path, "--namespace", "no%pe", front, "produce", "orders", "1")
+    assert [e["event"] for e in bad] == ["send-failed"], bad  # (refused BAD_REQUEST: test_grpc_front.py)
+
+
 def test_sluices_description_of_the_protocol_matches_the_official_clients(python5: Path, tmp_path: Path):
     """Every field Sluice's front reads or writes has the official client's number, type and cardinality."""
     script = (

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Self
 
 from sluice.common.errors import SluiceError
+from sluice.common.namespace import namespace_of
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
@@ -194,6 +195,16 @@ class Resource(NamedTuple):
         """Whether this (a rule's resource) covers ``requested`` (a request's, always literal)."""
         if self.type is ResourceType.ANY:
             return True
+        if self.type is ResourceType.NAMESPACE and requested.type in (ResourceType.TOPIC, ResourceType.GROUP):
+            # (beyond RocketMQ, which defines the type and uses it nowhere: a namespace's topics and groups)
+            ns = namespace_of(requested.name or "")
+            if not ns:
+                return False
+            if self.pattern is ResourcePattern.ANY:
+                return True
+            if self.pattern is ResourcePattern.LITERAL:
+                return ns == self.name
+            return self.name is not None and ns.startswith(self.name)
         if self.type is not requested.type:
             return False
         if self.pattern is ResourcePattern.ANY:
@@ -321,16 +332,14 @@ class Acl:
 
 # == which entry decides ===========================================================================
 def _compare_entries(e1: PolicyEntry, e2: PolicyEntry) -> int:
-    """The most specific rule first: a typed resource before ``*``; exact before prefix before ``Type:*``; a longer
-    prefix before a shorter one; between equally specific rules, Deny first (the issue's rule, and RocketMQ's
-    stated intent: its code orders Allow first there, a tie only two entries of one resource can make)."""
+    """The most specific rule first: a topic's or group's rule before a namespace's, before ``*``; exact before
+    prefix before ``Type:*``; a longer prefix before a shorter one; between equally specific rules, Deny first
+    (the issue's rule, and RocketMQ's stated intent: its code orders Allow first there, a tie only two entries
+    of one resource can make)."""
     r1, r2 = e1.resource, e2.resource
-    if r1.type is not r2.type:
-        if r1.type is ResourceType.ANY:
-            return 1
-        if r2.type is ResourceType.ANY:
-            return -1
-        return 0
+    if r1.type is not r2.type:  # a topic's or group's own rule, then its namespace's, then ``*``
+        type_rank = {ResourceType.ANY: 2, ResourceType.NAMESPACE: 1}
+        return type_rank.get(r1.type, 0) - type_rank.get(r2.type, 0)
     if r1.pattern is r2.pattern:
         if r1.pattern is ResourcePattern.PREFIXED:
             c = len(r2.name or "") - len(r1.name or "")

@@ -30,6 +30,7 @@ from sluice.cli.output import (
 )
 from sluice.client.admin import DEFAULT_NAMESRV, LONG_MAX, Admin, AdminError, parse_perm
 from sluice.common.attributes import TOPIC_MESSAGE_TYPES
+from sluice.common.namespace import namespace_of, unwrap
 from sluice.common.structs import perm_to_string
 
 ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq", "producer")
@@ -49,8 +50,13 @@ async def topic_create(admin: Admin, args: argparse.Namespace) -> int:
 @command
 async def topic_list(admin: Admin, args: argparse.Namespace) -> int:
     topics = await admin.list_topics(args.cluster)
+    if args.namespace is not None:
+        topics = [t for t in topics if namespace_of(t) == args.namespace]
     if args.json:
         print_json(topics)
+    elif args.namespace is not None or any(namespace_of(t) for t in topics):
+        # (a namespace's topic "orders" is "ns%orders" on the broker: shown as the clients name it)
+        print_table(["TOPIC", "NAMESPACE"], [[unwrap(t), namespace_of(t) or "-"] for t in topics])
     else:
         for t in topics:
             out(t)
@@ -143,10 +149,11 @@ async def group_list(admin: Admin, args: argparse.Namespace) -> int:
     if args.json:
         print_json([g.to_json() for g in groups])
         return 0
-    print_table(["GROUP", "ONLINE", "TYPE", "MODEL", "TOPICS", "BROKERS"],
-                [[g.name, len(g.clients), _CONSUME_TYPES.get(g.consume_type, g.consume_type or "-"),
-                  g.message_model.lower() or "-", ",".join(g.topics) or "-", ",".join(g.brokers)] for g in groups],
-                right=(1,))
+    print_table(["GROUP", "NAMESPACE", "ONLINE", "TYPE", "MODEL", "TOPICS", "BROKERS"],
+                [[unwrap(g.name), namespace_of(g.name) or "-", len(g.clients),
+                  _CONSUME_TYPES.get(g.consume_type, g.consume_type or "-"), g.message_model.lower() or "-",
+                  ",".join(unwrap(t) for t in g.topics) or "-", ",".join(g.brokers)] for g in groups],
+                right=(2,))
     return 0
 
 
@@ -287,8 +294,10 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
              "as they are (mqadmin updateTopicPerm)")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--perm", required=True, help="RW, R, W or a number such as 6")
-    p = verb(topic, "list", topic_list, "list the topics the name server knows", json_flag=True)
+    p = verb(topic, "list", topic_list, "list the topics the name server knows (a namespace's beside their "
+             "namespace)", json_flag=True)
     p.add_argument("--cluster", help="only topics on this cluster's brokers")
+    p.add_argument("--namespace", metavar="NS", help="only this namespace's topics (ns%%name on the broker)")
     p = verb(topic, "route", topic_route, "show a topic's brokers, addresses, queues and permissions", True)
     p.add_argument("name", metavar="NAME")
     p = verb(topic, "status", topic_status, "show per-queue min / max offsets and last update times", True)

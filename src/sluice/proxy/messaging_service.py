@@ -59,6 +59,7 @@ from sluice.proxy.grpc_converter import (
     to_pb_message,
 )
 from sluice.proxy.grpc_tls_front import GrpcTlsFront
+from sluice.proxy.namespaces import namespaced
 from sluice.proxy.protocol import RPCS, SERVICE, pb
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -896,6 +897,7 @@ def handler(service: MessagingService, fronted: bool = False) -> grpc.GenericRpc
         fn = getattr(service, name)
         if service.auth is not None:
             fn = _guarded(service, name, fn, getattr(pb, resp), client_streams, server_streams)
+        fn = namespaced(fn, getattr(pb, resp), client_streams, server_streams)  # (outside: auth sees ns%name)
         if fronted:
             fn = _fronted(service, fn, client_streams, server_streams)
         des, ser = getattr(pb, req).FromString, getattr(pb, resp).SerializeToString

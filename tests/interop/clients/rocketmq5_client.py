@@ -76,6 +76,7 @@ def receive(config: ClientConfiguration, a: argparse.Namespace) -> None:
             for m in consumer.receive(16, a.invisible) or []:
                 body = m.body.decode()
                 emit(event="received", body=body, message_id=m.message_id, tag=m.tag, keys=list(m.keys or []),
+                     topic=m.topic,
                      properties=dict(m.properties or {}), attempt=m.delivery_attempt, group=m.message_group,
                      delivery=m.delivery_timestamp, priority=getattr(m, "priority", None))
                 if a.nack_first and body not in nacked:
@@ -166,6 +167,7 @@ def main() -> int:
     p.add_argument("endpoint")
     p.add_argument("--ak", default="", help="ACL 2.0 credentials (none by default)")
     p.add_argument("--sk", default="")
+    p.add_argument("--namespace", default="", help="the client's namespace (none by default)")
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("produce")
     pr.add_argument("topic")
@@ -194,7 +196,7 @@ def main() -> int:
     pu.add_argument("--poison", default="", help="a body that always fails")
     pu.add_argument("--timeout", type=float, default=60)
     a = p.parse_args()
-    config = ClientConfiguration(a.endpoint, Credentials(a.ak, a.sk), request_timeout=5)
+    config = ClientConfiguration(a.endpoint, Credentials(a.ak, a.sk), request_timeout=5, namespace=a.namespace)
     {"produce": produce, "receive": receive, "transact": transact, "push": push}[a.cmd](config, a)
     return 0
 

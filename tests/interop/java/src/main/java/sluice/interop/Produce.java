@@ -47,6 +47,9 @@ final class Produce {
         try (Journal out = new Journal(a.get("out"))) {
             DefaultMQProducer producer = new DefaultMQProducer(a.get("group"), a.rpcHook());
             producer.setNamesrvAddr(a.get("namesrv"));
+            if (!a.get("namespace", "").isEmpty()) {  // (4.x namespaces: the client wraps names as ns%name)
+                producer.setNamespace(a.get("namespace", ""));
+            }
             producer.setUseTLS(a.flag("use-tls"));  // (TLS's test mode, the client's default: any certificate)
             producer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
             producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));

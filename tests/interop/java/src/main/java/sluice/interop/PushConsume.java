@@ -48,6 +48,9 @@ final class PushConsume {
         try (Journal out = new Journal(a.get("out"))) {
             DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(a.get("group"), a.rpcHook());
             consumer.setNamesrvAddr(a.get("namesrv"));
+            if (!a.get("namespace", "").isEmpty()) {  // (4.x namespaces: the client wraps names as ns%name)
+                consumer.setNamespace(a.get("namespace", ""));
+            }
             consumer.setUseTLS(a.flag("use-tls"));  // (TLS's test mode, the client's default: any certificate)
             consumer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
             consumer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
