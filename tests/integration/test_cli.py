@@ -25,9 +25,17 @@ from typing import Any
 import grpc
 import pytest
 
+from sluice import MessageSelector
+from sluice import PullConsumer as SyncPullConsumer
 from sluice.aio import PullConsumer
 from sluice.cli.main import main
+from sluice.client.mq_client_api import MQClientAPI
+from sluice.client.subscription import build_subscription
+from sluice.common.errors import SluiceError
 from sluice.proxy.protocol import SERVICE, pb
+from sluice.remoting.client import RemotingClient
+from tests.conftest import Cluster
+from tests.integration.helpers import wait_until
 
 
 def sluice(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -439,6 +447,32 @@ def test_dev_with_acl_on_and_its_grpc_front_needs_the_inner_credentials_and_says
            "inner_client_authentication_credentials" in err
 
 
+def test_dev_filters_by_properties_unless_told_not_to_and_a_refusal_names_the_setting(tmp_path: Path,
+                                                                                      server_loop) -> None:
+    from sluice.cli.main import build_parser
+    args = build_parser().parse_args(["dev", "--no-property-filter"])
+    assert args.no_property_filter and not build_parser().parse_args(["dev"]).no_property_filter
+    cluster = Cluster(tmp_path, server_loop)
+    try:
+        cluster.start_broker("broker-a")  # (property filters off: RocketMQ's default, and --no-property-filter's)
+        selector = MessageSelector.by_key_value("region=eu")
+        sub = build_subscription("kv-off", selector)
+
+        async def check() -> None:
+            remoting = RemotingClient()
+            try:
+                api = MQClientAPI(remoting, [cluster.namesrv_addr])
+                await api.check_client_config(cluster.brokers[0].broker_addr, "kv-off-g", "c1", sub)
+            finally:
+                await remoting.close()
+
+        with pytest.raises(SluiceError) as err:
+            cluster.loop.run(check())
+        assert "enable_property_filter = true" in str(err.value) and "key=value" in str(err.value)
+    finally:
+        cluster.close()
+
+
 def test_dev_takes_its_ports_and_host_from_the_config_file_unless_a_flag_says_otherwise(tmp_path: Path):
     from sluice.cli.main import build_parser
     from sluice.cli.servers import broker_config, namesrv_config
@@ -535,6 +569,14 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
         assert f"on {broker}" in shown and shown.splitlines()[-1] == "hello from the CLI"
         assert sent["msgId"] in cli("msg", "get-by-key", "dev-topic", "dev-key")
 
+        # A dev node filters by properties (RocketMQ's broker does not by default): key=value works at once.
+        cli("msg", "send", "dev-topic", "for region eu", "--prop", "region=eu")
+        with SyncPullConsumer("dev-kv", namesrv=ns, consume_from="first") as kv:
+            kv.subscribe("dev-topic", MessageSelector.by_key_value("region=eu"))
+            got: list[bytes] = []
+            wait_until(lambda: got.extend(m.body for m in kv.poll(0.2)) or got, 30, "the key=value match")
+        assert got == [b"for region eu"]
+
         # A RocketMQ 5 client with its defaults speaks TLS (HTTP/2 by ALPN) to the gRPC port, which made itself a
         # certificate at that first TLS client (RocketMQ's test mode); pinned, it is checked names and all.
         ctx = ssl.create_default_context()
@@ -565,7 +607,7 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
         assert len(families) == len(set(families))
         assert {'node_type="broker"', 'node_type="namesrv"', 'node_type="proxy"'} <= set(
             re.findall(r'node_type="\w+"', exposition))
-        assert re.search(r'rocketmq_messages_in_total\{[^}]*topic="dev-topic"[^}]*\} 1\.0', exposition)
+        assert re.search(r'rocketmq_messages_in_total\{[^}]*topic="dev-topic"[^}]*\} 2\.0', exposition)
         assert re.search(r'rocketmq_rpc_latency_milliseconds_count\{[^}]*node_type="namesrv"', exposition)
         assert re.search(r'rocketmq_proxy_up\{[^}]*\} 1\.0', exposition)
 

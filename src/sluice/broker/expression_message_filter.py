@@ -27,6 +27,14 @@ _I16 = struct.Struct(">h")
 LOOKUP_MAX_NAMES = 6
 
 
+def property_filter_disabled(expression_type: str) -> str:
+    """The refusal of a filter by properties on a broker with them off: RocketMQ's words, then what to change
+    (Sluice's key=value filters travel as SQL92)."""
+    return (f"The broker does not support consumer to filter message by {expression_type}: property filters "
+            f"(SQL92 and key=value) are off on this broker; set enable_property_filter = true "
+            f"(RocketMQ's enablePropertyFilter)")
+
+
 def record_properties(buf: memoryview, pos: int) -> bytes | None:
     """The encoded properties of the stored record at ``buf[pos:]``, None when its lengths do not add up."""
     try:

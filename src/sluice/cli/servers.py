@@ -192,6 +192,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
     nscfg.kv_config_path = os.path.join(store, "namesrv", "kvConfig.json")
     bcfg = broker_config(args, data, where)
     bcfg.auto_create_topic_enable = True
+    if args.no_property_filter:
+        bcfg.enable_property_filter = False
+    elif "enable_property_filter" not in server_tables(data, where).get("broker", {}):
+        bcfg.enable_property_filter = True  # (a dev node filters by SQL92 and key=value; RocketMQ's broker: off)
     if args.grpc_port is not None and not 0 <= args.grpc_port <= 65535:
         raise ConfigError(f"--grpc-port {args.grpc_port}: a port is 0 to 65535")
     if not 0 <= args.metrics_port <= 65535:
@@ -469,6 +473,8 @@ def add_server_commands(sub: Any) -> None:
     dev.add_argument("--metrics-port", type=int, default=5557,
                      help="port of the Prometheus endpoint, /metrics (default 5557; 0: any free port)")
     dev.add_argument("--no-metrics", action="store_true", help="no Prometheus endpoint")
+    dev.add_argument("--no-property-filter", action="store_true", help="no SQL92 / key=value filters (RocketMQ's "
+                     "broker default; a dev node has them on)")
     dev.add_argument("--ha", action="store_true", help="three brokers of one group with automatic failover, "
                      "elected through an etcd started as a child process (docs/ha.md; needs etcd installed)")
     dev.set_defaults(func=cmd_dev)

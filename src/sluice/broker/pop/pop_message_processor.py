@@ -20,7 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from sluice.broker.consumer_order_info_manager import OrderInfo
-from sluice.broker.expression_message_filter import ExpressionMessageFilter
+from sluice.broker.expression_message_filter import ExpressionMessageFilter, property_filter_disabled
 from sluice.broker.pop.pop_long_polling_service import PollingFull
 from sluice.broker.pop.pop_revive_service import CheckPoint, now_ms
 from sluice.broker.processors.pull_message_processor import SubscriptionParseError, tag_codes_of
@@ -173,8 +173,7 @@ class PopMessageProcessor:
             if is_tag_type(h.exp_type):
                 codes = tag_codes_of(h.exp)
             elif not self.config.enable_property_filter:
-                return req.response(ResponseCode.SYSTEM_ERROR,
-                                    f"The broker does not support consumer to filter message by {h.exp_type}")
+                return req.response(ResponseCode.SYSTEM_ERROR, property_filter_disabled(h.exp_type))
             else:
                 compiled = compile_expression(h.exp_type, h.exp)
                 record_filter = None if compiled is None else ExpressionMessageFilter(compiled)

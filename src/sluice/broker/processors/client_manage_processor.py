@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from sluice.auth.signature import ACCESS_KEY
 from sluice.broker.client_channel_info import ClientChannelInfo
+from sluice.broker.expression_message_filter import property_filter_disabled
 from sluice.common import fastjson
 from sluice.common.errors import InvalidSubscriptionError
 from sluice.common.naming import retry_topic
@@ -113,8 +114,7 @@ class ClientManageProcessor:
             return req.response(ResponseCode.SUCCESS)
         etype = str(etype)
         if not self.config.enable_property_filter:
-            return req.response(ResponseCode.SYSTEM_ERROR,
-                                f"The broker does not support consumer to filter message by {etype}")
+            return req.response(ResponseCode.SYSTEM_ERROR, property_filter_disabled(etype))
         try:
             compile_expression(etype, str(sub.get("subString") or ""))
         except InvalidSubscriptionError as exc:

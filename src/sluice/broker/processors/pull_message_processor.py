@@ -7,7 +7,11 @@ from functools import lru_cache
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from sluice.broker.expression_message_filter import ExpressionForRetryMessageFilter, ExpressionMessageFilter
+from sluice.broker.expression_message_filter import (
+    ExpressionForRetryMessageFilter,
+    ExpressionMessageFilter,
+    property_filter_disabled,
+)
 from sluice.broker.pull_request_hold_service import TooManyHeldPulls
 from sluice.common.errors import InvalidSubscriptionError
 from sluice.common.hashing import tag_hash_code
@@ -203,8 +207,7 @@ class PullMessageProcessor:
 
     @staticmethod
     def _property_filter_disabled(req: RemotingCommand, expression_type: str) -> RemotingCommand:
-        return req.response(ResponseCode.SYSTEM_ERROR,
-                            f"The broker does not support consumer to filter message by {expression_type}")
+        return req.response(ResponseCode.SYSTEM_ERROR, property_filter_disabled(expression_type))
 
     def _hold(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
               timeout_ms: int) -> RemotingCommand | DeferredResponse:
