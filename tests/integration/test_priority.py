@@ -5,6 +5,7 @@ and group attributes are checked and kept as RocketMQ checks and keeps them, acr
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -148,7 +149,7 @@ def test_the_client_refuses_a_priority_with_another_type() -> None:
     ("+bogus=1", "unsupported key: bogus"),
     ("message.type=FIFO", "add/alter attribute format is wrong: message.type"),
     ("+message.type=FIFO,+message.type=NORMAL", "key duplication: +message.type"),
-    ("+cleanup.policy=COMPACTION", "cleanup.policy=COMPACTION is not supported"),
+    ("+cleanup.policy=COMPACTION", "cleanup.policy=COMPACTION is not supported by Sluice"),
     ("+lite.topic.expiration=99999999", "value is not in range(-1, 43200)"),
 ])
 def test_topic_attributes_rocketmq_refuses_are_refused(cluster: Cluster, api: MQClientAPI, attributes: str,
@@ -210,3 +211,65 @@ def test_group_attributes_are_checked(cluster: Cluster) -> None:
 
     cluster.loop.run(asyncio.wait_for(go(), 60))
     assert cluster.brokers[0].subscription_group_manager.table["attr-g"].priority_factor == 100
+
+
+def test_async_sends_keep_their_priorities(cluster: Cluster) -> None:
+    """send_async batches what it can: never a priority message, which the broker routes only when sent alone."""
+    cluster.create_topic("prio-async", 4, attributes=PRIORITY_TOPIC)
+    with Producer("prio-async-pg", namesrv=cluster.namesrv_addr) as p:
+        p.send(Message("prio-async", b"warm-up"))  # (the route known: later async sends could batch)
+        futures = [p.send_async(Message("prio-async", f"a{i}".encode(), priority=pr))
+                   for i, pr in enumerate([3, 0, 3, 1, 2, 0, 3, 2])]
+        queues = [f.result(30).queue.queue_id for f in futures]
+    assert queues == [3, 0, 3, 1, 2, 0, 3, 2]
+
+
+def test_pops_arriving_together_each_take_the_highest_priority_waiting(cluster: Cluster, api: MQClientAPI) -> None:
+    """A queue whose checkpoint another pop is writing is waited for, not passed over for a lower priority."""
+    cluster.create_topic("prio-busy", 4, attributes=PRIORITY_TOPIC)
+    with Producer("prio-busy-pg", namesrv=cluster.namesrv_addr) as p:
+        for i in range(10):
+            p.send(Message("prio-busy", f"hi{i}".encode(), priority=3))
+        for i in range(10):
+            p.send(Message("prio-busy", f"lo{i}".encode(), priority=0))
+    broker = cluster.brokers[0]
+
+    async def four_pops() -> list[list[int]]:
+        pops = [api.pop_message(broker.broker_addr, "broker-a", "prio-busy-g", "prio-busy", "TAG", "*", 1, 60_000, 0)
+                for _ in range(4)]
+        return [[m.queue_id for m in ms] for ms in await asyncio.gather(*pops)]
+
+    assert cluster.loop.run(asyncio.wait_for(four_pops(), 60)) == [[3]] * 4
+
+
+def test_a_broker_that_gets_a_group_later_gets_its_attributes_too(cluster: Cluster) -> None:
+    async def update(**kw: object) -> None:
+        async with Admin(cluster.namesrv_addr) as admin:
+            await admin.update_group("attr-copy", **kw)  # type: ignore[arg-type]
+
+    cluster.loop.run(update(attributes="+priority.factor=0", retryMaxTimes=5))
+    b = cluster.start_broker("broker-b")
+    cluster.loop.run(update(retryMaxTimes=3, attributes="+priority.factor=10"))
+    for broker in (cluster.brokers[0], b):
+        g = broker.subscription_group_manager.table["attr-copy"]
+        assert (g.retry_max_times, g.attributes) == (3, {"priority.factor": "10"}), broker.config.broker_name
+
+
+def test_oversized_and_unreadable_attribute_values_are_refused_cleanly(cluster: Cluster, api: MQClientAPI) -> None:
+    addr = cluster.brokers[0].broker_addr
+
+    async def group(attributes: dict[str, str]) -> RemotingCommand:
+        body = json.dumps({"groupName": "attr-huge", "attributes": attributes}).encode()
+        return await api.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+
+    huge = cluster.loop.run(group({"+priority.factor": "1" * 5000}))
+    assert huge.code == ResponseCode.INVALID_PARAMETER and "more than 4096 characters" in (huge.remark or "")
+    long_number = cluster.loop.run(group({"+priority.factor": "9" * 25}))
+    assert (long_number.code, long_number.remark) == (ResponseCode.SYSTEM_ERROR, f'For input string: "{"9" * 25}"')
+    assert "attr-huge" not in cluster.brokers[0].subscription_group_manager.table
+    with pytest.raises(BrokerResponseError, match="Index 1 out of bounds for length 1"):  # (RocketMQ's words)
+        cluster.loop.run(api.create_topic(addr, "attr-empty", 4, 4, 6, attributes="+message.type="))
+    with pytest.raises(BrokerResponseError, match="message.type=LITE is not supported by Sluice"):
+        cluster.loop.run(api.create_topic(addr, "attr-lite", 4, 4, 6, attributes="+message.type=LITE"))
+    cluster.loop.run(api.create_topic(addr, "attr-reserve", 4, 4, 6, attributes="+reserve.time=100"))
+    assert cluster.brokers[0].topic_config_manager.get("attr-reserve").attributes == {"reserve.time": "100"}

@@ -78,7 +78,9 @@ def test_topic_and_group_attributes_are_refused_alike(systems):
                                          ("out of range", "+lite.topic.expiration=99999999"),
                                          ("priority", "+message.type=PRIORITY"),
                                          ("unchangeable", "+queue.type=SimpleCQ"),
-                                         ("delete absent", "-cleanup.policy")):
+                                         ("delete absent", "-cleanup.policy"),
+                                         ("empty value", "+message.type="),
+                                         ("reserve time", "+reserve.time=100")):
                     out[name] = await _refusal(api.create_topic(s.broker_addr, topic, 4, 4, 6, attributes=attributes))
                 out["attributes"] = ((await api.get_topic_config(s.broker_addr, topic)) or {}).get("attributes")
             finally:
@@ -97,5 +99,6 @@ def test_topic_and_group_attributes_are_refused_alike(systems):
         return run(go())
 
     observed = assert_same(both(systems, scenario))
-    assert observed["priority"] == "allowed" and observed["attributes"] == {"message.type": "PRIORITY"}
+    assert observed["priority"] == "allowed"
+    assert observed["attributes"] == {"message.type": "PRIORITY", "reserve.time": "100"}
     assert observed["group attributes"] == {"priority.factor": "40"}

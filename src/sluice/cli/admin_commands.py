@@ -285,7 +285,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         p.add_argument("--perm", default="RW", help="RW, R, W or a number such as 6 (default RW)")
         p.add_argument("--order", action="store_true", help="an ordered topic (also sets its order config)")
         p.add_argument("--cluster", help="only on this cluster's brokers (default: every broker)")
-        p.add_argument("--message-type", choices=[t for t in TOPIC_MESSAGE_TYPES if t != "UNSPECIFIED"],
+        p.add_argument("--message-type", choices=[t for t in TOPIC_MESSAGE_TYPES if t not in ("UNSPECIFIED", "LITE")],
                        help="the topic's message.type attribute: PRIORITY makes a priority topic (RIP-80); what "
                             "gRPC clients may send to it")
         p.add_argument("--attributes", metavar="+K=V,-K", help="add, change (+key=value) or remove (-key) topic "

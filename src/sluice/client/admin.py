@@ -344,11 +344,24 @@ class Admin:
         if not targets:
             raise AdminError("no broker is registered with the name server" if cluster is None
                              else f"cluster {cluster!r} has no master broker")
-        current = await self.group_config(group, cluster)
+        tables = dict(zip(targets.values(), await self._gather(
+            self.api.get_all_subscription_groups(addr) for addr in targets.values()), strict=True))
+        current = next((dict(t[group]) for t in tables.values() if isinstance(t.get(group), dict)), None)
         if current is None and must_exist:
             raise AdminError(f"no group {group!r} on the brokers" + (f" of cluster {cluster!r}" if cluster else ""))
-        config = {**GROUP_DEFAULTS, **(current or {}), **changes, "groupName": group, "attributes": modification}
-        await self._gather(self.api.update_subscription_group(addr, config) for addr in targets.values())
+        # A broker that has the group changes its attributes as asked; one that has not yet gets the group's
+        # attributes as the others hold them, changed as asked (a creation takes additions only).
+        held = current.pop("attributes", None) if current is not None else None
+        created = {f"+{k}": str(v) for k, v in held.items()} if isinstance(held, dict) else {}
+        for key, value in modification.items():
+            if key.startswith("-"):
+                created.pop("+" + key[1:], None)
+            else:
+                created[key] = value
+        config = {**GROUP_DEFAULTS, **(current or {}), **changes, "groupName": group}
+        await self._gather(self.api.update_subscription_group(
+            addr, {**config, "attributes": modification if group in tables[addr] else created})
+            for addr in targets.values())
         return targets
 
     async def clone_offsets(self, source: str, target: str, topic: str) -> dict[str, int]:

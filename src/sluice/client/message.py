@@ -111,9 +111,9 @@ class Message:
     # A W3C ``traceparent`` carried as TRACE_CONTEXT (what RocketMQ 5's clients carry as ``trace_context``); a
     # producer with ``enable_otel`` sets it to its publish span's.
     trace_context: str | None = None
-    # RocketMQ 5.4's priority (RIP-80), 0 the lowest: on a topic of message type PRIORITY the broker stores the
-    # message in queue min(priority, queues - 1) and a POP consumer takes the highest queue first. A priority
-    # message has no delay, no sharding key and no transaction.
+    # RocketMQ 5.4's priority (RIP-80), 0 the lowest: the broker stores the message in queue
+    # min(priority, queues - 1), and on a topic of message type PRIORITY a POP consumer takes the highest queue
+    # first. A priority message has no delay, no sharding key and no transaction, and is never batched.
     priority: int | None = None
 
     def __post_init__(self) -> None:

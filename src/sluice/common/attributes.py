@@ -104,7 +104,7 @@ def java_hash_set_order(values: tuple[str, ...]) -> list[str]:
 def java_long(text: str) -> int | None:
     """``text`` as Java's Long.parseLong reads it, or None where it throws."""
     body = text[1:] if text[:1] in "+-" else text
-    if not body or not body.isascii() or not body.isdigit():
+    if not body or not body.isascii() or not body.isdigit() or len(body.lstrip("0")) > 19:
         return None
     n = int(text)
     return n if -(2**63) <= n < 2**63 else None
@@ -150,8 +150,12 @@ def parse_modification(text: str | None) -> dict[str, str]:
         kvs.pop()
     for kv in kvs:
         if "=" in kv:
-            key, _, rest = kv.partition("=")
-            value = rest.split("=", 1)[0]
+            parts = kv.split("=")
+            while parts and not parts[-1]:  # (Java's split again: "+k=" is one part, and Java's [1] then throws)
+                parts.pop()
+            if len(parts) < 2:
+                raise AttributeRefused(f"Index 1 out of bounds for length {len(parts)}")
+            key, value = parts[0], parts[1]
             if "+" not in key:
                 raise AttributeRefused(f"add/alter attribute format is wrong: {key}")
         else:
@@ -214,15 +218,16 @@ def alter(create: bool, universe: Mapping[str, Attribute], current: Mapping[str,
     return out
 
 
-def topic_attributes_unsupported(attributes: Mapping[str, str]) -> str | None:
-    """Why Sluice cannot keep a topic with these attributes (features it does not have), or None."""
+def topic_attributes_unsupported(modification: Mapping[str, str]) -> str | None:
+    """Why Sluice cannot make a topic what ``modification`` (signed keys) asks (features it does not have: RocketMQ
+    5.5 takes them), or None."""
     for attribute, why in ((QUEUE_TYPE, "Sluice keeps SimpleCQ consume queues only"),
                            (CLEANUP_POLICY, "Sluice has no compacted topics")):
-        value = attributes.get(attribute.name)
+        value = modification.get("+" + attribute.name)
         if value is not None and value != attribute.default:
-            return f"{attribute.name}={value} is not supported: {why}"
-    if RESERVE_TIME.name in attributes:
-        return "Update topic reserveTime not supported"
+            return f"{attribute.name}={value} is not supported by Sluice: {why}"
+    if modification.get("+" + MESSAGE_TYPE.name) == "LITE":
+        return "message.type=LITE is not supported by Sluice: it has no lite topics yet"
     return None
 
 

@@ -193,9 +193,12 @@ class MessageExt(_PropertyAccessors):
 
     @property
     def priority(self) -> int | None:
-        """The priority the message was sent with (RIP-80), None when it has none."""
+        """The priority the message was sent with (RIP-80), None when it has none (or one no int32 holds)."""
         raw = self._property(PROPERTY_PRIORITY)
-        return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
+        if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 10:
+            return None
+        value = int(raw)
+        return value if value < 2**31 else None
 
     @property
     def offset_msg_id(self) -> str:

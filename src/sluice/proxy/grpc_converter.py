@@ -142,12 +142,9 @@ def stored_properties(m: Any) -> tuple[dict[str, str], str]:
             raise Refused("ILLEGAL_MESSAGE_PROPERTY_KEY", f"a trace context is 1 to {MAX_TRACE_CONTEXT} characters "
                                                           f"of text")
         props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
-    if sp.HasField("priority"):  # (RIP-80: a priority message is of none of the other types)
+    if sp.HasField("priority"):  # (RIP-80; on a FIFO, delay or transactional message the broker drops it)
         if sp.priority < 0:
             raise Refused("BAD_REQUEST", f"the message priority {sp.priority} is below 0")
-        if sp.HasField("message_group") or sp.HasField("delivery_timestamp") or sp.message_type == TRANSACTION:
-            raise Refused("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE",
-                          "a priority message has no message group, no delivery time and no transaction")
         props[PROPERTY_PRIORITY] = str(sp.priority)
     if sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items()) > MAX_PROPERTIES_BYTES - 256:
         raise Refused("MESSAGE_PROPERTIES_TOO_LARGE", "the message's properties do not fit a stored record")

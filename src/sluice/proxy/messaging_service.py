@@ -92,6 +92,8 @@ BROKER_TIMEOUT = 2.5  # a unary call's broker request: answered in-band before t
 TELEMETRY_QUEUE = 1024  # commands waiting for one client's stream
 GROUP_CACHE_SECONDS = 30.0
 GROUP_CACHE_SIZE = 10_000
+TYPE_LOOKUP_SECONDS = 1.0  # a route's wait for a master to say the topic's message type
+TYPE_RETRY_SECONDS = 5.0  # how long a lookup no master answered stands
 DEFAULT_RETRIES = 16
 ROUTED_TOPICS = 10_000  # topics whose routes the front keeps fresh
 LARGE_BATCH = 1 << 20  # bodies of a receive from which its frames are built off the loop
@@ -171,7 +173,9 @@ class MessagingService:
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
         self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
-        self._topic_types: dict[str, tuple[float, str]] = {}  # topic → (when looked up, its message.type)
+        # topic → (when looked up, its message.type, whether a master answered); the lookups under way
+        self._topic_types: dict[str, tuple[float, str, bool]] = {}
+        self._type_lookups: dict[str, asyncio.Future[str]] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
@@ -242,24 +246,44 @@ class MessagingService:
 
     async def _topic_message_type(self, topic: str, addrs: list[str]) -> str:
         """The topic's ``message.type`` attribute ("" when it has none), looked up at most every 30 s on the
-        masters serving it; the last known answer (or "") when none answers."""
+        masters serving it (all at once, the first answer kept; one lookup shared by the routes asked meanwhile);
+        when none answers within a second, the last known answer (or "") for the next 5 s."""
         now = time.monotonic()
         known = self._topic_types.get(topic)
-        if known is not None and now - known[0] < GROUP_CACHE_SECONDS:
+        if known is not None and now - known[0] < (GROUP_CACHE_SECONDS if known[2] else TYPE_RETRY_SECONDS):
             return known[1]
-        for a in addrs:
-            try:
-                config = await self.client.api.get_topic_config(a, topic, timeout_ms=int(BROKER_TIMEOUT * 1000))
-            except (ClientError, RemotingError) as exc:
-                log.info("topic config of %s on %s: %s", topic, a, exc)
-                continue
+        pending = self._type_lookups.get(topic)
+        if pending is None:
+            pending = asyncio.ensure_future(self._look_up_type(topic, addrs, known[1] if known else ""))
+            self._type_lookups[topic] = pending
+            pending.add_done_callback(lambda _: self._type_lookups.pop(topic, None))
+        return await asyncio.shield(pending)
+
+    async def _look_up_type(self, topic: str, addrs: list[str], fallback: str) -> str:
+        async def one(addr: str) -> str:
+            config = await self.client.api.get_topic_config(addr, topic, timeout_ms=int(TYPE_LOOKUP_SECONDS * 1000))
             attributes = (config or {}).get("attributes")
-            kind = str(attributes.get("message.type") or "") if isinstance(attributes, dict) else ""
-            if len(self._topic_types) >= GROUP_CACHE_SIZE:
-                self._topic_types.clear()
-            self._topic_types[topic] = (now, kind)
-            return kind
-        return known[1] if known is not None else ""
+            return str(attributes.get("message.type") or "") if isinstance(attributes, dict) else ""
+
+        kind, answered = fallback, False
+        tasks = [asyncio.ensure_future(one(a)) for a in addrs]
+        try:
+            for next_done in asyncio.as_completed(tasks, timeout=TYPE_LOOKUP_SECONDS + 0.5):
+                try:
+                    kind, answered = await next_done, True
+                    break
+                except (ClientError, RemotingError) as exc:
+                    log.info("topic config of %s: %s", topic, exc)
+        except TimeoutError:
+            log.info("topic config of %s: no master answered within %.1f s", topic, TYPE_LOOKUP_SECONDS)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if len(self._topic_types) >= GROUP_CACHE_SIZE:
+            self._topic_types.clear()
+        self._topic_types[topic] = (time.monotonic(), kind, answered)
+        return kind
 
     async def Heartbeat(self, req: Any, context: Any) -> Any:  # noqa: N802
         return pb.HeartbeatResponse(status=status("OK"))

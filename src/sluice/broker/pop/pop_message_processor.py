@@ -158,6 +158,7 @@ class PopMessageProcessor:
         self.order_info = order_info
         self.swapped_out = swapped_out
         self._busy: set[tuple[str, str, int]] = set()  # queues a pop is writing the checkpoint of
+        self._busy_waiters: dict[tuple[str, str, int], list[asyncio.Future[None]]] = {}
 
     async def pop_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = _checked(PopMessageRequestHeader.decode(req.ext_fields))
@@ -303,6 +304,19 @@ class PopMessageProcessor:
             return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
         return None
 
+    def _release(self, key: tuple[str, str, int]) -> None:
+        """A queue's checkpoint is written: pops waiting for it go on."""
+        self._busy.discard(key)
+        for fut in self._busy_waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _until_free(self, key: tuple[str, str, int]) -> None:
+        while key in self._busy:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._busy_waiters.setdefault(key, []).append(fut)
+            await fut
+
     def _has_messages(self, group: str, topic: str, queue_id: int) -> bool:
         tc = self.topic_config_manager.get(topic)
         if tc is None:
@@ -329,7 +343,8 @@ class PopMessageProcessor:
         (RocketMQ's PopMessageProcessor, RIP-80)."""
         rand = random.randrange(100)
         retry_share = self.config.pop_from_retry_probability
-        if priority_topic and rand < group.priority_factor:
+        in_order = priority_topic and rand < group.priority_factor
+        if in_order:
             retry_share = self.config.pop_from_retry_probability_for_priority
             order = range(queue_nums - 1, -1, -1) if self.config.priority_order_asc else range(queue_nums)
             first = [h.queue_id] if h.queue_id >= 0 else list(order)
@@ -350,7 +365,9 @@ class PopMessageProcessor:
                 break
             key = (topic, h.consumer_group, qid)
             if key in self._busy:
-                continue
+                if not in_order:
+                    continue
+                await self._until_free(key)  # (a higher priority is not passed over for its checkpoint's write)
             offset = self._pop_offset(h, topic, qid)
             r = self.store.get_messages(h.consumer_group, topic, qid, offset, budget, tag_codes, flt)
             if r.status is GetMessageStatus.FOUND:
@@ -372,7 +389,7 @@ class PopMessageProcessor:
         def written(i: int, r: PutMessageResult) -> None:
             rd = reads[i]
             assert rd.ck is not None
-            self._busy.discard((rd.topic, h.consumer_group, rd.queue_id))
+            self._release((rd.topic, h.consumer_group, rd.queue_id))
             self.pop_revive.written(rd.ck, r)
             if r.stored:  # handed out from now on, answered or not: the offset moves past them
                 self.store.consumer_offsets.commit_offset(h.consumer_group, rd.topic, rd.queue_id,
@@ -487,7 +504,8 @@ class PopMessageProcessor:
         try:
             (r,) = await put_all(self.store, [moved])
         finally:
-            self._busy.difference_update(key_busy)
+            for key in key_busy:
+                self._release(key)
         if not r.stored:  # stay in order: they come back once the pop's invisible time passes
             log.warning("cannot move %d messages of %s past their retries to %s: %s %s", len(moved), h.topic, topic,
                         r.status.name, r.remark)

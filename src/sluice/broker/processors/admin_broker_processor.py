@@ -14,6 +14,7 @@ from sluice.broker.topic_config_manager import SYSTEM_TOPICS
 from sluice.common import fastjson
 from sluice.common.attributes import (
     GROUP_ATTRIBUTES,
+    MAX_MODIFICATION,
     MESSAGE_TYPE,
     TOPIC_ATTRIBUTES,
     AttributeRefused,
@@ -149,7 +150,7 @@ class AdminBrokerProcessor:
             existing = self.topic_config_manager.get(topic)
             attributes = alter(existing is None, TOPIC_ATTRIBUTES, existing.attributes if existing else {},
                                modification)
-            unsupported = topic_attributes_unsupported(attributes)
+            unsupported = topic_attributes_unsupported(modification)
         except AttributeRefused as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if unsupported:
@@ -262,6 +263,8 @@ class AdminBrokerProcessor:
             if not isinstance(modification, dict) or not all(
                     isinstance(k, str) and isinstance(v, str) for k, v in modification.items()):
                 raise ValueError("attributes must be an object of text values")
+            if sum(len(k) + len(v) + 2 for k, v in modification.items()) > MAX_MODIFICATION:
+                raise ValueError(f"attributes take more than {MAX_MODIFICATION} characters")
         except (InvalidNameError, ValueError) as exc:
             return req.response(ResponseCode.INVALID_PARAMETER, f"bad subscription group config: {exc}")
         existing = self.subscription_group_manager.table.get(g.group_name)
