@@ -39,7 +39,8 @@ T = TypeVar("T")
 def rocketmq(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocketMQNode]:
     node = RocketMQNode(java_build, tmp_path_factory.mktemp("rocketmq"), broker_settings={
         "messageDelayLevel": DELAY_LEVELS, "mappedFileSizeCommitLog": str(128 << 20), **TRANSACTION_CHECKS,
-        "enablePropertyFilter": "true", "recallMessageEnable": "true", **metrics_settings()})
+        "enablePropertyFilter": "true", "recallMessageEnable": "true", "enableLmq": "true",
+        "enableMultiDispatch": "true", **metrics_settings()})
     try:
         node.start()
     except RuntimeError as exc:
@@ -122,7 +123,8 @@ def systems(request: pytest.FixtureRequest, rocketmq: RocketMQNode, empty_cluste
     """``{"sluice": System, "rocketmq": System}``; Sluice's side must not see a request it does not serve."""
     broker = empty_cluster.start_broker("broker-a", message_delay_level=DELAY_LEVELS, transaction_timeout=1000,
                                         transaction_check_interval=1000, enable_property_filter=True,
-                                        recall_message_enable=True,
+                                        recall_message_enable=True, store_enable_lmq=True,
+                                        store_enable_multi_dispatch=True,
                                         metrics_exporter_type="PROM", metrics_prom_exporter_port=0)
     assert broker.metrics_exporter is not None
     prefix = _prefix(request)

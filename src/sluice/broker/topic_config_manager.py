@@ -15,6 +15,7 @@ from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
     OFFSET_MOVED_EVENT,
     SELF_TEST_TOPIC,
+    is_lmq,
 )
 from sluice.common.structs import DataVersion, TopicConfig, perm_inherit
 from sluice.common.sysflag import PERM_INHERIT, PERM_READ, PERM_WRITE
@@ -71,7 +72,12 @@ class TopicConfigManager(ConfigManager):
         self.persist()
 
     def get(self, topic: str) -> TopicConfig | None:
-        return self.table.get(topic)
+        """The topic's config; a light queue's (one queue, read and write, never kept or registered) when the
+        broker has them (RocketMQ's LmqTopicConfigManager)."""
+        tc = self.table.get(topic)
+        if tc is None and self.config.store.enable_lmq and is_lmq(topic):
+            tc = TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE)
+        return tc
 
     def update(self, tc: TopicConfig) -> TopicConfig | None:
         """Create or replace a topic; returns the previous config."""

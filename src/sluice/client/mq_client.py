@@ -27,6 +27,7 @@ from sluice.common.config_loader import SettingError, load
 from sluice.common.errors import ClientError, MessageFormatError, NameServerUnavailableError
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_record
+from sluice.common.naming import is_lmq
 from sluice.common.properties import PROPERTY_PRODUCER_GROUP
 from sluice.common.service import AsyncService
 from sluice.common.structs import MASTER_ID, ConsumerData, HeartbeatData, MessageQueue, TopicRouteData
@@ -298,11 +299,24 @@ class MQClientInstance(AsyncService):
         group; the route is refreshed once if the group has no known address."""
         found = admin_addr(self.broker_addrs.get(mq.broker_name))
         if found is None:
-            await self.update_route(mq.topic)
+            await self.learn_addrs_of(mq.topic)
             found = admin_addr(self.broker_addrs.get(mq.broker_name))
         if found is None:
             raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
         return found[0]
+
+    async def learn_addrs_of(self, topic: str) -> None:
+        """Learn where ``topic``'s brokers are: from its route; a light queue (``%LMQ%...``), which has none, from
+        the name server's list of every broker."""
+        if not is_lmq(topic):
+            await self.update_route(topic)
+            return
+        info = await self.api.get_cluster_info()
+        table = info.get("brokerAddrTable") if isinstance(info, dict) else None
+        for name, data in (table or {}).items():
+            addrs = data.get("brokerAddrs") if isinstance(data, dict) else None
+            if isinstance(addrs, dict) and addrs:
+                self.broker_addrs[str(name)] = {int(k): str(v) for k, v in addrs.items() if str(k).isdigit()}
 
     def master_addrs(self) -> list[str]:
         return sorted({a[MASTER_ID] for a in self.broker_addrs.values() if MASTER_ID in a})

@@ -92,6 +92,17 @@ class MessageStoreConfig(_Config):
     # Limits on what is accepted.
     max_message_size: Annotated[int, Meta(ge=1, le=2**31 - 1)] = 1024 * 1024 * 4
     max_properties_size: Annotated[int, Meta(ge=1, le=32767)] = 32767
+    # Light message queues (RocketMQ's enableLmq / enableMultiDispatch): a message whose INNER_MULTI_DISPATCH names
+    # "%LMQ%a,%LMQ%b" is also entered in each of those queues (queue 0 of each, offsets of their own); at most
+    # ``max_lmq_consume_queue_num`` of them on the broker (RocketMQ's default; Sluice always keeps to it), at most
+    # ``max_lmq_dispatch`` named by one message.
+    enable_lmq: bool = False
+    enable_multi_dispatch: bool = False
+    max_lmq_consume_queue_num: Annotated[int, Meta(ge=1, le=50_000)] = 20_000
+    max_lmq_dispatch: Annotated[int, Meta(ge=1, le=10_000)] = 256
+    # A light queue's consume-queue files hold 1,000 entries each (a topic's: 300,000): each file's space is
+    # reserved when made, and there are many light queues, each holding little. Fixed once light queues exist.
+    lmq_mapped_file_size_consume_queue: Annotated[int, Meta(ge=20, le=2**31 - 1, multiple_of=20)] = 1_000 * 20
     # Flushing.
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval_commit_log: Millis = 500

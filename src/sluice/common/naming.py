@@ -21,6 +21,8 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (timer wheel, POP's revive log): no client sends there
 REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"  # a cluster's reply topic is <cluster>_REPLY_TOPIC
 _REPLY_SUFFIX = "_" + REPLY_TOPIC_POSTFIX
+LMQ_PREFIX = "%LMQ%"  # a light message queue's name starts so; it has one queue, 0 (RocketMQ's MixAll)
+LMQ_QUEUE_ID = 0
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # timer messages wait here for the timer wheel (RocketMQ 5)
 # System topics producers may not send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
@@ -41,6 +43,16 @@ def is_system_topic(topic: str) -> bool:
 
 def is_system_group(group: str) -> bool:
     return group.lower().startswith(SYSTEM_GROUP_PREFIX)
+
+
+def is_lmq(name: str) -> bool:
+    return name.startswith(LMQ_PREFIX)
+
+
+def topic_allows_lmq(topic: str) -> bool:
+    """Whether a message of ``topic`` may be dispatched to light queues (RocketMQ's MixAll.topicAllowsLMQ)."""
+    return not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX)) \
+        and topic != SCHEDULE_TOPIC
 
 
 def validate_topic(topic: str) -> None:

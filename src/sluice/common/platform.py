@@ -51,3 +51,16 @@ def server_platform_error() -> str | None:
         return ("the servers run on Linux and macOS, not on Windows (the broker's store needs POSIX file calls: "
                 "pwrite, flock, O_DSYNC); run them under WSL or in a container: the client works on Windows")
     return None
+
+
+def open_file_limit() -> int | None:
+    """The process's soft limit on open files (``ulimit -n``); None where there is none (Windows, unlimited)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)

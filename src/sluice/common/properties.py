@@ -42,6 +42,10 @@ PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
 # RocketMQ 5.4 (RIP-80): a message's priority, 0 the lowest; on a PRIORITY topic it picks the queue.
 PROPERTY_PRIORITY = "_SYS_MSG_PRIORITY_"
 PROPERTY_LITE_TOPIC = "__LITE_TOPIC"
+# Light message queues: the queues a message is also entered in ("%LMQ%a,%LMQ%b"), and (written by the broker) its
+# offset in each.
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 # Request-reply (RocketMQ 4.6, RIP-16): a request names its requester and the id its reply carries back; a reply
 # is marked as one; the broker and the requester stamp when they passed it on and took it.
 PROPERTY_CORRELATION_ID = "CORRELATION_ID"

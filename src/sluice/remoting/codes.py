@@ -149,6 +149,7 @@ class ResponseCode(enum.IntEnum):
     POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
     ILLEGAL_OPERATION = 604
+    LMQ_QUOTA_EXCEEDED = 2017
 
 
 class LanguageCode(enum.IntEnum):

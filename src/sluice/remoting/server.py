@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from sluice.common.config import RemotingConfig
+from sluice.common.platform import open_file_limit
 from sluice.remoting.connection import Connection, RequestHandler
 from sluice.remoting.rpc_latency import RpcLatency
 from sluice.remoting.tls import HANDSHAKE_TIMEOUT, ServerTls, TlsAcceptor, bind_socket
@@ -23,15 +24,8 @@ RESERVED_FILES = 256
 
 def connection_limit(configured: int) -> int:
     """``configured``, but never so many that connections could take the descriptors the process needs."""
-    try:
-        import resource
-    except ImportError:  # Windows: no such limit to stay under
-        return configured
-    try:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (OSError, ValueError):
-        return configured
-    if soft == resource.RLIM_INFINITY:
+    soft = open_file_limit()
+    if soft is None:  # (Windows, or unlimited: no such limit to stay under)
         return configured
     return max(1, min(configured, soft - RESERVED_FILES))
 

@@ -23,6 +23,7 @@ from sluice.common.batch_codec import MAX_PROPERTIES_SIZE, BatchColumns, encode_
 from sluice.common.config import MessageStoreConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.hashing import tag_hash_code
+from sluice.common.lmq_dispatch import lmq_entries
 from sluice.common.message import MessageExtBrokerInner, host_to_bytes
 from sluice.common.message_codec import (
     POS_BODY,
@@ -32,10 +33,13 @@ from sluice.common.message_codec import (
     RECORD_HEADER,
     check_record,
 )
+from sluice.common.naming import LMQ_QUEUE_ID, is_lmq, topic_allows_lmq
 from sluice.common.properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -80,6 +84,17 @@ class DispatchRequest(NamedTuple):
     keys: str | None  # the raw KEYS property
     uniq_key: str | None
     sys_flag: int
+    lmq: tuple[tuple[str, int], ...] = ()  # (light queue, offset in it) of each it is also entered in
+
+
+def queue_advances(r: DispatchRequest) -> list[tuple[tuple[str, int], int]]:
+    """The queues a record takes an offset of, each with the next offset after it: its own, and its light
+    queues'."""
+    out = [] if no_queue_offset(r.sys_flag) else [((r.topic, r.queue_id), r.queue_offset + 1)]
+    out += [((name, LMQ_QUEUE_ID), off + 1) for name, off in r.lmq]
+    return out
+
+
 
 
 class AppendResult(NamedTuple):
@@ -233,9 +248,16 @@ class CommitLog:
         default_store = self.default_store_host
         max_props = self.config.max_properties_size
         batch_bytes = 0
+        lmq_on = self.config.enable_lmq and self.config.enable_multi_dispatch
         for m in msgs:
             topic_tail = _topic_tail(m.topic)
             props = m.properties
+            lmq: list[str] | None = None
+            if lmq_on and PROPERTY_INNER_MULTI_DISPATCH in props and topic_allows_lmq(m.topic):
+                # Its offsets in its light queues are taken under the lock: sized here for the longest they
+                # can be, encoded there (RocketMQ's LmqDispatch.wrapLmqDispatch).
+                lmq = props[PROPERTY_INNER_MULTI_DISPATCH].split(",")
+                props = {**props, PROPERTY_INNER_MULTI_QUEUE_OFFSET: ",".join("9" * 19 for _ in lmq)}
             props_b = encode_properties(props)
             if len(props_b) > max_props:
                 raise PropertiesTooLarge(f"properties of {len(props_b)} bytes exceed {max_props} bytes")
@@ -249,7 +271,7 @@ class CommitLog:
             tags = props.get(PROPERTY_TAGS)
             prepared.append((m, total, zlib.crc32(body) & 0x7FFFFFFF,
                              topic_tail + _TAIL_PROPS.pack(len(props_b)) + props_b, born_addr, born_port, store_addr,
-                             store_port, tag_hash_code(tags) if tags else 0))
+                             store_port, tag_hash_code(tags) if tags else 0, lmq, props))
         table = self.topic_queue_table
         with self._append_section(batch_bytes) as (mf, store_ts):
             phys = mf.file_from_offset + mf.wrote_position
@@ -259,7 +281,28 @@ class CommitLog:
             dispatch: list[DispatchRequest] = []
             first_queue_offset = -1
             advanced: dict[tuple[str, int], int] = {}  # the queues' next offsets, kept once the bytes are written
-            for (m, total, crc, tail, born_addr, born_port, store_addr, store_port, tags_code) in prepared:
+            for (m, total, crc, tail, born_addr, born_port, store_addr, store_port, tags_code, lmq,
+                 props) in prepared:
+                lmq_offsets: tuple[tuple[str, int], ...] = ()
+                if lmq is not None:
+                    taken = []
+                    for name in lmq:
+                        if not is_lmq(name):
+                            continue
+                        lkey = (name, LMQ_QUEUE_ID)
+                        loff = advanced.get(lkey, -1)
+                        if loff < 0:
+                            loff = table.get(lkey, 0)
+                        advanced[lkey] = loff + 1
+                        taken.append((name, loff))
+                    lmq_offsets = tuple(taken)
+                    by_name = dict(taken)
+                    props[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = ",".join(
+                        str(by_name[n]) if n in by_name else "" for n in lmq)
+                    props_b = encode_properties(props)
+                    topic_tail = _topic_tail(m.topic)
+                    tail = topic_tail + _TAIL_PROPS.pack(len(props_b)) + props_b
+                    total = RECORD_FIXED_SIZE - 1 + len(m.body) + len(topic_tail) + len(props_b)
                 key = (m.topic, m.queue_id)
                 sys_flag = m.sys_flag & _V6_MASK
                 if no_queue_offset(sys_flag):
@@ -278,17 +321,16 @@ class CommitLog:
                     m.reconsume_times, m.prepared_transaction_offset, len(body)))
                 parts.append(body)
                 parts.append(tail)
-                props = m.properties
                 dispatch.append(DispatchRequest(
                     m.topic, m.queue_id, phys, total, tags_code, store_ts, qoff, props.get(PROPERTY_KEYS),
-                    props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag))
+                    props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag, lmq_offsets))
                 phys_offsets.append(phys)
                 phys += total
             mf.append(b"".join(parts))
             table.update(advanced)
             dispatcher(dispatch)
-        arrivals = {(d.topic, d.queue_id): d.queue_offset + 1 for d in dispatch if not no_queue_offset(d.sys_flag)}
-        return AppendResult(first_phys, batch_bytes, first_queue_offset, store_ts, phys_offsets, arrivals,
+        arrivals = dict(a for d in dispatch for a in queue_advances(d))
+        return AppendResult(first_phys, phys - first_phys, first_queue_offset, store_ts, phys_offsets, arrivals,
                             [d.queue_offset for d in dispatch])
 
     def append_raw_batch(self, batch: RawBatch, dispatcher: Callable[[BatchDispatch], None]) -> AppendResult:
@@ -507,7 +549,8 @@ def dispatch_request_of(phys: int, record: memoryview) -> DispatchRequest:
     return DispatchRequest(_topic_of(bytes(record[topic_pos + 1:props_pos])), queue_id, phys, total,
                            tags_code_of(property_value(props, PROPERTY_TAGS)), store_ts, queue_offset,
                            property_value(props, PROPERTY_KEYS),
-                           property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag)
+                           property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
+                           lmq_entries(props) if has_property(props, PROPERTY_INNER_MULTI_QUEUE_OFFSET) else ())
 
 
 _PROPS_LEN: Final = struct.Struct(">h")

@@ -25,6 +25,7 @@ import numpy as np
 from sluice.common.config import MessageStoreConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.message_codec import POS_PHYSICAL_OFFSET, check_record
+from sluice.common.naming import LMQ_QUEUE_ID, is_lmq
 from sluice.common.sysflag import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1
 from sluice.store.commit_log import (
     BatchDispatch,
@@ -32,6 +33,7 @@ from sluice.store.commit_log import (
     DispatchRequest,
     dispatch_request_of,
     no_queue_offset,
+    queue_advances,
     split_keys,
 )
 from sluice.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
@@ -71,6 +73,7 @@ class Dispatcher:
         self.index_service = index_service
         self.faults = faults
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.lmq_count = 0  # consume queues of light queues (bounded by max_lmq_consume_queue_num)
         self._cq_lock = threading.Lock()
         self.dispatched_offset = 0  # every record below is in the consume queues and index
         # Records below may be read by their commit-log offset (they are as durable as consumers may rely on): moved
@@ -107,9 +110,15 @@ class Dispatcher:
             for qid in sorted(os.listdir(tdir)):
                 if not qid.isdigit():
                     continue
-                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue)
+                cq = ConsumeQueue(topic, int(qid), root, self._cq_file_size(topic))
                 cq.load()
                 self.consume_queues[(topic, int(qid))] = cq
+                if is_lmq(topic):
+                    self.lmq_count += 1
+
+    def _cq_file_size(self, topic: str) -> int:
+        c = self.config
+        return c.lmq_mapped_file_size_consume_queue if is_lmq(topic) else c.mapped_file_size_consume_queue
 
     def reput(self) -> None:
         """Hold for dispatch the whole records between ``_reput_offset`` and the log's end (under the put lock)."""
@@ -155,8 +164,7 @@ class Dispatcher:
         until confirmed (or done now)."""
         table = self.commit_log.topic_queue_table
         for r in reqs:
-            if not no_queue_offset(r.sys_flag):
-                table[(r.topic, r.queue_id)] = r.queue_offset + 1
+            table.update(queue_advances(r))
         self._reput_offset = at
         if reqs:
             self._hold_or_dispatch(reqs, reqs[-1].phys_offset + reqs[-1].size)
@@ -333,8 +341,10 @@ class Dispatcher:
                 cq = self.consume_queues.get(key)
                 if cq is None:
                     cq = ConsumeQueue(topic, queue_id, self.config.store_path_consume_queue,
-                                      self.config.mapped_file_size_consume_queue)
+                                      self._cq_file_size(topic))
                     self.consume_queues = {**self.consume_queues, key: cq}
+                    if is_lmq(topic):
+                        self.lmq_count += 1
         return cq
 
     def dispatch(self, reqs: list[DispatchRequest]) -> None:
@@ -357,6 +367,9 @@ class Dispatcher:
         for r in reqs:
             if not no_queue_offset(r.sys_flag):
                 by_queue.setdefault((r.topic, r.queue_id), []).append(r)
+            for name, offset in r.lmq:  # (its light queues: an entry in each, at its offset there)
+                by_queue.setdefault((name, LMQ_QUEUE_ID), []).append(
+                    r._replace(topic=name, queue_id=LMQ_QUEUE_ID, queue_offset=offset))
         arrivals = self._arrivals
         for key, rs in by_queue.items():
             cq = self.find_consume_queue(*key)
@@ -424,6 +437,7 @@ class Dispatcher:
             remaining = dict(self.consume_queues)
             for key in [k for k in remaining if k[0] in topics]:
                 remaining.pop(key).destroy()
+                self.lmq_count -= is_lmq(key[0])
                 self.commit_log.topic_queue_table.pop(key, None)
                 gone += 1
             self.consume_queues = remaining

@@ -378,6 +378,10 @@ class MessageStore:
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
         return self.dispatcher.find_consume_queue(topic, queue_id, create)
 
+    def lmq_queue_count(self) -> int:
+        """How many light queues (``%LMQ%...``) have a consume queue."""
+        return self.dispatcher.lmq_count
+
     def back_pressure_info(self) -> dict[str, str]:
         """The store thread and its queue, for the broker's runtime info (RocketMQ's key names where it has
         them): what back-pressure is under way, how long the write running now has run, what is queued."""

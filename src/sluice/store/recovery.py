@@ -15,7 +15,7 @@ from typing import Protocol
 
 from sluice.common.config import MessageStoreConfig
 from sluice.store.checkpoint import StoreCheckpoint
-from sluice.store.commit_log import CommitLog, DispatchRequest, dispatch_request_of, no_queue_offset
+from sluice.store.commit_log import CommitLog, DispatchRequest, dispatch_request_of, queue_advances
 from sluice.store.consume_queue import ConsumeQueue
 from sluice.store.index_file import IndexService
 
@@ -130,7 +130,6 @@ def recover(store: RecoveringStore, abnormal: bool, truncate_at: int | None = No
     table = {(cq.topic, cq.queue_id): cq.max_offset for cq in store.consume_queues.values()}
     kept = [r for r in held if r.phys_offset < end]
     for r in kept:
-        if not no_queue_offset(r.sys_flag):
-            table[(r.topic, r.queue_id)] = r.queue_offset + 1
+        table.update(queue_advances(r))
     commit_log.topic_queue_table = table
     store.recovered(end, kept)

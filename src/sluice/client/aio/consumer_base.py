@@ -17,9 +17,10 @@ from sluice.common.backoff import RNG, Backoff
 from sluice.common.compression import MAX_INFLATED_BODY_SIZE, inflate
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError, InvalidSubscriptionError, MessageFormatError
+from sluice.common.lmq_dispatch import lmq_entries
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
-from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group, validate_topic
+from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, is_lmq, retry_topic, validate_group, validate_topic
 from sluice.common.properties import PROPERTY_RETRY_TOPIC
 from sluice.common.structs import (
     MASTER_ID,
@@ -235,7 +236,7 @@ class ConsumerBase:
         """PULL_MESSAGE for ``mq`` from ``offset``; messages come filtered by tag, retry topics renamed back."""
         found = self.client.find_subscribe_addr(mq.broker_name, self._pull_from.get(mq, MASTER_ID))
         if found is None:
-            await self.client.update_route(mq.topic)
+            await self.client.learn_addrs_of(mq.topic)
             found = self.client.find_subscribe_addr(mq.broker_name, self._pull_from.get(mq, MASTER_ID))
             if found is None:
                 raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
@@ -299,6 +300,11 @@ class ConsumerBase:
             if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 for m in msgs:
                     m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
+            elif is_lmq(mq.topic):  # (its place in the light queue, not in the topic it was sent to)
+                for m in msgs:
+                    for name, lmq_offset in lmq_entries(m.properties):
+                        if name == mq.topic:
+                            m.queue_id, m.queue_offset = mq.queue_id, lmq_offset
             result.messages = msgs
         return result
 
