@@ -217,6 +217,9 @@ def test_users_and_rules_round_trip_survive_a_restart_and_sit_in_an_owner_only_f
     ({"subject": "User:nobody", "policies": [{"entries": [{"resource": "Topic:t", "actions": ["Pub"],
                                                            "decision": "Allow"}]}]},
      "The subject of User:nobody is not exist."),
+    ({"subject": "User:gina", "policies": [{"entries": [{"resource": "Namespace:a%b", "actions": ["Pub"],
+                                                         "decision": "Allow"}]}]},
+     "The resource Namespace:a%b names no namespace: namespace 'a%b' may only contain letters, digits, '_' and '-'"),
 ])
 def test_a_bad_rule_is_refused_naming_the_problem_and_changes_nothing(acl_cluster: Cluster, body: dict[str, object],
                                                                       remark: str) -> None:

@@ -219,7 +219,7 @@ def check_register_broker(ext: dict[str, str], body: bytes) -> None:
     assert all(type(v) is int for v in wrapper["dataVersion"].values())
     for name, tc in wrapper["topicConfigTable"].items():
         assert set(tc) == {"topicName", "readQueueNums", "writeQueueNums", "perm", "topicFilterType",
-                           "topicSysFlag", "order"}, tc
+                           "topicSysFlag", "order", "attributes"}, tc
         assert tc["topicName"] == name and tc["topicFilterType"] in ("SINGLE_TAG", "MULTI_TAG")
         assert all(type(tc[k]) is int for k in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag"))
         assert type(tc["order"]) is bool

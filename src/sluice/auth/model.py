@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Self
 
-from sluice.common.errors import SluiceError
-from sluice.common.namespace import namespace_of
+from sluice.common.errors import InvalidNameError, SluiceError
+from sluice.common.namespace import namespace_of, validate_namespace
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
@@ -331,23 +331,30 @@ class Acl:
 
 
 # == which entry decides ===========================================================================
+def _specificity(r: Resource) -> tuple[int, int]:
+    """How specific a rule's resource is (lower first). A topic's or group's own name, then a prefix that reaches
+    past a namespace's ``%``, then a namespace (its name, then a prefix of it), then other prefixes (the longer
+    first), then ``Type:*``, ``Namespace:*`` and ``*``: a Deny of a namespace is not overruled by ``Topic:*``."""
+    name = r.name or ""
+    if r.type is ResourceType.ANY:
+        return 7, 0
+    if r.type is ResourceType.NAMESPACE:
+        return {ResourcePattern.LITERAL: (2, 0), ResourcePattern.PREFIXED: (3, -len(name)),
+                ResourcePattern.ANY: (6, 0)}[r.pattern]
+    if r.pattern is ResourcePattern.LITERAL:
+        return 0, 0
+    if r.pattern is ResourcePattern.PREFIXED:
+        return (1 if "%" in name else 4), -len(name)
+    return 5, 0
+
+
 def _compare_entries(e1: PolicyEntry, e2: PolicyEntry) -> int:
-    """The most specific rule first: a topic's or group's rule before a namespace's, before ``*``; exact before
-    prefix before ``Type:*``; a longer prefix before a shorter one; between equally specific rules, Deny first
-    (the issue's rule, and RocketMQ's stated intent: its code orders Allow first there, a tie only two entries
-    of one resource can make)."""
-    r1, r2 = e1.resource, e2.resource
-    if r1.type is not r2.type:  # a topic's or group's own rule, then its namespace's, then ``*``
-        type_rank = {ResourceType.ANY: 2, ResourceType.NAMESPACE: 1}
-        return type_rank.get(r1.type, 0) - type_rank.get(r2.type, 0)
-    if r1.pattern is r2.pattern:
-        if r1.pattern is ResourcePattern.PREFIXED:
-            c = len(r2.name or "") - len(r1.name or "")
-            if c:
-                return c
-    else:
-        rank = {ResourcePattern.LITERAL: 0, ResourcePattern.PREFIXED: 1, ResourcePattern.ANY: 2}
-        return rank[r1.pattern] - rank[r2.pattern]
+    """The most specific rule first (``_specificity``: exact before prefix before ``Type:*``, a longer prefix before
+    a shorter one); between equally specific rules, Deny first (the issue's rule, and RocketMQ's stated intent:
+    its code orders Allow first there, a tie only two entries of one resource can make)."""
+    k1, k2 = _specificity(e1.resource), _specificity(e2.resource)
+    if k1 != k2:
+        return -1 if k1 < k2 else 1
     if e1.decision is not e2.decision:
         return -1 if e1.decision is Decision.DENY else 1
     return 0
@@ -448,6 +455,11 @@ def check_acl(draft: AclDraft) -> Acl:
                 raise AuthorizationError("The resource type is null.")
             if e.resource.name is not None and len(e.resource.name) > MAX_RESOURCE_NAME:
                 raise AuthorizationError(f"The resource name is longer than {MAX_RESOURCE_NAME} characters.")
+            if e.resource.type is ResourceType.NAMESPACE and e.resource.name:
+                try:
+                    validate_namespace(e.resource.name)
+                except InvalidNameError as exc:
+                    raise AuthorizationError(f"The resource {e.resource.key} names no namespace: {exc}") from None
             if not e.actions:
                 raise AuthorizationError("The actions is empty.")
             if Action.ANY in e.actions:

@@ -54,7 +54,7 @@ async def topic_list(admin: Admin, args: argparse.Namespace) -> int:
         topics = [t for t in topics if namespace_of(t) == args.namespace]
     if args.json:
         print_json(topics)
-    elif args.namespace is not None or any(namespace_of(t) for t in topics):
+    elif args.namespace is not None or args.by_namespace:
         # (a namespace's topic "orders" is "ns%orders" on the broker: shown as the clients name it)
         print_table(["TOPIC", "NAMESPACE"], [[unwrap(t), namespace_of(t) or "-"] for t in topics])
     else:
@@ -152,7 +152,8 @@ async def group_list(admin: Admin, args: argparse.Namespace) -> int:
     print_table(["GROUP", "NAMESPACE", "ONLINE", "TYPE", "MODEL", "TOPICS", "BROKERS"],
                 [[unwrap(g.name), namespace_of(g.name) or "-", len(g.clients),
                   _CONSUME_TYPES.get(g.consume_type, g.consume_type or "-"), g.message_model.lower() or "-",
-                  ",".join(unwrap(t) for t in g.topics) or "-", ",".join(g.brokers)] for g in groups],
+                  ",".join(unwrap(t, namespace_of(g.name)) for t in g.topics) or "-", ",".join(g.brokers)]
+                 for g in groups],
                 right=(2,))
     return 0
 
@@ -297,7 +298,10 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = verb(topic, "list", topic_list, "list the topics the name server knows (a namespace's beside their "
              "namespace)", json_flag=True)
     p.add_argument("--cluster", help="only topics on this cluster's brokers")
-    p.add_argument("--namespace", metavar="NS", help="only this namespace's topics (ns%%name on the broker)")
+    p.add_argument("--namespace", metavar="NS", help="only this namespace's topics (ns%%name on the broker), "
+                   "listed by the names their clients use")
+    p.add_argument("--by-namespace", action="store_true", help="a table: each topic by the name its clients use, "
+                   "beside its namespace")
     p = verb(topic, "route", topic_route, "show a topic's brokers, addresses, queues and permissions", True)
     p.add_argument("name", metavar="NAME")
     p = verb(topic, "status", topic_status, "show per-queue min / max offsets and last update times", True)

@@ -9,24 +9,33 @@ from __future__ import annotations
 import re
 
 from sluice.common.errors import InvalidNameError
-from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_group, is_system_topic
+from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_group
 
 NAMESPACE_SEPARATOR = "%"
 NAMESPACE_MAX_LENGTH = 64
-_VALID_NAMESPACE = re.compile(r"^[a-zA-Z0-9_-]+$")
+_VALID_NAMESPACE = re.compile(r"[a-zA-Z0-9_-]+")
+# RocketMQ 5.5's TopicValidator.SYSTEM_TOPIC_SET and prefixes, as NamespaceUtil.isSystemResource reads them (not
+# Sluice's wider is_system_topic: a namespace's "orders_REPLY_TOPIC" is its own, as a Java client wraps it).
+_SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+                            "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+                            "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC",
+                            "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC"})
 
 
 def validate_namespace(namespace: str) -> None:
     """Raise ``InvalidNameError`` unless ``namespace`` may be one: letters, digits, '_' and '-' ('%' and '|' would
     make the wrapped names ambiguous), at most 64 characters."""
-    if not isinstance(namespace, str) or not _VALID_NAMESPACE.match(namespace):
+    if not isinstance(namespace, str) or not _VALID_NAMESPACE.fullmatch(namespace):
         raise InvalidNameError(f"namespace {str(namespace)[:80]!r} may only contain letters, digits, '_' and '-'")
     if len(namespace) > NAMESPACE_MAX_LENGTH:
         raise InvalidNameError(f"namespace {namespace[:40]!r}... is longer than {NAMESPACE_MAX_LENGTH} characters")
+    if _system(namespace + NAMESPACE_SEPARATOR) or is_system_group(namespace + NAMESPACE_SEPARATOR):
+        raise InvalidNameError(f"namespace {namespace!r} would make every name of it a system name")
 
 
 def _system(resource: str) -> bool:
-    return is_system_topic(resource) or is_system_group(resource)
+    """RocketMQ's NamespaceUtil.isSystemResource: never wrapped, never of a namespace."""
+    return resource in _SYSTEM_TOPICS or resource.startswith(("rmq_sys_", "CID_RMQ_SYS_"))
 
 
 def _split_prefix(resource: str) -> tuple[str, str]:

@@ -6,6 +6,7 @@ the broker stores — and splits the names of its answers back into namespace an
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +18,10 @@ from sluice.proxy.protocol import PACKAGE, pb
 
 NAMESPACE_HEADER = "x-mq-namespace"
 _RESOURCE = f"{PACKAGE}.Resource"
+# Resources one request may carry (every RPC takes a handful; a settings command a topic list): the walk is bounded
+# before anything else reads the request, authentication included.
+MAX_RESOURCES = 1024
+STREAM_QUEUE = 1024  # answers of a stream waiting for its client
 
 
 @functools.cache
@@ -38,12 +43,16 @@ def _fields_holding_resources(full_name: str, visiting: frozenset[str]) -> tuple
     return tuple(out)
 
 
-def _resources(msg: Any) -> list[Any]:
-    """Every Resource in ``msg``, however deep."""
-    found: list[Any] = []
+def _resources(msg: Any, found: list[Any] | None = None) -> list[Any]:
+    """Every Resource in ``msg``, however deep; ``Refused`` BAD_REQUEST past ``MAX_RESOURCES`` (counted before a
+    repeated field is walked: a request of a million messages costs nothing)."""
+    found = [] if found is None else found
     for name, is_resource, repeated in _resource_fields(msg.DESCRIPTOR.full_name):
         if repeated:
-            values = list(getattr(msg, name))
+            values = getattr(msg, name)
+            if len(values) + len(found) > MAX_RESOURCES:
+                raise Refused("BAD_REQUEST", f"a request carries at most {MAX_RESOURCES} topics, groups and "
+                                             f"messages, not {len(values)} {name}")
         elif msg.HasField(name):
             values = [getattr(msg, name)]
         else:
@@ -52,7 +61,7 @@ def _resources(msg: Any) -> list[Any]:
             if is_resource:
                 found.append(v)
             else:
-                found += _resources(v)
+                _resources(v, found)
     return found
 
 
@@ -100,24 +109,41 @@ def namespaced(fn: Any, response: Any, client_streams: bool, server_streams: boo
     if client_streams:
         async def namespaced_stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
             header = header_namespace(context)
-            state = {"named": bool(header)}
-            bad: list[Refused] = []
+            named = bool(header)
+            out: asyncio.Queue[Any] = asyncio.Queue(maxsize=STREAM_QUEUE)
+            done = object()
 
             async def wrapped() -> AsyncIterator[Any]:
+                nonlocal named
                 async for cmd in requests:
                     try:
-                        state["named"] = wrap_request(cmd, header) or state["named"]
-                    except Refused as exc:
-                        bad.append(exc)
-                        return
+                        named = wrap_request(cmd, header) or named
+                    except Refused as exc:  # (this command only: the stream, and what it registered, stay)
+                        await out.put(refused(exc))
+                        continue
                     yield cmd
 
-            async for item in fn(wrapped(), context):
-                if state["named"]:
-                    split_response(item)
-                yield item
-            if bad:
-                yield refused(bad[0])
+            failed: list[BaseException] = []
+
+            async def pump() -> None:
+                try:
+                    async for item in fn(wrapped(), context):
+                        if named:
+                            split_response(item)
+                        await out.put(item)
+                except Exception as exc:  # (raised to the caller below, as without this wrapper)
+                    failed.append(exc)
+                await out.put(done)
+
+            task = asyncio.get_running_loop().create_task(pump())
+            try:
+                while (item := await out.get()) is not done:
+                    yield item
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            if failed:
+                raise failed[0]
         return namespaced_stream
 
     if server_streams:
