@@ -4,6 +4,8 @@ serving after a malformed frame (raw gRPC calls built from ``sluice.proxy.protoc
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from typing import Any
 
 import grpc
@@ -364,3 +366,34 @@ def test_a_namespace_wraps_every_name_and_answers_split_them_back(cluster: Clust
         assert {(q.topic.resource_namespace, q.topic.name) for q in r.message_queues} == {("ns1", "GrpcNs")}
     assert elsewhere.status.code == CODE["TOPIC_NOT_FOUND"]  # ns2%GrpcNs: another namespace's topic
     assert bad.status.code == CODE["BAD_REQUEST"] and "namespace 'a%b'" in bad.status.message
+
+
+def test_a_silent_master_costs_a_route_at_most_a_second_and_only_once(cluster: Cluster):
+    """The front asks every master at once for a topic's message type and keeps what it learnt, a failure too."""
+    cluster.create_topic("GrpcTyped", 2, attributes="+message.type=PRIORITY")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # (accepts, never answers)
+    dead = f"127.0.0.1:{silent.getsockname()[1]}"
+
+    async def go() -> list[tuple[str, float]]:
+        server, service, port = await serve(cluster.namesrv_addr, "127.0.0.1", 0)
+        out = []
+        try:
+            for addrs in ([dead, cluster.brokers[0].broker_addr], [dead, cluster.brokers[0].broker_addr]):
+                t0 = time.monotonic()
+                out.append((await service._topic_message_type("GrpcTyped", addrs), time.monotonic() - t0))
+            for _ in range(2):
+                t0 = time.monotonic()
+                out.append((await service._topic_message_type("GrpcUnknown", [dead]), time.monotonic() - t0))
+        finally:
+            await stop(server, service)
+        return out
+
+    try:
+        (kind, first), (again, cached), (none, waited), (still, remembered) = cluster.loop.run(go())
+    finally:
+        silent.close()
+    assert (kind, again, none, still) == ("PRIORITY", "PRIORITY", "", "")
+    assert first < 1.0 and cached < 0.05  # (the live master's answer, not the silent one's timeout)
+    assert waited < 2.0 and remembered < 0.05  # (no answer: one wait, then the failure is kept)
