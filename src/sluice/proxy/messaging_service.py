@@ -61,6 +61,7 @@ from sluice.proxy.grpc_converter import (
 from sluice.proxy.grpc_tls_front import GrpcTlsFront
 from sluice.proxy.namespaces import namespaced
 from sluice.proxy.protocol import RPCS, SERVICE, pb
+from sluice.proxy.stream_filter import filtered_stream
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import RemotingError
@@ -845,36 +846,16 @@ def _guarded(service: MessagingService, name: str, fn: Any, resp_cls: Any, clien
 
     if client_streams:
         async def guarded_stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
-            out: asyncio.Queue[Any] = asyncio.Queue(maxsize=TELEMETRY_QUEUE)
-            done = object()
+            first = True
 
-            async def checked() -> AsyncIterator[Any]:
-                first = True
-                async for cmd in requests:
-                    refused = refusal(cmd, context, fresh=first)  # (the signature's age: at the stream's opening)
-                    first = False
-                    if refused is None:
-                        yield cmd
-                    else:
-                        await out.put(refused)
+            def checked(cmd: Any) -> Any:
+                nonlocal first
+                refused = refusal(cmd, context, fresh=first)  # (the signature's age: at the stream's opening)
+                first = False
+                return refused
 
-            async def pump() -> None:
-                try:
-                    async for item in fn(checked(), context):
-                        await out.put(item)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("the %s stream failed", name)
-                await out.put(done)
-
-            task = asyncio.get_running_loop().create_task(pump())
-            try:
-                while (item := await out.get()) is not done:
-                    yield item
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            async for item in filtered_stream(requests, context, fn, checked, name):
+                yield item
         return guarded_stream
     if server_streams:
         async def guarded_server_stream(req: Any, context: Any) -> AsyncIterator[Any]:

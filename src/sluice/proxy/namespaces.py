@@ -6,7 +6,6 @@ the broker stores — and splits the names of its answers back into namespace an
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,13 +14,13 @@ from sluice.common.errors import InvalidNameError
 from sluice.common.namespace import namespace_of, unwrap, validate_namespace, wrap
 from sluice.proxy.grpc_converter import Refused, status
 from sluice.proxy.protocol import PACKAGE, pb
+from sluice.proxy.stream_filter import filtered_stream
 
 NAMESPACE_HEADER = "x-mq-namespace"
 _RESOURCE = f"{PACKAGE}.Resource"
 # Resources one request may carry (every RPC takes a handful; a settings command a topic list): the walk is bounded
 # before anything else reads the request, authentication included.
 MAX_RESOURCES = 1024
-STREAM_QUEUE = 1024  # answers of a stream waiting for its client
 
 
 @functools.cache
@@ -110,40 +109,21 @@ def namespaced(fn: Any, response: Any, client_streams: bool, server_streams: boo
         async def namespaced_stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
             header = header_namespace(context)
             named = bool(header)
-            out: asyncio.Queue[Any] = asyncio.Queue(maxsize=STREAM_QUEUE)
-            done = object()
 
-            async def wrapped() -> AsyncIterator[Any]:
+            def wrapped(cmd: Any) -> Any:
                 nonlocal named
-                async for cmd in requests:
-                    try:
-                        named = wrap_request(cmd, header) or named
-                    except Refused as exc:  # (this command only: the stream, and what it registered, stay)
-                        await out.put(refused(exc))
-                        continue
-                    yield cmd
-
-            failed: list[BaseException] = []
-
-            async def pump() -> None:
                 try:
-                    async for item in fn(wrapped(), context):
-                        if named:
-                            split_response(item)
-                        await out.put(item)
-                except Exception as exc:  # (raised to the caller below, as without this wrapper)
-                    failed.append(exc)
-                await out.put(done)
+                    named = wrap_request(cmd, header) or named
+                except Refused as exc:  # (this command only: the stream, and what it registered, stay)
+                    return refused(exc)
+                return None
 
-            task = asyncio.get_running_loop().create_task(pump())
-            try:
-                while (item := await out.get()) is not done:
-                    yield item
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-            if failed:
-                raise failed[0]
+            def split(answer: Any) -> None:
+                if named:
+                    split_response(answer)
+
+            async for item in filtered_stream(requests, context, fn, wrapped, "namespaced", split):
+                yield item
         return namespaced_stream
 
     if server_streams:
