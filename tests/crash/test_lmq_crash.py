@@ -34,7 +34,7 @@ def _read(namesrv: str, lmq: str, n: int) -> list[tuple[bytes, int, int]]:
     got: list[tuple[bytes, int, int]] = []
     with PullConsumer(f"reader-{lmq[5:]}", namesrv=namesrv, consume_from="first", pull_batch_size=64) as c:
         c.assign([MessageQueue(lmq, "broker-a", 0)])
-        wait_until(lambda: got.extend((m.body, m.queue_offset, dict(lmq_entries(m.properties))[lmq])
+        wait_until(lambda: got.extend((m.body, m.queue_offset, dict(lmq_entries(m.topic, m.properties))[lmq])
                                       for m in c.poll(0.2)) or len(got) >= n, 60, f"{n} messages of {lmq}")
     return got
 

@@ -20,6 +20,7 @@ from sluice.common.message_codec import decode_records
 from sluice.common.structs import MessageQueue
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
 from sluice.remoting.headers import PullMessageRequestHeader
 from tests.conftest import Cluster
 from tests.integration.helpers import wait_until
@@ -125,7 +126,7 @@ def test_a_dispatch_list_the_broker_cannot_serve_is_refused_and_nothing_is_store
 
 def test_new_light_queues_past_the_quota_are_refused_existing_ones_are_served(
         empty_cluster: Cluster, lmq_broker: BrokerController, api: MQClientAPI) -> None:
-    lmq_broker.config.store.max_lmq_consume_queue_num = 2
+    lmq_broker.store.config.max_lmq_consume_queue_num = 2  # (the store's copy of its settings)
     _send(empty_cluster, b"first two", "%LMQ%q1,%LMQ%q2")
     with pytest.raises(ClientError) as err:
         _send(empty_cluster, b"a third", "%LMQ%q1,%LMQ%q3")
@@ -157,3 +158,60 @@ def test_sluices_pull_consumer_reads_a_light_queue_assigned_to_it(empty_cluster:
     assert got == [b"one", b"two"]
     wait_until(lambda: lmq_broker.store.consumer_offsets.query_offset("lmq-reader", "%LMQ%session-1", 0) == 2, 30,
                "the committed offset")
+
+
+def test_async_sends_reach_their_light_queues_and_a_batch_naming_them_is_refused(
+        empty_cluster: Cluster, lmq_broker: BrokerController, api: MQClientAPI) -> None:
+    """send_async batches what it can: never a message naming light queues, which only a single send reaches."""
+    with Producer("lmq-async-pg", namesrv=empty_cluster.namesrv_addr) as p:
+        p.send(Message("lmq-parent", b"warm-up"))  # (the route known: later async sends could batch)
+        futures = [p.send_async(Message("lmq-parent", f"a{i}".encode(), properties={DISPATCH: "%LMQ%async"}))
+                   for i in range(20)]
+        for f in futures:
+            f.result(30)
+        with pytest.raises(ClientError, match="a batch cannot carry INNER_MULTI_DISPATCH"):
+            p.send_batch([Message("lmq-parent", b"b", properties={DISPATCH: "%LMQ%async"})])
+    assert sorted(body for body, *_ in _read(empty_cluster, api, lmq_broker, "%LMQ%async")) == sorted(
+        f"a{i}".encode() for i in range(20))
+
+
+def test_a_reply_naming_a_light_queue_outside_the_store_is_refused(empty_cluster: Cluster,
+                                                                  lmq_broker: BrokerController) -> None:
+    """Every put is checked in the store, not only a send: a reply's dispatch list too."""
+    header = {"a": "pg", "b": f"{lmq_broker.config.broker_cluster_name}_REPLY_TOPIC", "c": "TBW102", "d": "1",
+              "e": "0", "f": "0", "g": "0", "h": "0", "i": f"{DISPATCH}\x01%LMQ%/../../../escaped", "j": "0",
+              "k": "false", "m": "false", "n": "broker-a"}
+
+    async def reply() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            return await client.invoke(lmq_broker.broker_addr, RemotingCommand.request(
+                RequestCode.SEND_REPLY_MESSAGE_V2, header, b"reply"), 5000)
+        finally:
+            await client.close()
+
+    r = empty_cluster.loop.run(reply())
+    assert r.code != ResponseCode.SUCCESS  # (its requester is unknown too: the answer says that first)
+    reply_topic = f"{lmq_broker.config.broker_cluster_name}_REPLY_TOPIC"
+    assert sum(lmq_broker.store.get_max_offset_in_queue(reply_topic, q) for q in range(16)) == 0  # not stored
+    assert not (empty_cluster.root / "escaped").exists() and lmq_broker.store.lmq_queue_count() == 0
+
+
+def test_a_half_message_is_not_in_a_light_queue_until_committed(empty_cluster: Cluster,
+                                                                 lmq_broker: BrokerController,
+                                                                 api: MQClientAPI) -> None:
+    from sluice import LocalTransactionState, TransactionListener, TransactionProducer
+
+    class Decide(TransactionListener):
+        def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT if msg.body == b"commit" else LocalTransactionState.ROLLBACK
+
+        def check_local_transaction(self, msg: object) -> LocalTransactionState:
+            return LocalTransactionState.ROLLBACK
+
+    with TransactionProducer("lmq-tx-pg", Decide(), namesrv=empty_cluster.namesrv_addr) as p:
+        for body in (b"rollback", b"commit"):
+            p.send_message_in_transaction(Message("lmq-parent", body, properties={DISPATCH: "%LMQ%tx"}))
+    wait_until(lambda: lmq_broker.store.get_max_offset_in_queue("%LMQ%tx", 0) >= 1, 30, "the committed message")
+    got = _read(empty_cluster, api, lmq_broker, "%LMQ%tx")
+    assert [(body, topic) for body, topic, *_ in got] == [(b"commit", "lmq-parent")]

@@ -43,7 +43,7 @@ from sluice.broker.processors.query_assignment_processor import (
 from sluice.broker.processors.query_message_processor import QueryMessageProcessor
 from sluice.broker.processors.recall_message_processor import RecallMessageProcessor
 from sluice.broker.processors.reply_message_processor import ReplyMessageProcessor
-from sluice.broker.processors.send_message_processor import SendMessageProcessor, lmq_queue_limit
+from sluice.broker.processors.send_message_processor import SendMessageProcessor
 from sluice.broker.producer_manager import ProducerManager
 from sluice.broker.pull_request_hold_service import PullRequestHoldService
 from sluice.broker.rebalance_lock_manager import RebalanceLockManager
@@ -74,6 +74,7 @@ from sluice.store.ha.epoch_file import EpochFile
 from sluice.store.ha.ha_client import HAClient
 from sluice.store.ha.ha_service import HAService
 from sluice.store.message_store import MessageStore
+from sluice.store.put_path import lmq_queue_limit
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class BrokerController(AsyncService):
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.consumer_manager = ConsumerManager(config.channel_expired_timeout, self._notify_consumer_ids_changed)
         self.consumer_filter_manager = ConsumerFilterManager(prepare=config.enable_property_filter)
-        lmq_limit = lmq_queue_limit(config.store.max_lmq_consume_queue_num)
+        lmq_limit = lmq_queue_limit(config.store.max_lmq_consume_queue_num)  # (the store's)
         if config.store.enable_lmq and lmq_limit < config.store.max_lmq_consume_queue_num:
             log.warning("light queues are limited to %d by the open-file limit (ulimit -n %d), not %d "
                         "(max_lmq_consume_queue_num): raise the limit for more", lmq_limit, 2 * lmq_limit,

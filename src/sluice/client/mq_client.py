@@ -134,6 +134,9 @@ class MQClientInstance(AsyncService):
         self._heartbeat_first = False  # see rebalance_now
         self._route_fetches: dict[str, asyncio.Future[TopicRouteData | None]] = {}
         self._route_fetched_at: dict[str, float] = {}  # topic → monotonic time its last fetch started
+        # The brokers' addresses asked of the name server (light queues, which have no route): under way, when.
+        self._addrs_fetch: asyncio.Future[None] | None = None
+        self._addrs_fetched_at = -ROUTE_REFRESH_MIN_INTERVAL
         self.namesrv_lost = False  # no name server answers: routes come from the cache meanwhile
         self.running = False
 
@@ -311,6 +314,21 @@ class MQClientInstance(AsyncService):
         if not is_lmq(topic):
             await self.update_route(topic)
             return
+        await self._learn_broker_addrs()
+
+    def refresh_broker_addrs_soon(self) -> None:
+        """A light queue's broker failed a request: ask the name server where the brokers are now, unless a fetch
+        is under way or started less than ``ROUTE_REFRESH_MIN_INTERVAL`` ago."""
+        if self._addrs_fetch is not None and not self._addrs_fetch.done() or not self.running:
+            return
+        now = time.monotonic()
+        if now - self._addrs_fetched_at < ROUTE_REFRESH_MIN_INTERVAL:
+            return
+        self._addrs_fetched_at = now
+        self._addrs_fetch = asyncio.ensure_future(self._learn_broker_addrs())
+        self._addrs_fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def _learn_broker_addrs(self) -> None:
         info = await self.api.get_cluster_info()
         table = info.get("brokerAddrTable") if isinstance(info, dict) else None
         for name, data in (table or {}).items():

@@ -52,7 +52,12 @@ def is_lmq(name: str) -> bool:
 def topic_allows_lmq(topic: str) -> bool:
     """Whether a message of ``topic`` may be dispatched to light queues (RocketMQ's MixAll.topicAllowsLMQ)."""
     return not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX)) \
-        and topic != SCHEDULE_TOPIC
+        and topic not in _NO_LMQ_TOPICS
+
+
+# (beyond RocketMQ, whose upper-case transaction topics slip past its rmq_sys_ check: a half message is not
+# dispatched, the committed one is)
+_NO_LMQ_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
 
 
 def validate_topic(topic: str) -> None:

@@ -23,7 +23,7 @@ from sluice.common.batch_codec import MAX_PROPERTIES_SIZE, BatchColumns, encode_
 from sluice.common.config import MessageStoreConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.hashing import tag_hash_code
-from sluice.common.lmq_dispatch import lmq_entries
+from sluice.common.lmq_dispatch import dispatch_names, lmq_entries, usable
 from sluice.common.message import MessageExtBrokerInner, host_to_bytes
 from sluice.common.message_codec import (
     POS_BODY,
@@ -33,12 +33,11 @@ from sluice.common.message_codec import (
     RECORD_HEADER,
     check_record,
 )
-from sluice.common.naming import LMQ_QUEUE_ID, is_lmq, topic_allows_lmq
+from sluice.common.naming import LMQ_QUEUE_ID
 from sluice.common.properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -252,12 +251,13 @@ class CommitLog:
         for m in msgs:
             topic_tail = _topic_tail(m.topic)
             props = m.properties
-            lmq: list[str] | None = None
-            if lmq_on and PROPERTY_INNER_MULTI_DISPATCH in props and topic_allows_lmq(m.topic):
+            lmq = dispatch_names(m.topic, props) if lmq_on else None
+            if lmq is not None:
                 # Its offsets in its light queues are taken under the lock: sized here for the longest they
                 # can be, encoded there (RocketMQ's LmqDispatch.wrapLmqDispatch).
-                lmq = props[PROPERTY_INNER_MULTI_DISPATCH].split(",")
                 props = {**props, PROPERTY_INNER_MULTI_QUEUE_OFFSET: ",".join("9" * 19 for _ in lmq)}
+            elif PROPERTY_INNER_MULTI_QUEUE_OFFSET in props:  # (only the broker writes it, for what it dispatches)
+                props = {k: v for k, v in props.items() if k != PROPERTY_INNER_MULTI_QUEUE_OFFSET}
             props_b = encode_properties(props)
             if len(props_b) > max_props:
                 raise PropertiesTooLarge(f"properties of {len(props_b)} bytes exceed {max_props} bytes")
@@ -286,9 +286,7 @@ class CommitLog:
                 lmq_offsets: tuple[tuple[str, int], ...] = ()
                 if lmq is not None:
                     taken = []
-                    for name in lmq:
-                        if not is_lmq(name):
-                            continue
+                    for name in usable(m.topic, lmq):
                         lkey = (name, LMQ_QUEUE_ID)
                         loff = advanced.get(lkey, -1)
                         if loff < 0:
@@ -536,7 +534,7 @@ class CommitLog:
         self.queue.close()
 
 
-def dispatch_request_of(phys: int, record: memoryview) -> DispatchRequest:
+def dispatch_request_of(phys: int, record: memoryview, lmq: bool = False) -> DispatchRequest:
     """Rebuild the dispatch request of a stored record (recovery), a record ``check_record`` passed: the header
     fields it needs and three properties read from the bytes, nothing else decoded."""
     (total, _, _, queue_id, _, queue_offset, _, sys_flag, _, _, _, store_ts, _, _, _, _,
@@ -546,11 +544,13 @@ def dispatch_request_of(phys: int, record: memoryview) -> DispatchRequest:
     props_pos = topic_pos + 1 + topic_len
     props_len = _PROPS_LEN.unpack_from(record, props_pos)[0]
     props = bytes(record[props_pos + 2:props_pos + 2 + props_len])
-    return DispatchRequest(_topic_of(bytes(record[topic_pos + 1:props_pos])), queue_id, phys, total,
+    topic = _topic_of(bytes(record[topic_pos + 1:props_pos]))
+    return DispatchRequest(topic, queue_id, phys, total,
                            tags_code_of(property_value(props, PROPERTY_TAGS)), store_ts, queue_offset,
                            property_value(props, PROPERTY_KEYS),
                            property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
-                           lmq_entries(props) if has_property(props, PROPERTY_INNER_MULTI_QUEUE_OFFSET) else ())
+                           lmq_entries(topic, props) if lmq and has_property(props, PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+                           else ())
 
 
 _PROPS_LEN: Final = struct.Struct(">h")

@@ -116,6 +116,10 @@ class Dispatcher:
                 if is_lmq(topic):
                     self.lmq_count += 1
 
+    @property
+    def _lmq_on(self) -> bool:
+        return self.config.enable_lmq and self.config.enable_multi_dispatch
+
     def _cq_file_size(self, topic: str) -> int:
         c = self.config
         return c.lmq_mapped_file_size_consume_queue if is_lmq(topic) else c.mapped_file_size_consume_queue
@@ -150,7 +154,7 @@ class Dispatcher:
                     raise MessageFormatError(f"no record at offset {at}")
                 if _I64.unpack_from(mf.buf, pos + POS_PHYSICAL_OFFSET)[0] != at:
                     raise MessageFormatError(f"the record at {at} claims another physical offset")
-                reqs.append(dispatch_request_of(at, mf.buf[pos:pos + size]))
+                reqs.append(dispatch_request_of(at, mf.buf[pos:pos + size], self._lmq_on))
                 at += size
         except MessageFormatError:
             log.error("replicated bytes at %d are not an intact record: the log is cut back there", at)
@@ -369,11 +373,16 @@ class Dispatcher:
                 by_queue.setdefault((r.topic, r.queue_id), []).append(r)
             for name, offset in r.lmq:  # (its light queues: an entry in each, at its offset there)
                 by_queue.setdefault((name, LMQ_QUEUE_ID), []).append(
-                    r._replace(topic=name, queue_id=LMQ_QUEUE_ID, queue_offset=offset))
+                    r._replace(topic=name, queue_id=LMQ_QUEUE_ID, queue_offset=offset, lmq=()))
         arrivals = self._arrivals
         for key, rs in by_queue.items():
             cq = self.find_consume_queue(*key)
             assert cq is not None
+            if is_lmq(key[0]):  # (an entry a light queue has already is kept: never rewritten from there on)
+                end = cq.max_offset
+                rs = [r for r in rs if r.queue_offset >= end]
+                if not rs:
+                    continue
             first = rs[0].queue_offset
             if len(rs) > 1 and all(r.queue_offset == first + i for i, r in enumerate(rs)):
                 entries = np.empty(len(rs), CQ_ENTRY_DTYPE)
@@ -416,6 +425,11 @@ class Dispatcher:
             cq = self.find_consume_queue(r.topic, r.queue_id)
             assert cq is not None
             cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
+        for name, offset in r.lmq:  # (recovery: each light queue the record is in, from where it ends)
+            lcq = self.find_consume_queue(name, LMQ_QUEUE_ID)
+            assert lcq is not None
+            if offset >= lcq.max_offset:
+                lcq.put_entry(offset, r.phys_offset, r.size, r.tags_code)
         if index and self.config.message_index_enable:
             self._build_index(r)
 

@@ -23,9 +23,16 @@ import numpy as np
 
 from sluice.common.config import MessageStoreConfig
 from sluice.common.errors import InvalidNameError, MessageFormatError
+from sluice.common.lmq_dispatch import dispatch_names, lmq_problem
 from sluice.common.message import MessageExtBrokerInner
-from sluice.common.naming import validate_topic
-from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK
+from sluice.common.naming import LMQ_QUEUE_ID, is_lmq, validate_topic
+from sluice.common.platform import open_file_limit
+from sluice.common.properties import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    property_marker,
+)
 from sluice.store.commit_log import (
     AppendResult,
     CommitLog,
@@ -86,6 +93,17 @@ class WritableStore(Protocol):
     def note_no_space(self, what: str, exc: OSError) -> None: ...
 
     def fail_writes(self, what: str, exc: BaseException) -> None: ...
+
+
+_DISPATCH_MARK = property_marker(PROPERTY_INNER_MULTI_DISPATCH)
+_OFFSETS_MARK = property_marker(PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+
+
+def lmq_queue_limit(configured: int) -> int:
+    """How many light queues the broker keeps: ``max_lmq_consume_queue_num``, but at most half the open-file limit
+    (each keeps a file open per 1,000 entries; past the limit no consume queue could be written, a topic's neither)."""
+    files = open_file_limit()
+    return configured if files is None else min(configured, files // 2)
 
 
 @lru_cache(maxsize=4096)
@@ -163,6 +181,28 @@ class PutPath:
                                         f"{c.max_message_size}")
             if m.queue_id < 0:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {m.queue_id} is negative")
+        if c.enable_lmq:
+            return self._check_lmq(put)
+        return None
+
+    def _check_lmq(self, put: list[MessageExtBrokerInner]) -> PutMessageResult | None:
+        """Light queues a message names, or is sent to, that cannot be: a bad dispatch list, or new light queues
+        past the quota (whatever put made the message: a send, a reply, a retry copy). New ones of puts stored
+        together may pass it by at most one group's worth."""
+        c = self.config
+        new: set[str] = set()
+        for m in put:
+            names = dispatch_names(m.topic, m.properties) if c.enable_multi_dispatch else None
+            if names is not None:
+                problem = lmq_problem(m.topic, names, c.max_lmq_dispatch)
+                if problem:
+                    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, problem)
+                new.update(n for n in names if self.dispatcher.find_consume_queue(n, LMQ_QUEUE_ID, False) is None)
+            if is_lmq(m.topic) and self.dispatcher.find_consume_queue(m.topic, m.queue_id, False) is None:
+                new.add(m.topic)
+        if new and self.dispatcher.lmq_count + len(new) > lmq_queue_limit(c.max_lmq_consume_queue_num):
+            return PutMessageResult(PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED,
+                                    "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.")
         return None
 
     def _check_raw(self, batch: RawBatch) -> PutMessageResult | None:
@@ -174,6 +214,12 @@ class PutPath:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, problem)
         if batch.queue_id < 0:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {batch.queue_id} is negative")
+        data = batch.data
+        if _DISPATCH_MARK in data or _OFFSETS_MARK in data:  # (a batch is never dispatched to light queues, and only
+            # the broker writes offsets in them: a record read back must not claim any)
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, "a batch cannot carry INNER_MULTI_DISPATCH or "
+                                                                      "INNER_MULTI_QUEUE_OFFSET: send such messages "
+                                                                      "one by one")
         limit = self.config.max_message_size
         too_big = np.flatnonzero(cols.props_len_pos - cols.body_start > limit)
         if len(too_big):

@@ -91,7 +91,7 @@ def recover(store: RecoveringStore, abnormal: bool, truncate_at: int | None = No
             end = phys
             del record
             break
-        req = dispatch_request_of(phys, record)
+        req = dispatch_request_of(phys, record, cfg.enable_lmq and cfg.enable_multi_dispatch)
         if hold_from is not None and phys + len(record) > hold_from:
             held.append(req)
             # Held: the log's last HOLD_MAX_BYTES at most (memory stays bounded whatever the checkpoint says).

@@ -17,6 +17,7 @@ class PutMessageStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     SYSTEM_BUSY = "SYSTEM_BUSY"  # turned down by back-pressure before it was stored (the remark says why)
+    LMQ_CONSUME_QUEUE_NUM_EXCEEDED = "LMQ_CONSUME_QUEUE_NUM_EXCEEDED"  # no more light queues
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

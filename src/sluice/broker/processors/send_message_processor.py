@@ -17,23 +17,18 @@ from sluice.common.decimal_text import parse_long
 from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.message import MessageExtBrokerInner, create_message_ids
 from sluice.common.naming import (
-    LMQ_QUEUE_ID,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     SYSTEM_TOPIC_PREFIX,
     TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     dlq_topic,
-    is_lmq,
     retry_topic,
-    topic_allows_lmq,
     validate_topic,
 )
-from sluice.common.platform import open_file_limit
 from sluice.common.properties import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_MSG_REGION,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -78,6 +73,7 @@ PUT_STATUS_CODES = {
     PutMessageStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
     PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED: ResponseCode.LMQ_QUOTA_EXCEEDED,
     PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
     PutMessageStatus.SYSTEM_BUSY: ResponseCode.SYSTEM_BUSY,
     PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
@@ -153,13 +149,6 @@ GROUP_MAX_BYTES = 1024 * 1024
 def metrics_message_type(props: dict[str, str]) -> str:
     """A send's ``message_type`` label (RocketMQ's TopicMessageType.parseFromMessageProperty, in lower case)."""
     return message_type_of_properties(props).lower()
-
-
-def lmq_queue_limit(configured: int) -> int:
-    """How many light queues the broker keeps: ``max_lmq_consume_queue_num``, but at most half the open-file limit
-    (each keeps a file open; past the limit no consume queue could be written, a topic's neither)."""
-    files = open_file_limit()
-    return configured if files is None else min(configured, files // 2)
 
 
 def priority_queue(props: dict[str, str], write_queue_nums: int) -> int | None:
@@ -269,35 +258,6 @@ class SendMessageProcessor:
         return self._put(conn, [self.schedule_service.redirect(inner)],
                          lambda r, code: req.response(code, r.remark or None))
 
-    def _lmq_refusal(self, req: RemotingCommand, topic: str, props: dict[str, str]) -> RemotingCommand | None:
-        """A light-queue dispatch list (INNER_MULTI_DISPATCH) that cannot be served: longer than
-        ``max_lmq_dispatch``, naming what is not a light queue or one twice, or new light queues past
-        ``max_lmq_consume_queue_num`` (RocketMQ's LMQ_QUOTA_EXCEEDED)."""
-        cfg = self.config.store
-        spec = props.get(PROPERTY_INNER_MULTI_DISPATCH)
-        if spec is None or not (cfg.enable_lmq and cfg.enable_multi_dispatch) or not topic_allows_lmq(topic):
-            return None
-        names = spec.split(",")
-        if len(names) > cfg.max_lmq_dispatch:
-            return req.response(ResponseCode.MESSAGE_ILLEGAL, f"INNER_MULTI_DISPATCH names {len(names)} light queues, "
-                                                              f"more than max_lmq_dispatch ({cfg.max_lmq_dispatch})")
-        for name in names:
-            problem = None if is_lmq(name) else "is not a light queue (%LMQ%<name>)"
-            if problem is None:
-                try:
-                    validate_topic(name)
-                except InvalidNameError as exc:
-                    problem = str(exc)
-            if problem is not None:
-                return req.response(ResponseCode.MESSAGE_ILLEGAL, f"INNER_MULTI_DISPATCH: {name[:80]!r} {problem}")
-        if len(set(names)) != len(names):
-            return req.response(ResponseCode.MESSAGE_ILLEGAL, "INNER_MULTI_DISPATCH names a light queue twice")
-        new = sum(self.store.find_consume_queue(n, LMQ_QUEUE_ID, create=False) is None for n in names)
-        if new and self.store.lmq_queue_count() + new > lmq_queue_limit(cfg.max_lmq_consume_queue_num):
-            return req.response(ResponseCode.LMQ_QUOTA_EXCEEDED,
-                                "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.")
-        return None
-
     # == the send path ===============================================================================
     def _send(self, conn: Connection, req: RemotingCommand,
               h: SendMessageRequestHeader) -> RemotingCommand | DeferredResponse:
@@ -373,9 +333,6 @@ class SendMessageProcessor:
                 prio_queue = priority_queue(header_props, tc.write_queue_nums)
             except ValueError as exc:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-            refused = self._lmq_refusal(req, topic, header_props)
-            if refused is not None:
-                return refused
             if prio_queue is not None and topic == h.topic:
                 queue_id = prio_queue
             inner = MessageExtBrokerInner(topic, req.body if isinstance(req.body, bytes) else bytes(req.body),

@@ -252,7 +252,10 @@ class ConsumerBase:
     def pull_failed(self, mq: MessageQueue) -> None:
         """A pull of ``mq`` got no answer: its broker may be gone (a slave then serves the reads, or is promoted),
         so the route is fetched again soon rather than at the next poll."""
-        self.client.refresh_route_soon(mq.topic)
+        if is_lmq(mq.topic):  # (no route: its broker may have moved, as the name server's broker list says)
+            self.client.refresh_broker_addrs_soon()
+        else:
+            self.client.refresh_route_soon(mq.topic)
 
     def start_pull(self, mq: MessageQueue, offset: int, max_nums: int, commit_offset: int = -1) -> StartedPull | None:
         """A suspended ``pull`` sent now (not at the end of the loop turn) when the broker's address and an
@@ -302,7 +305,7 @@ class ConsumerBase:
                     m.topic = m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
             elif is_lmq(mq.topic):  # (its place in the light queue, not in the topic it was sent to)
                 for m in msgs:
-                    for name, lmq_offset in lmq_entries(m.properties):
+                    for name, lmq_offset in lmq_entries(m.topic, m.properties):
                         if name == mq.topic:
                             m.queue_id, m.queue_offset = mq.queue_id, lmq_offset
             result.messages = msgs
