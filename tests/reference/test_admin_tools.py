@@ -362,7 +362,8 @@ SLUICE_SETTINGS = frozenset({
     "tlsServerCertPath", "tlsServerKeyPassword", "tlsServerKeyPath", "tlsServerMode", "tlsServerNeedClientAuth",
     "tlsServerTrustCertPath", "waitTimeMsInSendQueue", "warmMappedFileAhead", "warmMappedFileChunk",
     "warmMappedFileEnable", "writeBufferHigh", "writeBufferLow", "writeBufferMax", "writeCoalesceFrames",
-    "fastChannelEnabled", "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "metricsLabel"})
+    "fastChannelEnabled", "metricsExporterType", "metricsPromExporterHost", "metricsPromExporterPort", "metricsLabel",
+    "maxLmqDispatch", "lmqMappedFileSizeConsumeQueue"})
 
 
 def test_a_brokers_runtime_info_and_config_have_rocketmqs_keys_and_kinds_of_value(systems):
