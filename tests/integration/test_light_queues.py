@@ -92,7 +92,9 @@ def test_a_long_polling_pull_of_a_light_queue_is_answered_when_a_message_names_i
 
     async def go() -> list[bytes]:
         task = asyncio.ensure_future(held_pull())
-        await asyncio.sleep(0)
+        async with asyncio.timeout(30):  # (until the broker holds it: the message then wakes it)
+            while not lmq_broker.hold_service.held_queues("%LMQ%poll"):
+                await asyncio.sleep(0.01)
         await asyncio.to_thread(_send, empty_cluster, b"wake up", "%LMQ%poll")
         return await asyncio.wait_for(task, 30)
 
