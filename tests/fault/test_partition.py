@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROUNDS = 3
 PARTITION_S = 6.0  # the old master stays cut off this long (its lease: 2 s)
-RESUME_BOUND = 5.0  # seconds from an election to the first send acknowledged after it
+# Seconds from an election to the first send acknowledged after it: 1.1 - 1.6 s on a quiet machine, 7.8 s seen once
+# under the whole suite's load; before the fencing work it was 15.7 s (docs/ha.md).
+RESUME_BOUND = 10.0
 
 
 @pytest.fixture
