@@ -1,8 +1,14 @@
 """Namespaces with the Java remoting client (RocketMQ 5.5.0's ``setNamespace``: the client wraps its topics and
 groups as ``ns%name``): two namespaces use the same topic and group names on one Sluice broker and each sees only
-its own messages, under the names it knows."""
+its own messages, under the names it knows; Sluice's own clients (``namespace=``) share a namespace with them."""
 
 from __future__ import annotations
+
+import uvloop
+
+from sluice.aio import Producer, PullConsumer
+from sluice.client.message import Message
+from sluice.common.message import MessageExt
 
 
 def test_two_java_namespaces_share_topic_and_group_names_and_nothing_else(sluice, java) -> None:
@@ -15,6 +21,30 @@ def test_two_java_namespaces_share_topic_and_group_names_and_nothing_else(sluice
                            prefix=tenant, namespace=tenant)
         assert [r["status"] for r in records if r.get("event") == "sent"] == ["SEND_OK"] * n, records
     broker = sluice.broker
+
+    async def sluice_side() -> list[MessageExt]:
+        # Sluice's producer in tenant-b adds one for the Java consumer there; Sluice's consumer in tenant-a reads
+        # what the Java producer sent there.
+        async with Producer("shop", ns, namespace="tenant-b") as p:
+            r = await p.send(Message("orders", "tenant-b-2-grüße from sluice".encode()))
+            assert r.queue.topic == "orders"
+        c = PullConsumer("audit", ns, namespace="tenant-a", consume_from="first")
+        c.subscribe("orders")
+        await c.start()
+        got: list[MessageExt] = []
+        try:
+            while len(got) < counts["tenant-a"]:
+                more = await c.poll(10)
+                assert more, f"got {len(got)} of tenant-a's messages"
+                got += more
+        finally:
+            await c.shutdown()
+        return got
+
+    audited = uvloop.run(sluice_side())
+    assert sorted(m.body.decode().split("-grüße")[0] for m in audited) == [f"tenant-a-{i}" for i in range(3)]
+    assert {m.topic for m in audited} == {"orders"}
+    counts["tenant-b"] += 1
     assert {t: sum(broker.store.get_max_offset_in_queue(f"{t}%orders", q) for q in range(2)) for t in counts} == counts
     assert "orders" not in broker.topic_config_manager.table  # (nothing outside the namespaces)
     consumers = {t: java.start("push-consume", namesrv=ns, topic="orders", group="billing", namespace=t,

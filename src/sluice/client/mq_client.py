@@ -24,9 +24,10 @@ from sluice.common import fastjson
 from sluice.common.backoff import Backoff
 from sluice.common.config import ClientConfig
 from sluice.common.config_loader import SettingError, load
-from sluice.common.errors import ClientError, MessageFormatError, NameServerUnavailableError
+from sluice.common.errors import ClientError, InvalidNameError, MessageFormatError, NameServerUnavailableError
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_record
+from sluice.common.namespace import unwrap, validate_namespace
 from sluice.common.naming import is_lmq
 from sluice.common.properties import PROPERTY_PRODUCER_GROUP
 from sluice.common.service import AsyncService
@@ -60,7 +61,13 @@ def client_config(config: ClientConfig | None, namesrv: str | None, settings: di
     if namesrv is not None:
         data["namesrv_addr"] = namesrv
     data.update(settings)
-    return load(ClientConfig, data, f"{what} setting", error=SettingError)
+    cfg = load(ClientConfig, data, f"{what} setting", error=SettingError)
+    if cfg.namespace:
+        try:
+            validate_namespace(cfg.namespace)
+        except InvalidNameError as exc:
+            raise SettingError(f"{what} setting namespace: {exc}") from None
+    return cfg
 
 
 class ConsumerInner(Protocol):
@@ -474,6 +481,7 @@ class MQClientInstance(AsyncService):
         except (BadRequestError, MessageFormatError) as exc:
             log.warning("a reply message from %s cannot be read: %s", conn.remote_addr, exc)
             return req.response(ResponseCode.SYSTEM_ERROR, "process reply message fail")
+        reply.topic = unwrap(reply.topic, self.config.namespace)
         self.replies.deliver(reply)
         return req.response(ResponseCode.SUCCESS)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from sluice.client.message import Message, SendResult, SendStatus
 from sluice.client.message_id import create_uniq_id
 from sluice.common.message import MessageExt
+from sluice.common.namespace import unwrap
 from sluice.common.properties import KEY_SEPARATOR, PROPERTY_MSG_REGION, PROPERTY_TRACE_SWITCH
 
 CONTENT_SEPARATOR = "\x01"
@@ -253,9 +254,9 @@ def pub_context(group: str, msg: Message, result: SendResult, started_ms: int, s
         msg_type = TraceMessageType.DELAY
     else:
         msg_type = TraceMessageType.NORMAL
-    bean = TraceBean(topic=msg.topic, msg_id=result.msg_id, offset_msg_id=result.offset_msg_id, tags=msg.tags,
+    bean = TraceBean(topic=unwrap(msg.topic), msg_id=result.msg_id, offset_msg_id=result.offset_msg_id, tags=msg.tags,
                      keys=_keys_text(msg.keys), store_host=store_host, body_length=len(msg.body), msg_type=msg_type)
-    return TraceContext(TraceType.PUB, started_ms, result.region_id, group, max(0, now_ms() - started_ms),
+    return TraceContext(TraceType.PUB, started_ms, result.region_id, unwrap(group), max(0, now_ms() - started_ms),
                         result.status is SendStatus.SEND_OK, beans=[bean])
 
 
@@ -267,11 +268,12 @@ def sub_before_context(group: str, msgs: Sequence[MessageExt]) -> TraceContext |
         if m.get_property(PROPERTY_TRACE_SWITCH) == "false":
             continue
         region = m.get_property(PROPERTY_MSG_REGION) or region
-        beans.append(TraceBean(topic=m.topic, msg_id=m.msg_id, tags=m.tags, keys=_keys_text(m.keys),
+        beans.append(TraceBean(topic=unwrap(m.topic), msg_id=m.msg_id, tags=m.tags, keys=_keys_text(m.keys),
                                body_length=m.store_size, retry_times=m.reconsume_times))
     if not beans:
         return None
-    return TraceContext(TraceType.SUB_BEFORE, now_ms(), region, group, request_id=create_uniq_id(), beans=beans)
+    return TraceContext(TraceType.SUB_BEFORE, now_ms(), region, unwrap(group), request_id=create_uniq_id(),
+                        beans=beans)
 
 
 def sub_after_context(before: TraceContext, count: int, success: bool, how: ConsumeReturnType) -> TraceContext:
@@ -285,10 +287,11 @@ def end_transaction_context(group: str, topic: str, msg_id: str, tags: str | Non
                             store_host: str, transaction_id: str | None, state: str, from_check: bool,
                             region_id: str | None = None) -> TraceContext:
     """The EndTransaction record of a commit, rollback or undecided answer (``state``: Java's name for it)."""
-    bean = TraceBean(topic=topic, msg_id=msg_id, tags=tags, keys=_keys_text(keys), store_host=store_host,
+    bean = TraceBean(topic=unwrap(topic), msg_id=msg_id, tags=tags, keys=_keys_text(keys), store_host=store_host,
                      msg_type=TraceMessageType.TRANS_COMMIT, transaction_id=transaction_id, transaction_state=state,
                      from_transaction_check=from_check)
-    return TraceContext(TraceType.END_TRANSACTION, now_ms(), region_id or DEFAULT_REGION, group, beans=[bean])
+    return TraceContext(TraceType.END_TRANSACTION, now_ms(), region_id or DEFAULT_REGION, unwrap(group),
+                        beans=[bean])
 
 
 @dataclass

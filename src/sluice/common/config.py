@@ -530,6 +530,9 @@ class ClientConfig(_Config):
 
     namesrv_addr: str = "127.0.0.1:9876"
     instance_name: str = "DEFAULT"
+    # RocketMQ's ClientConfig.namespace (docs/client.md § Namespaces): the brokers know this client's topics and
+    # groups as ``namespace%name``; the names it is given and gives back are without it.
+    namespace: Annotated[str, Meta(max_length=64)] = ""
     # Routes are refreshed this often; while no name server answers, sooner (backing off up to this) and sends
     # and pulls go on with the routes already known.
     poll_name_server_interval: Millis = 30_000

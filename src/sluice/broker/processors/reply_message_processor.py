@@ -22,6 +22,7 @@ from sluice.broker.processors.send_message_processor import (
     topic_refusal,
 )
 from sluice.common.message import MessageExtBrokerInner, create_message_ids
+from sluice.common.namespace import namespace_of, unwrap
 from sluice.common.naming import reply_topic
 from sluice.common.properties import (
     PROPERTY_MESSAGE_REPLY_TO_CLIENT,
@@ -75,9 +76,13 @@ class ReplyMessageProcessor:
         if refusal is not None:
             refusal.ext_fields.update(stamps)
             return refusal
-        tc = self.topic_config_manager.get(h.topic)
+        # A responder in a namespace names its reply topic ``ns%<cluster>_REPLY_TOPIC`` (the Java client wraps every
+        # topic it sends to): the reply is pushed under that name and kept in the cluster's reply topic.
+        topic = reply_topic(cfg.broker_cluster_name)
+        tc = self.topic_config_manager.get(topic)
         assert tc is not None  # (checked)
-        queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(max(1, tc.write_queue_nums))
+        # (a namespace's reply topic has no route: the queue its responder picked is one of TBW102's)
+        queue_id = h.queue_id if h.queue_id >= 0 and h.topic == topic else random.randrange(max(1, tc.write_queue_nums))
         body = req.body if isinstance(req.body, bytes) else bytes(req.body)
         props = decode_properties(h.properties) if h.properties else {}
         props.update(stamps)  # (RocketMQ's buildMsgContext stamps the reply as a sent message: the region, trace)
@@ -90,16 +95,16 @@ class ReplyMessageProcessor:
             response = req.response(ResponseCode.SYSTEM_ERROR, remark, dict(stamps))
 
         if cfg.store_reply_message_enable:
-            inner = MessageExtBrokerInner(h.topic, body, queue_id, h.flag, props, h.sys_flag, h.born_timestamp,
+            inner = MessageExtBrokerInner(topic, body, queue_id, h.flag, props, h.sys_flag, h.born_timestamp,
                                           ipv4_addr(conn.remote_addr), self.broker_addr, h.reconsume_times)
             result = await put_as_send(self.store, self.stats, inner)
             if result.stored:
-                self.stats.record_topic_put(h.topic, result.msg_num, result.wrote_bytes, metrics_message_type(props))
+                self.stats.record_topic_put(topic, result.msg_num, result.wrote_bytes, metrics_message_type(props))
                 response.ext_fields["msgId"] = create_message_ids(self.broker_addr, result.phys_offsets)
                 response.ext_fields["queueOffset"] = str(result.queue_offset)
             else:
                 log.warning("a reply to %s was not stored in %s: %s %s", props.get(PROPERTY_MESSAGE_REPLY_TO_CLIENT),
-                            h.topic, result.status.name, result.remark or "")
+                            topic, result.status.name, result.remark or "")
         return response
 
     def _check(self, conn: Connection, req: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | None:
@@ -114,15 +119,15 @@ class ReplyMessageProcessor:
         if refusal is not None:
             return refusal
         expected = reply_topic(self.config.broker_cluster_name)
-        if h.topic != expected:
+        if h.topic != expected and not (namespace_of(h.topic) and unwrap(h.topic) == expected):
             return req.response(ResponseCode.MESSAGE_ILLEGAL, f"a reply goes to the reply topic {expected}, not "
                                                               f"{h.topic}")
-        tc = self.topic_config_manager.get(h.topic)
+        tc = self.topic_config_manager.get(expected)
         if tc is None:
-            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{expected}] not exist, apply first please!")
         if not perm_writeable(tc.perm):
-            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
-        refusal = queue_refusal(conn, req, tc, h.queue_id)
+            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{expected}] sending message is forbidden")
+        refusal = queue_refusal(conn, req, tc, h.queue_id) if h.topic == expected else None
         if refusal is not None:
             return refusal
         max_size = self.config.store.max_message_size

@@ -20,6 +20,7 @@ from sluice.common.errors import BrokerResponseError, ClientError, InvalidSubscr
 from sluice.common.lmq_dispatch import lmq_entries
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
+from sluice.common.namespace import unwrap, wrap
 from sluice.common.naming import RETRY_GROUP_TOPIC_PREFIX, is_lmq, retry_topic, validate_group, validate_topic
 from sluice.common.properties import PROPERTY_RETRY_TOPIC
 from sluice.common.structs import (
@@ -79,7 +80,11 @@ class ConsumerBase:
                  allocate: str | AllocateStrategy, credentials: CredentialsLike | None = None,
                  tls: TlsLike | None = None) -> None:
         validate_group(group)
-        self.group = group
+        # With a namespace the group and its topics are ``ns%name`` on the brokers (RocketMQ's withNamespace);
+        # messages and queues are handed out under their names without it.
+        self.namespace = config.namespace
+        self.group = group = wrap(config.namespace, group)
+        validate_group(group)
         self.config = config
         self.message_model = parse_message_model(message_model)
         self.consume_from = parse_consume_from(consume_from)
@@ -108,6 +113,8 @@ class ConsumerBase:
     def _add_subscription(self, topic: str, expression: str | MessageSelector | None,
                           filter: str | None = None) -> SubscriptionData:
         validate_topic(topic)
+        topic = wrap(self.namespace, topic)
+        validate_topic(topic)
         if filter:  # the contest spec's "key=value": an SQL92 subscription
             if isinstance(expression, MessageSelector) or expression not in (None, "", SUB_ALL):
                 raise InvalidSubscriptionError(f"subscribe to {topic} with a tag expression or a selector, or with "
@@ -116,6 +123,18 @@ class ConsumerBase:
         sub = build_subscription(topic, expression)
         self.subscriptions[topic] = sub
         return sub
+
+    def named_queue(self, mq: MessageQueue) -> MessageQueue:
+        """``mq`` as the brokers know it (its topic in this consumer's namespace)."""
+        if not self.namespace:
+            return mq
+        return MessageQueue(wrap(self.namespace, mq.topic), mq.broker_name, mq.queue_id)
+
+    def user_queue(self, mq: MessageQueue) -> MessageQueue:
+        """``mq`` as this consumer's caller names it (without the namespace)."""
+        if not self.namespace:
+            return mq
+        return MessageQueue(unwrap(mq.topic, self.namespace), mq.broker_name, mq.queue_id)
 
     # == what the client instance asks ================================================================
     def consumer_data(self) -> ConsumerData:
@@ -308,6 +327,9 @@ class ConsumerBase:
                     for name, lmq_offset in lmq_entries(m.topic, m.properties):
                         if name == mq.topic:
                             m.queue_id, m.queue_offset = mq.queue_id, lmq_offset
+            if self.namespace:  # (sent back under its wrapped name again: ``named``)
+                for m in msgs:
+                    m.topic = unwrap(m.topic, self.namespace)
             result.messages = msgs
         return result
 

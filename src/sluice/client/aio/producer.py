@@ -31,6 +31,7 @@ from sluice.common.batch_codec import encode_batch_record
 from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError, MessageFormatError
 from sluice.common.message import MessageExt
+from sluice.common.namespace import unwrap, wrap
 from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, validate_group, validate_topic
 from sluice.common.properties import encode_properties
 from sluice.common.recall_handle import RecallHandle, RecallHandleError
@@ -55,7 +56,9 @@ class Producer:
         ``ssl.SSLContext``, for brokers and name servers that speak TLS."""
         validate_group(group)
         cfg = client_config(config, namesrv, settings, "producer")
-        self.group = group
+        # With a namespace the group and every topic go out wrapped (``ns%name``), and results come back without it.
+        self.group = wrap(cfg.namespace, group)
+        validate_group(self.group)
         self.config = cfg
         self.client = MQClientInstance(cfg, credentials, tls)
         self.faults = LatencyFaultTolerance()
@@ -124,6 +127,7 @@ class Producer:
         span = None
         if self.otel is not None and isinstance(msg, Message):
             span, msg = self._publish_span(msg)
+        msg, queue = self._named(msg), self._named_queue(queue)
         started = now_ms() if self.trace is not None else 0
         try:
             result = await self._send_one(msg, sharding_key, queue, selector, arg, timeout, oneway=False)
@@ -146,6 +150,7 @@ class Producer:
         self._check_started()
         if not isinstance(msg, Message) or isinstance(msg, ReplyMessage):
             raise TypeError(f"request takes a Message, not {type(msg).__name__}")
+        msg, queue = self._named(msg), self._named_queue(queue)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if self.router.cached(msg.topic) is None:
@@ -167,7 +172,8 @@ class Producer:
                 async with asyncio.timeout(max(0.0, deadline - loop.time())):  # (not wait_for: it may drop a cancel)
                     return await reply
             except TimeoutError:
-                raise RequestTimeoutError(f"send request message to <{msg.topic}> OK, but wait reply message "
+                raise RequestTimeoutError(f"send request message to <{unwrap(msg.topic, self.config.namespace)}> OK, "
+                                          f"but wait reply message "
                                           f"timeout, {int(timeout * 1000)} ms.") from None
         finally:
             self.client.replies.forget(correlation_id)
@@ -180,6 +186,7 @@ class Producer:
         validate_topic(topic)
         if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
             raise ClientError(f"topic {topic} is not supported: a retry or dead-letter topic")
+        topic = wrap(self.config.namespace, topic)
         try:
             handle = RecallHandle.decode(recall_handle)
         except RecallHandleError as exc:
@@ -196,7 +203,7 @@ class Producer:
     async def send_oneway(self, msg: Message, *, sharding_key: str | None = None,
                           queue: MessageQueue | None = None) -> None:
         """Send without waiting for any answer (no retry, no result)."""
-        await self._send_one(msg, sharding_key, queue, None, None, None, oneway=True)
+        await self._send_one(self._named(msg), sharding_key, self._named_queue(queue), None, None, None, oneway=True)
 
     def send_async(self, msg: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None,
                    timeout: float | None = None) -> asyncio.Future[SendResult]:
@@ -216,11 +223,16 @@ class Producer:
         attempt; a first attempt already on the wire keeps its slot until it is answered (and may still store
         the message), a later one frees it at once.
         """
+        if self.config.namespace:
+            queue = self._named_queue(queue)
+            if self.otel is None:
+                msg = self._named(msg)
         if (self.trace is None and self.otel is None) or not isinstance(msg, Message):
             return self._send_async(msg, sharding_key, queue, timeout)
         span = None
         if self.otel is not None:
             span, msg = self._publish_span(msg)
+            msg = self._named(msg)
         return self._traced(msg, now_ms(), self._send_async(msg, sharding_key, queue, timeout), span)
 
     def _send_async(self, msg: Message, sharding_key: str | None, queue: MessageQueue | None,
@@ -253,6 +265,8 @@ class Producer:
         if self.otel is not None:  # (a publish span per message, each carrying its own)
             pairs = [self._publish_span(m) for m in msgs]
             spans, msgs = [p[0] for p in pairs], [p[1] for p in pairs]
+        if self.config.namespace:
+            msgs, queue = [self._named(m) for m in msgs], self._named_queue(queue)
         try:
             result = await self._send_batch_traced(msgs, sharding_key, queue, timeout)
         except BaseException as exc:
@@ -293,6 +307,7 @@ class Producer:
         self._check_started()
         if not body:
             raise ClientError("a batch needs at least one message")
+        topic, queue = wrap(self.config.namespace, topic), self._named_queue(queue)
         self._flush_batches(topic)
         request = self.sender.batch_request(body, "")
         resp, mq = await self.sender.send_with_retries(topic, request, None, None, queue, None, None, timeout,
@@ -302,7 +317,7 @@ class Producer:
 
     async def publish_info(self, topic: str) -> TopicPublishInfo:
         """The queues to send ``topic`` to; through TBW102's brokers while the topic has no route yet."""
-        return await self.router.publish_info(topic)
+        return await self.router.publish_info(wrap(self.config.namespace, topic))
 
     # == trace =======================================================================================
     def _trace_pub(self, msg: Message, result: SendResult, started: int, half: bool = False) -> None:
@@ -337,6 +352,22 @@ class Producer:
         assert self.otel is not None
         span, traceparent = self.otel.start_publish(msg)
         return span, (replace(msg, trace_context=traceparent) if traceparent else msg)
+
+    # == namespaces ==================================================================================
+    def _named(self, msg: Message) -> Message:
+        """``msg`` with its topic as the broker knows it in this producer's namespace (a copy: the caller's
+        message keeps its name)."""
+        ns = self.config.namespace
+        if not ns or not isinstance(msg, Message):
+            return msg
+        topic = wrap(ns, msg.topic)
+        return msg if topic == msg.topic else replace(msg, topic=topic)
+
+    def _named_queue(self, queue: MessageQueue | None) -> MessageQueue | None:
+        ns = self.config.namespace
+        if not ns or queue is None:
+            return queue
+        return MessageQueue(wrap(ns, queue.topic), queue.broker_name, queue.queue_id)
 
     # == the send paths ==============================================================================
     def _check_started(self) -> None:

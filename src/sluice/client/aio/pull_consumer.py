@@ -24,6 +24,7 @@ from sluice.client.rebalance import AllocateStrategy
 from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError
 from sluice.common.message import MessageExt
+from sluice.common.namespace import wrap
 from sluice.common.structs import ConsumeFromWhere, ConsumeType, MessageModel, MessageQueue
 from sluice.remoting.tls import TlsLike
 
@@ -77,10 +78,11 @@ class PullConsumer(ConsumerBase):
 
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of ``topic`` (to pick from for ``assign``)."""
-        route = await self.client.update_route(topic)
+        named = wrap(self.namespace, topic)
+        route = await self.client.update_route(named)
         if route is None:
             raise ClientError(f"topic {topic} has no route")
-        return route.subscribe_queues(topic)
+        return [self.user_queue(mq) for mq in route.subscribe_queues(named)]
 
     async def assign(self, queues: list[MessageQueue], expression: str | MessageSelector | None = "*", *,
                      filter: str | None = None) -> None:
@@ -88,6 +90,7 @@ class PullConsumer(ConsumerBase):
         if self.subscriptions and not self._assigned_manually:
             raise ClientError("this consumer uses subscribe(); subscribe() and assign() cannot be mixed")
         self._assigned_manually = True
+        queues = [self.named_queue(q) for q in queues]
         for topic in {q.topic for q in queues}:
             self._add_subscription(topic, expression, filter)
         if self.started:
@@ -96,7 +99,7 @@ class PullConsumer(ConsumerBase):
             self._pending_assignment = set(queues)
 
     def assignment(self) -> set[MessageQueue]:
-        return set(self._queues)
+        return {self.user_queue(mq) for mq in self._queues}
 
     # == lifecycle ===================================================================================
     async def start(self) -> PullConsumer:
@@ -251,6 +254,7 @@ class PullConsumer(ConsumerBase):
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         """Continue ``mq`` from ``offset``: already fetched messages of it are dropped."""
+        mq = self.named_queue(mq)
         st = self._queues.get(mq)
         if st is None:
             raise ClientError(f"{mq} is not assigned to this consumer")
@@ -266,18 +270,20 @@ class PullConsumer(ConsumerBase):
             st.task = asyncio.get_running_loop().create_task(self._pull_loop(mq, st))
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
+        mq = self.named_queue(mq)
         self.seek(mq, await self.client.api.get_min_offset(await self.broker_addr(mq), mq))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
+        mq = self.named_queue(mq)
         self.seek(mq, await self.client.api.get_max_offset(await self.broker_addr(mq), mq))
 
     def pause(self, mqs: list[MessageQueue]) -> None:
-        for mq in mqs:
+        for mq in map(self.named_queue, mqs):
             if mq in self._queues:
                 self._queues[mq].paused = True
 
     def resume(self, mqs: list[MessageQueue]) -> None:
-        for mq in mqs:
+        for mq in map(self.named_queue, mqs):
             if mq in self._queues:
                 self._queues[mq].paused = False
 
@@ -285,10 +291,12 @@ class PullConsumer(ConsumerBase):
         """Commit ``offsets`` (next offset to consume per queue), or the position after every polled message."""
         if offsets is None:
             offsets = {mq: st.consumed for mq, st in self._queues.items() if st.consumed >= 0}
+        else:
+            offsets = {self.named_queue(mq): off for mq, off in offsets.items()}
         for mq, off in offsets.items():
             self.offset_store.update_offset(mq, off)
         await self.persist_all_offsets(list(offsets))
 
     async def committed(self, mq: MessageQueue) -> int:
         """The offset committed for ``mq`` (-1 when none)."""
-        return await self.read_offset_from_store(mq)
+        return await self.read_offset_from_store(self.named_queue(mq))

@@ -32,6 +32,7 @@ from sluice.common.config import ClientConfig
 from sluice.common.decimal_text import is_long
 from sluice.common.errors import ClientError, OffsetStoreError
 from sluice.common.message import MessageExt
+from sluice.common.namespace import unwrap, wrap
 from sluice.common.structs import ConsumeFromWhere, MessageModel, MessageQueue
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -424,6 +425,7 @@ class PushConsumer(ConsumerBase):
         listener called on ``msg`` outside the queues, nothing committed or sent back; RocketMQ's
         ConsumeMessageDirectlyResult."""
         t0 = time.monotonic()
+        msg.topic = unwrap(msg.topic, self.namespace)
         try:
             status = await self._call_listener([msg])
         except Exception as exc:
@@ -533,7 +535,7 @@ class PushConsumer(ConsumerBase):
             # The master (a slave takes no writes), else the broker that stored it (RocketMQ likewise).
             addr = self.client.find_publish_addr(mq.broker_name) or msg.store_host
             await self.client.api.consumer_send_message_back(
-                addr, self.group, msg.commit_log_offset, delay_level, msg.msg_id, msg.topic,
+                addr, self.group, msg.commit_log_offset, delay_level, msg.msg_id, wrap(self.namespace, msg.topic),
                 self.config.max_reconsume_times)
             return True
         except (ClientError, RemotingError) as exc:

@@ -27,6 +27,7 @@ from sluice.client.queue_router import DEFAULT_TOPIC_QUEUE_NUMS, QueueRouter, Qu
 from sluice.client.request_reply import ReplyMessage
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
+from sluice.common.namespace import unwrap
 from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC
 from sluice.common.properties import PROPERTY_WAIT_STORE_MSG_OK, encode_properties
 from sluice.common.structs import MessageQueue
@@ -123,22 +124,22 @@ class Sender:
                                         mq.queue_id, sys_flag, born, flag, props, 0, False, None, batch,
                                         mq.broker_name).encode_v2()
 
-    @staticmethod
-    def result(resp: RemotingCommand, mq: MessageQueue, ids: list[str]) -> SendResult:
+    def result(self, resp: RemotingCommand, mq: MessageQueue, ids: list[str]) -> SendResult:
         status = SendStatus.from_response_code(resp.code) or SendStatus.SEND_OK
         ext = resp.ext_fields
-        return SendResult(status, ids[0], ext.get("msgId", ""), MessageQueue(mq.topic, mq.broker_name,
+        topic = unwrap(mq.topic, self.config.namespace)  # (the caller's name for it)
+        return SendResult(status, ids[0], ext.get("msgId", ""), MessageQueue(topic, mq.broker_name,
                                                                              int(ext.get("queueId", mq.queue_id))),
                           int(ext.get("queueOffset", "-1")), ids, ext.get("transactionId") or None,
                           ext.get("MSG_REGION") or "DefaultRegion", ext.get("TRACE_ON") != "false",
                           ext.get("recallHandle") or None)
 
-    @staticmethod
-    def batch_results(resp: RemotingCommand, mq: MessageQueue, sends: list[PendingSend]) -> list[SendResult]:
+    def batch_results(self, resp: RemotingCommand, mq: MessageQueue, sends: list[PendingSend]) -> list[SendResult]:
         """Each message's own result from a batch's answer: its id, the broker's id for it, its queue offset."""
         status = SendStatus.from_response_code(resp.code) or SendStatus.SEND_OK
         ext = resp.ext_fields
-        queue = MessageQueue(mq.topic, mq.broker_name, int(ext.get("queueId", mq.queue_id)))
+        queue = MessageQueue(unwrap(mq.topic, self.config.namespace), mq.broker_name,
+                             int(ext.get("queueId", mq.queue_id)))
         base = int(ext.get("queueOffset", "-1"))
         offset_ids = ext.get("msgId", "").split(",")
         if len(offset_ids) != len(sends):

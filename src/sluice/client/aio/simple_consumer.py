@@ -30,6 +30,7 @@ from sluice.common.extra_info import (
     ReceiptError,
 )
 from sluice.common.message import MessageExt
+from sluice.common.namespace import unwrap, wrap
 from sluice.common.naming import validate_group, validate_topic
 from sluice.common.structs import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from sluice.remoting.codes import RequestCode
@@ -71,8 +72,12 @@ class SimpleConsumer:
         _check_duration("invisible_duration", invisible_duration)
         if await_duration < 0:
             raise ClientError(f"await_duration must be >= 0, not {await_duration}")
-        self.group = group
         self.config = client_config(config, namesrv, settings, "consumer")
+        # With a namespace the group and its topics are ``ns%name`` on the brokers; messages are handed out under
+        # their names without it.
+        self.namespace = self.config.namespace
+        self.group = wrap(self.namespace, group)
+        validate_group(self.group)
         self.invisible_duration = invisible_duration
         self.await_duration = await_duration
         self.init_mode = 0 if consume_from_first else 1
@@ -85,11 +90,13 @@ class SimpleConsumer:
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Receive from ``topic`` the messages ``expression`` selects (tags ``"a || b"``, or a MessageSelector)."""
         validate_topic(topic)
+        topic = wrap(self.namespace, topic)
+        validate_topic(topic)
         self.subscriptions[topic] = expression if isinstance(expression, MessageSelector) else \
             MessageSelector.by_tag(expression)
 
     def unsubscribe(self, topic: str) -> None:
-        self.subscriptions.pop(topic, None)
+        self.subscriptions.pop(wrap(self.namespace, topic), None)
 
     async def start(self) -> SimpleConsumer:
         if not self.started:
@@ -191,6 +198,8 @@ class SimpleConsumer:
             raise ClientError(f"broker {addr}: {exc}") from exc
         kept: list[MessageExt] = []
         for m in msgs:
+            if self.namespace:  # (settled under its wrapped name again)
+                m.topic = unwrap(m.topic, self.namespace)
             if sub.expression_type != "TAG" or matches(sub, m.tags):
                 kept.append(m)
             else:  # a tag-hash collision the broker could not tell apart: not ours, settle it
@@ -209,7 +218,7 @@ class SimpleConsumer:
         expired: it was already put back for redelivery)."""
         r = receipt_of(msg)
         try:
-            await self.client.api.ack_message(self._addr_of(r), self.group, msg.topic, r)
+            await self.client.api.ack_message(self._addr_of(r), self.group, wrap(self.namespace, msg.topic), r)
         except RemotingError as exc:
             raise ClientError(f"broker {r.broker_name}: {exc}") from exc
 
@@ -219,7 +228,8 @@ class SimpleConsumer:
         per_broker: dict[str, dict[tuple[str, str, int, int, int, int, int], list[int]]] = {}
         for m in msgs:
             r = receipt_of(m)
-            key = (m.topic, r.retry, r.queue_id, r.ck_offset, r.pop_time, r.invisible_time, r.revive_qid)
+            key = (wrap(self.namespace, m.topic), r.retry, r.queue_id, r.ck_offset, r.pop_time, r.invisible_time,
+                   r.revive_qid)
             per_broker.setdefault(r.broker_name, {}).setdefault(key, []).append(r.queue_offset)
         for broker, groups in per_broker.items():
             acks = []
@@ -247,7 +257,8 @@ class SimpleConsumer:
         _check_duration("duration", duration)
         r = receipt_of(msg)
         try:
-            renewed = await self.client.api.change_invisible_time(self._addr_of(r), self.group, msg.topic, r,
+            renewed = await self.client.api.change_invisible_time(self._addr_of(r), self.group,
+                                                                  wrap(self.namespace, msg.topic), r,
                                                                   int(duration * 1000))
         except RemotingError as exc:
             raise ClientError(f"broker {r.broker_name}: {exc}") from exc

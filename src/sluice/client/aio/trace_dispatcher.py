@@ -91,7 +91,7 @@ class TraceDispatcher:
     async def _start(self) -> None:
         producer = self._producer_factory(self.group, config=self.config, credentials=self._credentials, tls=self._tls,
                             enable_trace=False, enable_otel=False, max_message_size=MAX_TRACE_MESSAGE_SIZE + 64 * 1024,
-                            send_msg_timeout=int(SEND_TIMEOUT * 1000), auto_batch=False,
+                            send_msg_timeout=int(SEND_TIMEOUT * 1000), auto_batch=False, namespace="",
                             instance_name=f"PID_CLIENT_INNER_TRACE_PRODUCER_{self.config.namesrv_addr}")
         await producer.start()
         self._producer = producer

@@ -23,6 +23,7 @@ from sluice.client.transaction import LocalTransactionState, TransactionListener
 from sluice.common.config import ClientConfig
 from sluice.common.errors import MessageFormatError
 from sluice.common.message import MessageExt, decode_message_id
+from sluice.common.namespace import unwrap, wrap
 from sluice.common.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_MSG_REGION,
@@ -101,6 +102,7 @@ class TransactionProducer(Producer):
             raise MessageFormatError("a reply is sent with send, not in a transaction")
         if msg.priority is not None:
             raise MessageFormatError("a transactional message has no priority")
+        msg = self._named(msg)
         system = "".join(f"{PROPERTY_SEPARATOR}{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in (
             (PROPERTY_TRANSACTION_PREPARED, "true"), (PROPERTY_PRODUCER_GROUP, self.group))).encode()
         uniq, request = self.sender.single_request(msg, None, system, TRANSACTION_PREPARED_TYPE)
@@ -126,7 +128,8 @@ class TransactionProducer(Producer):
             return
         header = EndTransactionRequestHeader(self.group, result.queue_offset, commit_log_offset, state.value, False,
                                              result.msg_id, result.transaction_id or result.msg_id,
-                                             topic=result.queue.topic, broker_name=result.queue.broker_name)
+                                             topic=wrap(self.config.namespace, result.queue.topic),
+                                             broker_name=result.queue.broker_name)
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode(), oneway=True)
         req.remark = error
         if self.trace is not None:
@@ -152,12 +155,14 @@ class TransactionProducer(Producer):
     async def _answer_check(self, broker_addr: str, header: CheckTransactionStateRequestHeader,
                             msg: MessageExt) -> None:
         fn = self.listener.check_local_transaction
+        topic = msg.properties.get(PROPERTY_REAL_TOPIC) or msg.topic
+        if self.config.namespace:
+            msg.topic = unwrap(topic, self.config.namespace)  # (the listener's name for it)
         # A plain function may block on a database: it runs in a thread, not on the event loop.
         state, error = await _decide(fn, (msg,), in_thread=not inspect.iscoroutinefunction(fn))
         answer = EndTransactionRequestHeader(self.group, header.tran_state_table_offset, header.commit_log_offset,
                                              state.value, True, msg.uniq_key or header.msg_id, header.transaction_id,
-                                             topic=msg.properties.get(PROPERTY_REAL_TOPIC) or msg.topic,
-                                             broker_name=header.broker_name)
+                                             topic=topic, broker_name=header.broker_name)
         req = RemotingCommand.request(RequestCode.END_TRANSACTION, answer.encode(), oneway=True)
         req.remark = error
         if self.trace is not None:
