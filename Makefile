@@ -1,5 +1,5 @@
 # Sluice developer commands. `make dev` installs Sluice alone and starts it; `make test` sets up everything the
-# suite needs (test tools, pyspark, a JDK and Maven, etcd, FUSE) and runs it.
+# suite needs (test tools, pyspark, a JDK and Maven, etcd, FUSE, Go) and runs it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -19,10 +19,11 @@ $(BASE): $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-$(FULL): $(BUILD_INPUTS) scripts/ensure_fuse.sh | $(BIN)/python
+$(FULL): $(BUILD_INPUTS) scripts/ensure_fuse.sh scripts/ensure_go.sh | $(BIN)/python
 	bash scripts/ensure_java.sh
 	bash scripts/ensure_etcd.sh
 	bash scripts/ensure_fuse.sh
+	bash scripts/ensure_go.sh
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $@ $(BASE)

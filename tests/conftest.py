@@ -24,6 +24,7 @@ from sluice.namesrv import NamesrvController
 from sluice.remoting.client import RemotingClient
 from sluice.store import MessageStore
 from tests.etcd_server import etcd_server  # noqa: F401 (the fixture: a real etcd per test)
+from tests.interop.go_clients import GoClients, ensure_go_build, go_missing, go_required
 from tests.interop.java_clients import JavaBuild, ensure_java_build, java_required, java_tools_missing
 
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark",
@@ -34,9 +35,9 @@ _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "cras
 # there is room. xdist hands out the groups with the most tests first, one to a worker, and a worker busy with a
 # group gets nothing else meanwhile.
 _XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "spark", "ha": "clusters", "fault": "clusters"}
-# Interop tests that start no JVM (the C++ and the Python 5.x clients) go wherever there is room: the Java group is
+# Interop tests that start no JVM (the C++, Go and Python 5.x clients) go wherever there is room: the Java group is
 # the suite's longest.
-_NO_JVM_INTEROP = ("test_cpp_", "test_python5_")
+_NO_JVM_INTEROP = ("test_cpp_", "test_python5_", "test_go_")
 TESTS_DIR = Path(__file__).resolve().parent
 
 # Hypothesis' deadline (200 ms an example) measures the machine, not the code: on a loaded box (CI's two cores, shared)
@@ -78,6 +79,31 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"pytest-xdist's --dist loadgroup cannot group tests under pytest {pytest.__version__}: "
             "install the pytest that pyproject.toml's test extra names")
+
+
+@pytest.fixture(scope="session")
+def go_build() -> Path:
+    """The Go client programs (tests/interop/go), built once per machine (cached)."""
+    reason = go_missing()
+    if reason is not None:
+        if go_required():
+            pytest.fail(f"{reason}; $SLUICE_REQUIRE_GO is set, so the Go tests may not skip", pytrace=False)
+        pytest.skip(reason)
+    try:
+        return ensure_go_build()
+    except RuntimeError as exc:
+        problem = str(exc)
+    pytest.fail(f"cannot build the Go interop programs: {problem}", pytrace=False)
+
+
+@pytest.fixture
+def go(go_build: Path, tmp_path: Path) -> Iterator[GoClients]:
+    """Go client programs; any still running are killed when the test ends."""
+    clients = GoClients(go_build, tmp_path / "go")
+    try:
+        yield clients
+    finally:
+        clients.close()
 
 
 @pytest.fixture(scope="session")

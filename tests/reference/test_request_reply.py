@@ -63,3 +63,33 @@ def test_request_reply_of_sluices_clients_alike(systems):
 
     observed = assert_same(both(systems, scenario))
     assert observed["matched"] and observed["reply"]["body"] == "PING"
+
+
+def test_go_request_reply_alike(systems, go):
+    """rocketmq-client-go v2.1.2 on both sides (``producer.Request``, ``consumer.CreateReplyMessage``): the request
+    as the Go responder sees it and the reply as the Go requester gets it."""
+    def scenario(s: System) -> dict[str, Any]:
+        topic = s.topic("gorr")
+        s.create_topic(topic, 1)
+        responder = go.start("requestreply", role="responder", namesrv=s.namesrv, topic=topic,
+                             group=s.topic("go-responder"), count=2, timeout="150s")
+        requester = go.start("requestreply", role="requester", namesrv=s.namesrv, topic=topic,
+                             group=s.topic("go-requester"), count=2, prefix="ping", timeout="150s")
+        try:
+            records = requester.wait(160)
+            responder.wait(60)
+        except AssertionError as exc:
+            raise AssertionError(f"against {s.name}: {exc}; the responder: {responder.records()[-5:]}") from None
+
+        def seen(r: dict[str, Any]) -> dict[str, Any]:
+            props = r["properties"]
+            return {"body": r["body"], "topic": r.get("topic", r.get("reply_topic")).replace(topic, "<topic>"),
+                    "properties": {k: v.replace(topic, "<topic>") for k, v in sorted(props.items())
+                                   if k not in PER_REQUEST}, "names": sorted(props)}
+
+        return {"replies": [seen(r) for r in records if r["event"] == "reply"],
+                "requests": sorted((seen(r) for r in responder.records("replied")), key=lambda r: r["body"]),
+                "end": records[-1]}
+
+    observed = assert_same(both(systems, scenario))
+    assert [r["body"] for r in observed["replies"]] == ["PING-0", "PING-1"]
