@@ -30,11 +30,13 @@ from tests.interop.java_clients import JavaBuild, ensure_java_build, java_requir
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark",
                   "fault": "fault"}
 # Run on three workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
-# turn: the Spark tests (one Spark session, built once), the Java ones (one Java build, one RocketMQ node at a time)
-# and the multi-process clusters whose timings they check (failover, partitions, a slow disk); the rest go wherever
-# there is room. xdist hands out the groups with the most tests first, one to a worker, and a worker busy with a
-# group gets nothing else meanwhile.
-_XDIST_GROUPS = {"interop": "jvm", "reference": "jvm", "spark": "spark", "ha": "clusters", "fault": "clusters"}
+# turn: the Spark tests (one Spark session, built once), the Java client programs against Sluice, the differential
+# tests (one Apache RocketMQ node per worker: all on one), and the multi-process clusters whose timings they check
+# (failover, partitions, a slow disk); the rest go wherever there is room. xdist hands out the groups with the most
+# tests first, one to a worker, and a worker busy with a group gets nothing else meanwhile. (The Java programs and
+# the differential tests were one group: at 820 s it was the whole run's length, the other workers idle at its end.)
+_XDIST_GROUPS = {"interop": "jvm", "reference": "reference", "spark": "spark", "ha": "clusters",
+                 "fault": "clusters"}
 # Interop tests that start no JVM (the C++, Go and Python 5.x clients) go wherever there is room: the Java group is
 # the suite's longest.
 _NO_JVM_INTEROP = ("test_cpp_", "test_python5_", "test_go_")
