@@ -5,6 +5,9 @@ using the same names share nothing."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +23,16 @@ from sluice.aio import (
     TransactionProducer,
     create_reply_message,
 )
+from sluice.client.admin import Admin
+from sluice.client.auth_admin import policy_entry
 from sluice.client.message import Message
+from sluice.client.request_reply import ReplyMessage
+from sluice.common.config import AuthUser
 from sluice.common.config_loader import SettingError
+from sluice.common.errors import ClientError
 from sluice.common.message import MessageExt
 from sluice.common.structs import MessageQueue
-from tests.conftest import Cluster
+from tests.conftest import Cluster, ServerLoop
 from tests.integration.helpers import FAST
 
 FAST_DELAYS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s"
@@ -200,8 +208,6 @@ def test_transactions_and_requests_in_a_namespace(empty_cluster: Cluster) -> Non
             assert sorted((m.topic, m.body) for m in seen) == [("tx", b"checked"), ("tx", b"commit")]
             async with Producer("requester", ns, namespace="ns-t") as requester:
                 reply = await requester.request(Message("rpc", b"ping"), 20)
-            # The responder sent it to ns-t%DefaultCluster_REPLY_TOPIC, as a Java responder in a namespace does: the
-            # broker pushed it under that name and kept it in the cluster's reply topic.
             assert (reply.body, reply.topic) == (b"PING", "DefaultCluster_REPLY_TOPIC")
         finally:
             await responder.shutdown()
@@ -218,3 +224,132 @@ def test_a_bad_namespace_is_refused_naming_the_setting(bad: str) -> None:
         Producer("pg", "127.0.0.1:9876", namespace=bad)
     with pytest.raises(SettingError, match="namespace"):
         PushConsumer("cg", "127.0.0.1:9876", namespace=bad)
+
+
+def test_a_selector_sees_the_callers_names_and_its_choice_stays_in_the_namespace(cluster: Cluster) -> None:
+    cluster.create_topic("ns1%orders", 2)
+    cluster.create_topic("orders", 2)  # the same name outside any namespace
+    seen: list[tuple[list[str], str]] = []
+
+    def selector(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+        seen.append(([q.topic for q in mqs], msg.topic))
+        return MessageQueue("orders", "broker-a", arg)  # the caller's own name for the topic
+
+    async def go() -> tuple[Any, Any, str]:
+        async with Producer("pg", cluster.namesrv_addr, namespace="ns1") as p:
+            info = await p.publish_info("orders")
+            return await p.send(Message("orders", b"x"), selector=selector, arg=1), info, p.sender.group
+
+    r, info, group = uvloop.run(go())
+    assert {t for ts, _ in seen for t in ts} == {"orders"} and seen[0][1] == "orders"
+    assert r.queue == MessageQueue("orders", "broker-a", 1)
+    store = cluster.brokers[0].store
+    assert (store.get_max_offset_in_queue("ns1%orders", 1), store.get_max_offset_in_queue("orders", 1)) == (1, 0)
+    assert {q.topic for q in info.queues} == {"orders"}  # publish_info names the queues as the caller does
+    assert group == "ns1%pg"  # the send header's producer group, as the heartbeat's
+
+
+def test_a_consumer_in_a_namespace_reads_a_light_queue_under_its_own_name(empty_cluster: Cluster) -> None:
+    broker = empty_cluster.start_broker("broker-a", store_enable_lmq=True, store_enable_multi_dispatch=True)
+    empty_cluster.create_topic("ns1%parent", 1)
+    ns = empty_cluster.namesrv_addr
+
+    async def go() -> list[bytes]:
+        async with Producer("pg", ns, namespace="ns1") as p:
+            await p.send(Message("parent", b"one", properties={"INNER_MULTI_DISPATCH": "%LMQ%s1"}))
+        c = PullConsumer("reader", ns, namespace="ns1", consume_from="first")
+        await c.assign([MessageQueue("%LMQ%s1", "broker-a", 0)])
+        await c.start()
+        got: list[bytes] = []
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while not got and loop.time() < deadline:
+                got.extend(m.body for m in await c.poll(0.5))
+        finally:
+            await c.shutdown()
+        return got
+
+    assert uvloop.run(go()) == [b"one"]
+    assert broker.store.get_max_offset_in_queue("%LMQ%s1", 0) == 1
+
+
+def test_a_java_style_reply_to_a_namespaces_reply_topic_reaches_its_requester(cluster: Cluster) -> None:
+    """A Java responder in a namespace sends its reply to ``ns%<cluster>_REPLY_TOPIC`` (it wraps every topic): the
+    broker pushes it to the requester and keeps it in the cluster's reply topic."""
+    cluster.create_topic("ns-j%rpc", 1)
+    ns = cluster.namesrv_addr
+
+    async def go() -> MessageExt:
+        replier = await Producer("replier", ns).start()
+        responder = PushConsumer("rpc-g", ns, namespace="ns-j", consume_from="first")
+        responder.subscribe("rpc")
+
+        @responder.listener
+        async def answer(msgs: list[MessageExt]) -> ConsumeStatus:
+            for m in msgs:
+                reply = create_reply_message(m, m.body.upper())
+                await replier.send(replace(reply, topic=f"ns-j%{reply.topic}"))
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        await responder.start()
+        try:
+            async with Producer("requester", ns, namespace="ns-j") as requester:
+                return await requester.request(Message("rpc", b"ping"), 20)
+        finally:
+            await responder.shutdown()
+            await replier.shutdown()
+
+    reply = uvloop.run(go())
+    assert (reply.body, reply.topic) == (b"PING", "DefaultCluster_REPLY_TOPIC")
+    assert cluster.brokers[0].store.get_max_offset_in_queue("DefaultCluster_REPLY_TOPIC", 0) == 1
+
+
+ROOT = ("root", "root-secret")
+
+
+@pytest.fixture
+def acl_cluster(tmp_path: Path, server_loop: ServerLoop) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, server_loop)
+    c.credentials = ROOT
+    try:
+        c.start_broker(authentication_enabled=True, authorization_enabled=True,
+                       init_authentication_user=AuthUser(username=ROOT[0], password=ROOT[1]))
+        yield c
+    finally:
+        c.close()
+
+
+def test_a_reply_to_a_namespaces_reply_topic_needs_pub_on_the_clusters_reply_topic(acl_cluster: Cluster) -> None:
+    ns = acl_cluster.namesrv_addr
+
+    async def setup() -> None:
+        async with Admin(ns, credentials=ROOT) as admin:
+            await admin.create_user("nora", "nora-secret")
+            await admin.create_acl("User:nora", [policy_entry("Namespace:ns1", "Pub")])
+            await admin.create_user("dan", "dan-secret")
+            await admin.create_acl("User:dan", [policy_entry("Topic:*", "Pub"),
+                                                policy_entry("Topic:DefaultCluster_REPLY_TOPIC", "Pub", "Deny")])
+            await admin.create_user("rita", "rita-secret")
+            await admin.create_acl("User:rita", [policy_entry("Namespace:ns1", "Pub"),
+                                                 policy_entry("Topic:DefaultCluster_REPLY_TOPIC", "Pub")])
+
+    async def reply(creds: tuple[str, str], topic: str) -> str:
+        msg = ReplyMessage(topic, b"forged", correlation_id="c", reply_to_client="10.0.0.9@gone", ttl="1000")
+        async with Producer("rr-pg", ns, credentials=creds, retry_times_when_send_failed=0) as p:
+            try:
+                await p.send(msg)
+                return "stored"
+            except ClientError as exc:
+                return str(exc)
+
+    asyncio.run(setup())
+    store = acl_cluster.brokers[0].store
+    outcomes = {who: asyncio.run(reply(creds, topic)) for who, creds, topic in (
+        ("nora", ("nora", "nora-secret"), "ns1%DefaultCluster_REPLY_TOPIC"),
+        ("dan", ("dan", "dan-secret"), "zz%DefaultCluster_REPLY_TOPIC"),
+        ("rita", ("rita", "rita-secret"), "ns1%DefaultCluster_REPLY_TOPIC"))}
+    assert "no permission" in outcomes["nora"] and "no permission" in outcomes["dan"], outcomes
+    # Allowed, stored, and then not pushed: no such requester (SYSTEM_ERROR, as RocketMQ answers it).
+    assert "channel of <10.0.0.9@gone> not found" in outcomes["rita"], outcomes
+    assert store.get_max_offset_in_queue("DefaultCluster_REPLY_TOPIC", 0) == 1  # rita's alone

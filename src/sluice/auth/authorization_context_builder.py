@@ -24,6 +24,8 @@ from sluice.auth.model import (
     ResourceType,
 )
 from sluice.common import fastjson
+from sluice.common.namespace import namespace_of, unwrap
+from sluice.common.naming import reply_topic
 from sluice.remoting.codes import RequestCode as C
 from sluice.remoting.headers.send import V2_KEYS, V2_LONG_NAMES
 
@@ -239,6 +241,8 @@ def _build(code: int, ext: Mapping[str, str], body: bytes | memoryview | None,
             c.group(topic, S)
         else:
             c.topic(topic, P)
+            if topic and namespace_of(topic) and unwrap(topic) == reply_topic(cluster_name):
+                c.topic(reply_topic(cluster_name), P)  # (a namespace's reply is kept in the cluster's reply topic)
     elif code == 370:  # RECALL_MESSAGE
         c.topic(f("topic"), P)
     elif code == C.END_TRANSACTION:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from sluice.common.errors import InvalidNameError
-from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_group
+from sluice.common.naming import DLQ_GROUP_TOPIC_PREFIX, LMQ_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_group
 
 NAMESPACE_SEPARATOR = "%"
 NAMESPACE_MAX_LENGTH = 64
@@ -48,8 +48,9 @@ def _split_prefix(resource: str) -> tuple[str, str]:
 
 def wrap(namespace: str | None, resource: str) -> str:
     """``resource`` of ``namespace`` as the broker names it (NamespaceUtil.wrapNamespace): unchanged without a
-    namespace, for a system resource, or when already wrapped."""
-    if not namespace or not resource or _system(resource):
+    namespace, for a system resource, a light queue (``%LMQ%...``: beyond RocketMQ, which wraps it into a name no
+    light queue has), or when already wrapped."""
+    if not namespace or not resource or _system(resource) or resource.startswith(LMQ_PREFIX):
         return resource
     prefix, rest = _split_prefix(resource)
     if rest.startswith(namespace + NAMESPACE_SEPARATOR):

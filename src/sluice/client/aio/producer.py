@@ -65,7 +65,7 @@ class Producer:
         self.router = QueueRouter(self.client, cfg, self.faults)
         self.accumulator = RecordAccumulator(cfg.batch_max_bytes)
         self.in_flight = InFlight(cfg.max_inflight_async_sends, self.accumulator)
-        self.sender = Sender(group, self.client, cfg, self.router, self.faults, self.in_flight)
+        self.sender = Sender(self.group, self.client, cfg, self.router, self.faults, self.in_flight)
         self._flush_handle: asyncio.Handle | None = None
         # With ``enable_trace``: each answered send is recorded in the trace topic (docs/trace.md).
         self.trace = TraceDispatcher(group, "PRODUCER", cfg, Producer, credentials, tls) if cfg.enable_trace else None
@@ -127,6 +127,8 @@ class Producer:
         span = None
         if self.otel is not None and isinstance(msg, Message):
             span, msg = self._publish_span(msg)
+        if selector is not None and self.config.namespace:
+            selector = self._named_selector(selector, msg)
         msg, queue = self._named(msg), self._named_queue(queue)
         started = now_ms() if self.trace is not None else 0
         try:
@@ -317,7 +319,10 @@ class Producer:
 
     async def publish_info(self, topic: str) -> TopicPublishInfo:
         """The queues to send ``topic`` to; through TBW102's brokers while the topic has no route yet."""
-        return await self.router.publish_info(wrap(self.config.namespace, topic))
+        info = await self.router.publish_info(wrap(self.config.namespace, topic))
+        if not self.config.namespace:
+            return info
+        return TopicPublishInfo([self._user_queue(q) for q in info.queues], info.via_default_topic)
 
     # == trace =======================================================================================
     def _trace_pub(self, msg: Message, result: SendResult, started: int, half: bool = False) -> None:
@@ -358,7 +363,8 @@ class Producer:
         """``msg`` with its topic as the broker knows it in this producer's namespace (a copy: the caller's
         message keeps its name)."""
         ns = self.config.namespace
-        if not ns or not isinstance(msg, Message):
+        if not ns or not isinstance(msg, Message) or isinstance(msg, ReplyMessage):
+            # (a reply goes to its cluster's reply topic, outside any namespace: sent there, it has a route)
             return msg
         topic = wrap(ns, msg.topic)
         return msg if topic == msg.topic else replace(msg, topic=topic)
@@ -368,6 +374,18 @@ class Producer:
         if not ns or queue is None:
             return queue
         return MessageQueue(wrap(ns, queue.topic), queue.broker_name, queue.queue_id)
+
+    def _user_queue(self, queue: MessageQueue) -> MessageQueue:
+        return MessageQueue(unwrap(queue.topic, self.config.namespace), queue.broker_name, queue.queue_id)
+
+    def _named_selector(self, selector: QueueSelector, msg: Message) -> QueueSelector:
+        """``selector`` as the caller wrote it, given the queues and the message under the caller's names; the queue
+        it picks goes back into the namespace (as RocketMQ's producer does)."""
+        def select(queues: list[MessageQueue], _: Message, arg: Any) -> MessageQueue:
+            chosen = selector([self._user_queue(q) for q in queues], msg, arg)
+            named = self._named_queue(chosen)
+            return chosen if named is None else named
+        return select
 
     # == the send paths ==============================================================================
     def _check_started(self) -> None:
