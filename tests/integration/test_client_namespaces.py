@@ -5,9 +5,7 @@ using the same names share nothing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +25,13 @@ from sluice.client.admin import Admin
 from sluice.client.auth_admin import policy_entry
 from sluice.client.message import Message
 from sluice.client.request_reply import ReplyMessage
-from sluice.common.config import AuthUser
 from sluice.common.config_loader import SettingError
 from sluice.common.errors import ClientError
 from sluice.common.message import MessageExt
 from sluice.common.structs import MessageQueue
-from tests.conftest import Cluster, ServerLoop
+from tests.conftest import Cluster
 from tests.integration.helpers import FAST
+from tests.integration.test_acl import ROOT, acl_cluster  # noqa: F401 (the fixture)
 
 FAST_DELAYS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s"
 
@@ -305,22 +303,8 @@ def test_a_java_style_reply_to_a_namespaces_reply_topic_reaches_its_requester(cl
     assert cluster.brokers[0].store.get_max_offset_in_queue("DefaultCluster_REPLY_TOPIC", 0) == 1
 
 
-ROOT = ("root", "root-secret")
-
-
-@pytest.fixture
-def acl_cluster(tmp_path: Path, server_loop: ServerLoop) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, server_loop)
-    c.credentials = ROOT
-    try:
-        c.start_broker(authentication_enabled=True, authorization_enabled=True,
-                       init_authentication_user=AuthUser(username=ROOT[0], password=ROOT[1]))
-        yield c
-    finally:
-        c.close()
-
-
-def test_a_reply_to_a_namespaces_reply_topic_needs_pub_on_the_clusters_reply_topic(acl_cluster: Cluster) -> None:
+def test_a_reply_to_a_namespaces_reply_topic_needs_pub_on_the_clusters_reply_topic(
+        acl_cluster: Cluster) -> None:  # noqa: F811
     ns = acl_cluster.namesrv_addr
 
     async def setup() -> None:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
+
+from tests.interop.java_clients import ClientProgram
 
 GO_PROJECT = Path(__file__).resolve().parent / "go"
 PROGRAMS = ("requestreply",)
@@ -62,41 +62,10 @@ def ensure_go_build(timeout: float = 600) -> Path:
         return directory
 
 
-class GoProcess:
-    """One running program; ``records()`` are the JSON lines it wrote so far."""
+class GoProcess(ClientProgram):
+    """One running Go program."""
 
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], out: Path, err: Path) -> None:
-        self.name, self.proc, self.out, self.err = name, proc, out, err
-
-    def records(self, event: str | None = None) -> list[dict[str, Any]]:
-        if not self.out.exists():
-            return []
-        lines = self.out.read_bytes().split(b"\n")[:-1]  # a line is whole once its newline is there
-        recs = [json.loads(line) for line in lines]
-        return [r for r in recs if event is None or r.get("event") == event]
-
-    def wait(self, timeout: float) -> list[dict[str, Any]]:
-        """Wait for the program to end by itself; fail if it does not, or did not exit with 0."""
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"Go program {self.name} did not end within {timeout} s{self.diagnostics()}") \
-                from None
-        rc = self.proc.returncode
-        if rc != 0:
-            how = f"died of {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
-            raise AssertionError(f"Go program {self.name} {how}{self.diagnostics()}")
-        return self.records()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def diagnostics(self) -> str:
-        err = self.err.read_text(errors="replace")[-4000:] if self.err.exists() else ""
-        return f"\n--- its output ---\n{self.records()[-5:]}\n--- stderr ---\n{err}"
+    kind = "Go"
 
 
 class GoClients:

@@ -144,15 +144,16 @@ def _prune_old_builds(current: Path) -> None:
 
 
 # == client programs ================================================================================
-class JavaProcess:
-    """One ``sluice.interop.Main`` program; ``records()`` are the JSON lines it wrote so far."""
+class ClientProgram:
+    """One client program writing JSON lines to ``out``; ``records()`` are the lines it wrote so far."""
 
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], out: Path, err: Path, home: Path) -> None:
+    kind = "client"
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], out: Path, err: Path) -> None:
         self.name = name
         self.proc = proc
         self.out = out
         self.err = err
-        self.home = home
 
     def records(self, event: str | None = None) -> list[dict[str, Any]]:
         if not self.out.exists():
@@ -170,8 +171,8 @@ class JavaProcess:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"Java program {self.name} did not end within {timeout} s{self.diagnostics()}") \
-                from None
+            raise AssertionError(f"{self.kind} program {self.name} did not end within {timeout} s"
+                                 f"{self.diagnostics()}") from None
         self.check_exit()
         return self.records()
 
@@ -180,12 +181,26 @@ class JavaProcess:
         if rc is None or rc == 0:
             return
         how = f"died of {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
-        raise AssertionError(f"Java program {self.name} {how}{self.diagnostics()}")
+        raise AssertionError(f"{self.kind} program {self.name} {how}{self.diagnostics()}")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def diagnostics(self) -> str:
+        err = self.err.read_text(errors="replace")[-4000:] if self.err.exists() else ""
+        return f"\n--- its last lines ---\n{self.records()[-5:]}\n--- stderr ---\n{err}"
+
+
+class JavaProcess(ClientProgram):
+    """One ``sluice.interop.Main`` program."""
+
+    kind = "Java"
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], out: Path, err: Path, home: Path) -> None:
+        super().__init__(name, proc, out, err)
+        self.home = home
 
     def diagnostics(self) -> str:
         err = self.err.read_text(errors="replace")[-4000:] if self.err.exists() else ""

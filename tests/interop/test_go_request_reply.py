@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from sluice.aio import ConsumeStatus, Producer, PushConsumer, create_reply_message
+from sluice.aio import Producer
 from sluice.client.message import Message
 from sluice.common.message import MessageExt
 from tests.integration.helpers import wait_until
+from tests.integration.test_request_reply import _responder
 
 COUNT = 3
 
@@ -29,20 +30,14 @@ def test_a_go_requester_gets_the_replies_of_a_sluice_responder(sluice, go) -> No
     sluice.create_topic(topic, 2)
 
     async def go_() -> list[dict[str, object]]:
-        async with Producer("rr-sluice-replier", ns) as replier:
-            consumer = PushConsumer("rr-sluice-responder", ns, consume_from="first", rebalance_interval=500)
-            consumer.subscribe(topic)
-
-            @consumer.listener
-            async def answer(msgs: list[MessageExt]) -> ConsumeStatus:
-                for m in msgs:
-                    await replier.send(create_reply_message(m, m.body.upper()))
-                return ConsumeStatus.CONSUME_SUCCESS
-
-            async with consumer:
-                requester = go.start("requestreply", role="requester", namesrv=ns, topic=topic,
-                                     group="rr-go-requester", count=COUNT, prefix="ping", timeout="90s")
-                return await asyncio.to_thread(requester.wait, 100)
+        consumer, replier, _ = await _responder(ns, topic, "rr-sluice-responder")
+        try:
+            requester = go.start("requestreply", role="requester", namesrv=ns, topic=topic, group="rr-go-requester",
+                                 count=COUNT, prefix="ping", timeout="90s")
+            return await asyncio.to_thread(requester.wait, 100)
+        finally:
+            await consumer.shutdown()
+            await replier.shutdown()
 
     _replies_ok(asyncio.run(go_()), "ping")
 
