@@ -10,6 +10,7 @@ from sluice.aio import ConsumeStatus, Producer, PushConsumer, ReplyMessage, crea
 from sluice.client.message import Message
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.message import MessageExt
+from tests.integration.helpers import wait_until
 from tests.reference.conftest import System
 from tests.reference.observe import assert_same, both
 
@@ -77,7 +78,6 @@ def test_go_request_reply_alike(systems, go):
                              group=s.topic("go-requester"), count=2, prefix="ping", timeout="150s")
         try:
             records = requester.wait(160)
-            responder.wait(60)
         except AssertionError as exc:
             raise AssertionError(f"against {s.name}: {exc}; the responder: {responder.records()[-5:]}") from None
 
@@ -87,8 +87,11 @@ def test_go_request_reply_alike(systems, go):
                     "properties": {k: v.replace(topic, "<topic>") for k, v in sorted(props.items())
                                    if k not in PER_REQUEST}, "names": sorted(props)}
 
+        wait_until(lambda: len({r["body"] for r in responder.records("replied")}) == 2, 30,
+                   f"the Go responder's record of each reply ({s.name})")
+        first = {r["body"]: r for r in reversed(responder.records("replied"))}  # (one per request)
         return {"replies": [seen(r) for r in records if r["event"] == "reply"],
-                "requests": sorted((seen(r) for r in responder.records("replied")), key=lambda r: r["body"]),
+                "requests": sorted((seen(r) for r in first.values()), key=lambda r: r["body"]),
                 "end": records[-1]}
 
     observed = assert_same(both(systems, scenario))

@@ -1,7 +1,9 @@
 // Request-reply with the Go remoting client (rocketmq-client-go v2.1.2), as tests/interop/test_go_request_reply.py
 // runs it against a Sluice broker: "-role requester" sends -count requests with producer.Request and prints each
 // reply; "-role responder" answers -count requests with consumer.CreateReplyMessage and SendSync (body
-// upper-cased), then ends. One JSON object per line on stdout; the program ends by itself after -timeout.
+// upper-cased), then ends. A reply whose send failed is tried again with the request's redelivery; a request
+// delivered again once answered is not answered twice. One JSON object per line on stdout; the program ends by
+// itself after -timeout.
 package main
 
 import (
@@ -96,7 +98,7 @@ func respond(namesrv, topic, group string, count int) error {
 	defer func() { _ = replier.Shutdown() }()
 	done := make(chan struct{})
 	var mu sync.Mutex
-	answered := 0
+	answered := map[string]bool{} // request bodies replied to (a request may be delivered again: at least once)
 	c, err := rocketmq.NewPushConsumer(consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{namesrv})),
 		consumer.WithGroupName(group), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
 	if err != nil {
@@ -105,6 +107,13 @@ func respond(namesrv, topic, group string, count int) error {
 	err = c.Subscribe(topic, consumer.MessageSelector{}, func(ctx context.Context,
 		msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		for _, m := range msgs {
+			mu.Lock()
+			again := answered[string(m.Body)]
+			mu.Unlock()
+			if again {
+				emit(map[string]interface{}{"event": "duplicate", "body": string(m.Body)})
+				continue
+			}
 			// As rocketmq-client-go's own request-reply example does: a Go requester registers its producer with
 			// the broker (the heartbeat the reply is pushed back over) only around its first request, and a
 			// reply sent before that finds no channel, from RocketMQ's broker as from Sluice's.
@@ -125,8 +134,8 @@ func respond(namesrv, topic, group string, count int) error {
 			emit(map[string]interface{}{"event": "replied", "body": string(m.Body), "reply_topic": reply.Topic,
 				"status": r.Status, "properties": m.GetProperties()})
 			mu.Lock()
-			answered++
-			if answered == count {
+			answered[string(m.Body)] = true
+			if len(answered) == count {
 				close(done)
 			}
 			mu.Unlock()
