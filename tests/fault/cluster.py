@@ -85,7 +85,10 @@ class NetCluster:
 
     def stop_load(self, out: Path, timeout: float = 180) -> dict[str, Any]:
         (out / "stop").write_text("stop")
-        self._wait(lambda: (out / "result.json").exists(), timeout, "the load's result")
+        try:
+            self._wait(lambda: (out / "result.json").exists(), timeout, "the load's result")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log ends:\n{self.log_tail(out.name)}") from None
         return json.loads((out / "result.json").read_text())
 
     def close(self) -> None:

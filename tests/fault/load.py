@@ -29,6 +29,8 @@ from sluice.aio import ConsumeStatus, Message, Producer, PullConsumer, PushConsu
 from sluice.common.message import MessageExt
 from sluice.etcd.etcd_client import EtcdClient, EtcdError
 
+log = logging.getLogger("load")
+
 
 class Load:
     def __init__(self, args: argparse.Namespace) -> None:
@@ -62,14 +64,21 @@ class Load:
             for t in senders:
                 t.cancel()
             await asyncio.gather(*senders, return_exceptions=True)
+        log.warning("load: sends stopped, %d acknowledged; waiting for the live group", len(self.acked))
         deadline = time.monotonic() + 60
         while set(self.acked) - set(self.delivered) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        await consumer.shutdown()
+        log.warning("load: the live group has %d of them; shutting it down",
+                    len(set(self.acked) & set(self.delivered)))
+        async with asyncio.timeout(30):
+            await consumer.shutdown()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        stored = await self._read_all()
+        log.warning("load: reading the whole topic")
+        async with asyncio.timeout(60):
+            stored = await self._read_all()
+        log.warning("load: %d stored", len(stored))
         result = {"acked": self.acked, "delivered": self.delivered, "stored": stored,
                   "leaders": self.leaders, "outcomes": dict(self.outcomes)}
         tmp = self.out / "result.json.tmp"

@@ -55,8 +55,13 @@ def test_a_partitioned_master_is_replaced_and_consumers_see_only_what_is_kept(ne
             c.wait_in_sync(3, 90)  # the old master rejoins as a slave of the new one and catches up
             rounds.append((t_elected - t_cut, t_elected))
             assert c.master() == new
-    finally:
-        result = c.stop_load(out)
+    except BaseException:
+        try:
+            c.stop_load(out, 30)  # (what went wrong first is what the test reports)
+        except AssertionError:
+            pass
+        raise
+    result = c.stop_load(out)
     acked: dict[str, float] = result["acked"]
     delivered = set(result["delivered"])
     stored = set(result["stored"])

@@ -137,7 +137,7 @@ class TimerMessageService(ConfigManager, AsyncService):
         # (never past the queue's end: after a power loss the log may hold less than the checkpoint saw)
         self.enqueue_offset = min(max(enqueue_offset, self.store.get_min_offset_in_queue(TIMER_TOPIC, 0)),
                                   self.store.get_max_offset_in_queue(TIMER_TOPIC, 0))
-        self.dequeue_ms = dequeue_ms or self.wheel.due_time(now_ms())
+        self.dequeue_ms = dequeue_ms or self._first_dequeue_ms()
         waiting = self.wheel.rebuild(self.timer_log.segments(), self.dequeue_ms)
         if waiting and precision != self.precision:
             # The log's chains link the messages due at one multiple of the old precision: a new one would strand
@@ -158,6 +158,20 @@ class TimerMessageService(ConfigManager, AsyncService):
                         "(timer_max_delay_sec): a timer due later than its file is kept is lost when the file is "
                         "deleted; keep files longer than the longest delay", self.store.config.file_reserved_time,
                         self.max_delay_ms // 1000)
+
+    def _first_dequeue_ms(self) -> int:
+        """Where delivery starts without a checkpoint (a crash before the first one): at the slot of the oldest
+        timer message not yet in the wheel, so that messages due while the broker was down enter the wheel with
+        any recall of theirs rather than go out at once without it; never more than a longest delay back (the
+        wheel's span), and now when nothing waits."""
+        now = now_ms()
+        oldest = -1
+        if self.enqueue_offset < self.store.get_max_offset_in_queue(TIMER_TOPIC, 0):
+            oldest = self.store.get_message_store_timestamp(TIMER_TOPIC, 0, self.enqueue_offset)
+        if oldest < 0:
+            return self.wheel.due_time(now)
+        start = max(oldest, now - self.max_delay_ms)
+        return min(start - start % self.precision, self.wheel.due_time(now))
 
     def start(self) -> None:
         self._spawn(self._enqueue_loop())
