@@ -269,7 +269,7 @@ def test_oversized_and_unreadable_attribute_values_are_refused_cleanly(cluster: 
     assert "attr-huge" not in cluster.brokers[0].subscription_group_manager.table
     with pytest.raises(BrokerResponseError, match="Index 1 out of bounds for length 1"):  # (RocketMQ's words)
         cluster.loop.run(api.create_topic(addr, "attr-empty", 4, 4, 6, attributes="+message.type="))
-    with pytest.raises(BrokerResponseError, match="message.type=LITE is not supported by Sluice"):
-        cluster.loop.run(api.create_topic(addr, "attr-lite", 4, 4, 6, attributes="+message.type=LITE"))
+    cluster.loop.run(api.create_topic(addr, "attr-lite", 4, 4, 6, attributes="+message.type=LITE"))
+    assert cluster.brokers[0].topic_config_manager.get("attr-lite").message_type == "LITE"
     cluster.loop.run(api.create_topic(addr, "attr-reserve", 4, 4, 6, attributes="+reserve.time=100"))
     assert cluster.brokers[0].topic_config_manager.get("attr-reserve").attributes == {"reserve.time": "100"}

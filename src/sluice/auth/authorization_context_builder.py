@@ -101,6 +101,9 @@ _ANNOTATED: dict[int, tuple[bool, tuple[Action, ...], tuple[tuple[str, ResourceT
     200053: (False, (S,), (("consumerGroup", GR, ""), ("topic", T, ""))),  # CHANGE_MESSAGE_INVISIBLETIME
     200054: (False, (S,), (("consumerGroup", GR, ""), ("topic", T, ""))),  # NOTIFICATION
     200055: (False, (G,), (("consumerGroup", GR, ""), ("topic", T, ""))),  # POLLING_INFO
+    # (beyond RocketMQ, which leaves them unchecked: a lite pop and a lite ack read as a pop and an ack do)
+    200070: (False, (S,), (("consumerGroup", GR, ""), ("topic", T, ""))),  # POP_LITE_MESSAGE
+    200072: (False, (S,), (("consumerGroup", GR, ""), ("topic", T, ""))),  # ACK_LITE_MESSAGE
 }
 
 # Beyond RocketMQ: codes it leaves unchecked that change something (Update on the cluster); every other one it
@@ -280,6 +283,11 @@ def _build(code: int, ext: Mapping[str, str], body: bytes | memoryview | None,
         data = _body(body)
         c.topic_unless_retry(_str(data.get("topic")), S)
         c.group(_str(data.get("consumerGroup")), S)
+    elif code == C.LITE_SUBSCRIPTION_CTL:  # (beyond RocketMQ, which leaves it unchecked)
+        data = _body(body)
+        for entry in (data.get("subscriptionSet") or []) if isinstance(data, dict) else []:
+            c.topic(_str(entry.get("topic")), S)
+            c.group(_str(entry.get("group")), S)
     elif code == C.CHECK_CLIENT_CONFIG:  # (beyond RocketMQ)
         data = _body(body)
         c.group(_str(data.get("group")), S)

@@ -25,6 +25,7 @@ from sluice.broker.client_channel_info import ClientChannelInfo
 from sluice.broker.consumer_filter_manager import ConsumerFilterManager
 from sluice.broker.consumer_manager import ConsumerManager
 from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
+from sluice.broker.lite.lite_topics import LiteTopics
 from sluice.broker.pop.ack_message_processor import AckMessageProcessor
 from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
 from sluice.broker.pop.pop_message_processor import PopMessageProcessor
@@ -92,7 +93,8 @@ SLAVE_REFUSED = frozenset({
     RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
     RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.PEEK_MESSAGE,
     RequestCode.NOTIFICATION, RequestCode.POLLING_INFO, RequestCode.SET_MESSAGE_REQUEST_MODE,
-    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.POP_LITE_MESSAGE,
+    RequestCode.LITE_SUBSCRIPTION_CTL,
     RequestCode.AUTH_CREATE_USER, RequestCode.AUTH_UPDATE_USER, RequestCode.AUTH_DELETE_USER,
     RequestCode.AUTH_CREATE_ACL, RequestCode.AUTH_UPDATE_ACL, RequestCode.AUTH_DELETE_ACL,
 })
@@ -101,7 +103,7 @@ SLAVE_REFUSED = frozenset({
 # long-poll.
 FAST_CHANNEL_REFUSED = frozenset(int(code) for code in (
     RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.POP_MESSAGE, RequestCode.PEEK_MESSAGE,
-    RequestCode.NOTIFICATION, RequestCode.POLLING_INFO))
+    RequestCode.NOTIFICATION, RequestCode.POLLING_INFO, RequestCode.POP_LITE_MESSAGE))
 
 
 def _total_memory() -> int:
@@ -135,6 +137,7 @@ class BrokerController(AsyncService):
         self.hold_service = PullRequestHoldService(config.max_held_pulls)
         self.pop_polling = PopLongPollingService(config.max_pop_polling_size, config.pop_polling_size)
         self.pop_revive: PopReviveService = None  # type: ignore[assignment]
+        self.lite: LiteTopics | None = None  # (made with the processors: it needs the store)
         self.request_modes = MessageRequestModeManager(config.store.store_path_config)
         self.order_info = ConsumerOrderInfoManager(config.store.store_path_config)
         self.loop_lag = LoopLagProbe()
@@ -239,6 +242,8 @@ class BrokerController(AsyncService):
         else:
             for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive):
                 service.start()
+            if self.lite is not None:
+                self.lite.start()
         self.loop_lag.start(loop)
         self.running = True
         self._spawn(self._register_loop())
@@ -370,6 +375,12 @@ class BrokerController(AsyncService):
         """Each processor, given what it uses; a slave refuses what would write."""
         c, store, addr = self.config, self.store, self.broker_addr
         topics, groups = self.topic_config_manager, self.subscription_group_manager
+        pop = PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic,
+                                  self.pop_revive, self.pop_polling, self.order_info, self.swapped_out)
+        ack = AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info)
+        self.lite = LiteTopics(c, store, topics, groups, self.order_info, pop, self.pop_revive)
+        ack.lite_bind_topic = self.lite.bind_topic
+        ack.on_lite_settled = self.lite.settled
         processors = (
             SendMessageProcessor(c, addr, store, self.dispatcher, self.stats, topics, groups, self.ensure_system_topic,
                                  self.trigger_register, self.schedule_service, self.timer_service,
@@ -387,9 +398,7 @@ class BrokerController(AsyncService):
             EndTransactionProcessor(c, store, self.transaction_service, self.stats),
             ReplyMessageProcessor(c, addr, store, self.stats, topics, self.producer_manager),
             RecallMessageProcessor(c, addr, store, self.stats, topics, self.timer_service, self.role.is_master),
-            PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic, self.pop_revive,
-                                self.pop_polling, self.order_info, self.swapped_out),
-            AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info),
+            pop, ack, *self.lite.processors,
             QueryAssignmentProcessor(c, self.outer_api, self.request_modes, topics, groups, self.consumer_manager),
             AuthAdminProcessor(self.auth_metadata))
         for processor in processors:
@@ -477,7 +486,8 @@ class BrokerController(AsyncService):
             await self.slave_sync.stop()
         if self.ha_service is not None:
             await self.ha_service.stop()
-        for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive):
+        for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive,
+                        self.lite):
             if service is not None:
                 await service.stop()
         await self.client.close()
@@ -654,6 +664,8 @@ class BrokerController(AsyncService):
     def _on_connection_closed(self, conn: Connection) -> None:
         self.consumer_manager.on_connection_closed(conn)
         self.producer_manager.on_connection_closed(conn)
+        if self.lite is not None:
+            self.lite.connection_closed(conn)
 
     def _notify_consumer_ids_changed(self, group: str, members: list[ClientChannelInfo]) -> None:
         if not self.config.notify_consumer_ids_changed_enable:

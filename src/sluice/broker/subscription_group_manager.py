@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.common.attributes import PRIORITY_FACTOR
+from sluice.common.attributes import GROUP_ATTRIBUTES, PRIORITY_FACTOR, LongRangeAttribute
 from sluice.common.config import BrokerConfig
 from sluice.common.config_manager import ConfigManager
 from sluice.common.structs import DataVersion
@@ -35,6 +35,26 @@ class SubscriptionGroupConfig:
     def priority_factor(self) -> int:
         """The share (0..100) of this group's pops of a priority topic that take the highest priority first."""
         return PRIORITY_FACTOR.value_of(self.attributes)
+
+    @property
+    def lite_bind_topic(self) -> str | None:
+        """The parent topic whose lite topics this group reads (``lite.bind.topic``), if it is a lite group."""
+        return self.attributes.get("lite.bind.topic") or None
+
+    @property
+    def lite_exclusive(self) -> bool:
+        """``lite.sub.model=Exclusive``: a lite topic's new reader takes it over from the group's others."""
+        return self.attributes.get("lite.sub.model") == "Exclusive"
+
+    def lite_flag(self, name: str) -> bool:
+        """``lite.sub.reset.offset.exclusive`` / ``.unsubscribe`` (false when unset)."""
+        return self.attributes.get(name, "").lower() == "true"
+
+    def lite_number(self, name: str) -> int:
+        """``lite.sub.client.quota`` / ``lite.sub.client.max.event.cnt``, their defaults when unset."""
+        attribute = GROUP_ATTRIBUTES[name]
+        assert isinstance(attribute, LongRangeAttribute)
+        return attribute.value_of(self.attributes)
 
     def to_json(self) -> dict[str, Any]:
         return {"brokerId": self.broker_id, "consumeBroadcastEnable": self.consume_broadcast_enable,

@@ -226,8 +226,6 @@ def topic_attributes_unsupported(modification: Mapping[str, str]) -> str | None:
         value = modification.get("+" + attribute.name)
         if value is not None and value != attribute.default:
             return f"{attribute.name}={value} is not supported by Sluice: {why}"
-    if modification.get("+" + MESSAGE_TYPE.name) == "LITE":
-        return "message.type=LITE is not supported by Sluice: it has no lite topics yet"
     return None
 
 

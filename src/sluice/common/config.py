@@ -444,6 +444,18 @@ class BrokerConfig(AuthSettings):
     enable_mixed_message_type: bool = False
     pop_polling_size: Positive = 1024
     max_pop_polling_size: Positive = 100_000
+    # Lite topics (RocketMQ 5.5, docs/lite-topics.md; they need [store] enable_lmq and enable_multi_dispatch):
+    # every ``lite_event_check_interval`` ms each reader's lite topics with messages it has not had are offered
+    # to it again; every ``lite_ttl_check_interval`` ms the lite topics idle longer than their parent's
+    # ``lite.topic.expiration`` (minutes; never less than ``min_lite_ttl`` ms) are deleted and their readers told;
+    # a lite subscription not renewed within ``lite_subscription_check_timeout`` ms is dropped; at most
+    # ``max_lite_subscription_count`` (client, lite topic) pairs. RocketMQ's names and defaults.
+    lite_event_check_interval: Annotated[int, Meta(ge=100, le=3_600_000)] = 10_000
+    lite_ttl_check_interval: Annotated[int, Meta(ge=100, le=86_400_000)] = 120_000
+    min_lite_ttl: Annotated[int, Meta(ge=0, le=2**62)] = 15 * 60 * 1000
+    lite_subscription_check_interval: Annotated[int, Meta(ge=100, le=86_400_000)] = 120_000
+    lite_subscription_check_timeout: Annotated[int, Meta(ge=1_000, le=86_400_000)] = 180_000
+    max_lite_subscription_count: Annotated[int, Meta(ge=1, le=100_000_000)] = 100_000
     default_message_request_mode: Literal["PULL", "POP"] = "PULL"
     # SQL92 property filters (MessageSelector.bySql, the key=value filter): off as in RocketMQ; when off, a
     # consumer that subscribes with one is refused (SYSTEM_ERROR at its start and at each pull).

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sluice.common.errors import InvalidNameError
+from sluice.common.lite import is_lite_queue, lite_queue_problem
 from sluice.common.naming import is_lmq, topic_allows_lmq, validate_topic
 from sluice.common.properties import (
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -27,10 +28,15 @@ def lmq_problem(topic: str, names: list[str], max_names: int) -> str | None:
     for name in names:
         if not is_lmq(name):
             return f"INNER_MULTI_DISPATCH: {name[:80]!r} is not a light queue (%LMQ%<name>)"
-        try:
-            validate_topic(name)
-        except InvalidNameError as exc:
-            return f"INNER_MULTI_DISPATCH: {name[:80]!r}: {exc}"
+        if is_lite_queue(name):  # (a lite topic's: '$' separates its parent and its name)
+            problem = lite_queue_problem(name)
+            if problem is not None:
+                return f"INNER_MULTI_DISPATCH: {problem}"
+        else:
+            try:
+                validate_topic(name)
+            except InvalidNameError as exc:
+                return f"INNER_MULTI_DISPATCH: {name[:80]!r}: {exc}"
         if name == topic:
             return f"INNER_MULTI_DISPATCH names the message's own topic {name!r}"
     if len(set(names)) != len(names):

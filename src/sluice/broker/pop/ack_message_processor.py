@@ -13,11 +13,14 @@ import base64
 import binascii
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.broker.pop.pop_message_processor import check_invisible_time, put_all
 from sluice.broker.pop.pop_revive_service import AckRecord, CheckPoint, now_ms
+from sluice.common.errors import InvalidNameError
 from sluice.common.extra_info import ORDER_REVIVE_QUEUE, Receipt, ReceiptError, real_topic, retry_flag
+from sluice.common.lite import to_lmq_name, validate_lite_topic
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -58,6 +61,33 @@ class AckMessageProcessor:
         self.pop_revive = pop_revive
         self.pop_polling = pop_polling
         self.order_info = order_info
+        # Lite topics: the parent topic a group is bound to (None: no lite group), and what runs after a lite
+        # topic's message is acknowledged or comes back (the event dispatcher offers the lite topic again).
+        self.lite_bind_topic: Callable[[str], str | None] = lambda group: None
+        self.on_lite_settled: Callable[[str, str], None] = lambda lmq, group: None
+
+    def _lite_receipt(self, group: str, parent: str, lite_topic: str, queue_id: int, offset: int, extra_info: str,
+                      upper_inclusive: bool = True) -> tuple[str, Receipt]:
+        """A lite topic's light queue and the receipt a lite request names (RocketMQ's ackLite checks)."""
+        if self.lite_bind_topic(group) != parent:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER, f"subscription bind topic not match, {group}")
+        try:
+            validate_lite_topic(lite_topic)
+        except InvalidNameError as exc:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER, f"lite topic: {exc}") from None
+        lmq = to_lmq_name(parent, lite_topic)
+        high = self.store.get_max_offset_in_queue(lmq, 0)
+        if queue_id != 0 or offset < 0 or offset > high or (offset == high and not upper_inclusive):
+            raise AckRefused(ResponseCode.NO_MESSAGE, f"lite topic {lite_topic} of {parent}: offset {offset} of "
+                                                      f"queue {queue_id} is not within [0, {high}]")
+        try:
+            receipt = Receipt.parse(extra_info)
+        except ReceiptError as exc:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER, f"invalid receipt handle (extraInfo): {exc}") from None
+        if not receipt.orderly or receipt.queue_offset != offset or receipt.broker_name != self.config.broker_name:
+            raise AckRefused(ResponseCode.INVALID_PARAMETER, f"the receipt handle is not of lite topic {lite_topic} "
+                                                             f"offset {offset} on broker {self.config.broker_name}")
+        return lmq, receipt
 
     def _receipt(self, topic: str, queue_id: int, offset: int, extra_info: str,
                  upper_inclusive: bool = True) -> Receipt:
@@ -115,6 +145,14 @@ class AckMessageProcessor:
     async def ack_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = AckMessageRequestHeader.decode(req.ext_fields)
         group, topic, queue_id, offset = h.consumer_group, h.topic, h.queue_id, h.offset
+        if h.lite_topic:
+            try:
+                lmq, receipt = self._lite_receipt(group, topic, h.lite_topic, queue_id, offset, h.extra_info)
+                self._ack_orderly(group, lmq, 0, receipt.pop_time, offset)
+            except AckRefused as exc:
+                return req.response(exc.code, exc.remark)
+            self.on_lite_settled(lmq, group)
+            return req.response(ResponseCode.SUCCESS)
         try:
             receipt = self._receipt(topic, queue_id, offset, h.extra_info)
             if receipt.orderly:
@@ -197,13 +235,19 @@ class AckMessageProcessor:
         group, topic, queue_id, offset, invisible = h.consumer_group, h.topic, h.queue_id, h.offset, h.invisible_time
         check_invisible_time(invisible)
         try:
-            receipt = self._receipt(topic, queue_id, offset, h.extra_info, upper_inclusive=False)
+            if h.lite_topic:
+                topic, receipt = self._lite_receipt(group, topic, h.lite_topic, queue_id, offset, h.extra_info,
+                                                    upper_inclusive=False)
+            else:
+                receipt = self._receipt(topic, queue_id, offset, h.extra_info, upper_inclusive=False)
             if receipt.orderly:
                 now = now_ms()
                 info = self.order_info.change_invisible((topic, group, queue_id), receipt.pop_time, offset,
                                                      now + invisible)
                 if info is None:
                     raise _expired(group, topic, queue_id, offset)
+                if h.lite_topic and invisible == 0:
+                    self.on_lite_settled(topic, group)
                 return req.response(ResponseCode.SUCCESS, None, {
                     "popTime": str(info.pop_time), "invisibleTime": str(now + invisible - info.pop_time),
                     "reviveQid": str(ORDER_REVIVE_QUEUE)})

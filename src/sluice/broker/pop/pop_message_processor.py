@@ -410,8 +410,8 @@ class PopMessageProcessor:
         return self._found(req, h, kept, pop_time, revive_qid, rest)
 
     async def _pop_orderly(self, req: RemotingCommand, h: PopMessageRequestHeader, group: SubscriptionGroupConfig,
-                           queue_nums: int, codes: frozenset[int] | None,
-                           record_filter: RecordFilter | None) -> tuple[RemotingCommand | None, int]:
+                           queue_nums: int, codes: frozenset[int] | None, record_filter: RecordFilter | None,
+                           pop_time: int | None = None) -> tuple[RemotingCommand | None, int]:
         """One orderly try: the answer (None when nothing could be popped) and, when queues were blocked, the
         earliest time one is not. No retry topic, no checkpoint: the group's offset stays on the first message not
         acknowledged, which comes back first."""
@@ -441,7 +441,8 @@ class PopMessageProcessor:
                 self.store.consumer_offsets.commit_offset(h.consumer_group, h.topic, qid, r.next_begin_offset)
         if not reads:
             return None, unblocked_at
-        pop_time = self.pop_revive.next_pop_time()
+        if pop_time is None:
+            pop_time = self.pop_revive.next_pop_time()
         counts: dict[tuple[int, int], int] = {}  # (queue id, offset) → earlier pops
         dead: list[tuple[_Read, int]] = []  # (read, offset) past the group's retries
         for rd in list(reads):
@@ -558,6 +559,12 @@ class PopMessageProcessor:
             "msgOffsetInfo": info.msg_offset_info()})
         resp.body_parts = parts
         return resp
+
+    async def pop_orderly(self, req: RemotingCommand, h: PopMessageRequestHeader, group: SubscriptionGroupConfig,
+                          pop_time: int) -> tuple[RemotingCommand | None, int]:
+        """One orderly pop of ``h``'s topic (a lite topic's light queue: queue 0, no filter) at ``pop_time``: the
+        answer (None: nothing) and, when the queue was blocked, when it is not."""
+        return await self._pop_orderly(req, h, group, 1, None, None, pop_time)
 
     def _pop_offset(self, h: PopMessageRequestHeader, topic: str, qid: int) -> int:
         """Where the group's pop of a queue starts: its offset, or for a group new to the queue the oldest

@@ -15,6 +15,7 @@ from sluice.common.attributes import message_type_of_properties
 from sluice.common.batch_codec import inflate_batch, scan_batch_columns
 from sluice.common.decimal_text import parse_long
 from sluice.common.errors import InvalidNameError, MessageFormatError
+from sluice.common.lite import SEPARATOR, to_lmq_name, validate_lite_topic
 from sluice.common.message import MessageExtBrokerInner, create_message_ids
 from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
@@ -29,6 +30,8 @@ from sluice.common.naming import (
 from sluice.common.properties import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_MSG_REGION,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -329,6 +332,12 @@ class SendMessageProcessor:
                     self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
                     queue_id = 0
                     header_props[PROPERTY_DELAY_TIME_LEVEL] = "0"  # no delay on the way to the DLQ, as RocketMQ
+            lite = header_props.get(PROPERTY_LITE_TOPIC)
+            if lite:  # its lite topic's light queue too, whatever the client named (RocketMQ's way)
+                refusal_text = self._lite_refusal(h.topic, lite)
+                if refusal_text is not None:
+                    return req.response(ResponseCode.MESSAGE_ILLEGAL, refusal_text)
+                header_props[PROPERTY_INNER_MULTI_DISPATCH] = to_lmq_name(h.topic, lite)
             try:
                 prio_queue = priority_queue(header_props, tc.write_queue_nums)
             except ValueError as exc:
@@ -372,6 +381,20 @@ class SendMessageProcessor:
         if h.batch:
             return self._put_raw(raw, respond)
         return self._put(conn, msgs, respond)
+
+    def _lite_refusal(self, topic: str, lite: str) -> str | None:
+        """Why a message of ``topic`` cannot go to lite topic ``lite`` (None: it can)."""
+        c = self.config.store
+        if not (c.enable_lmq and c.enable_multi_dispatch):
+            return (f"lite topic {lite!r} of {topic}: this broker keeps no light queues (set enable_lmq and "
+                    f"enable_multi_dispatch in [store])")
+        try:
+            validate_lite_topic(lite)
+        except InvalidNameError as exc:
+            return f"lite topic of {topic}: {exc}"
+        if SEPARATOR in topic:
+            return f"topic {topic!r} cannot hold lite topics: its name has {SEPARATOR!r}"
+        return None
 
     def _recall_handle(self, stored: MessageExtBrokerInner) -> str | None:
         """What takes a timer message back before it is due (RocketMQ's attachRecallHandle): its due time + 1 ms

@@ -57,41 +57,46 @@ class PopMessageRequestHeader(RequestHeader):
 class AckMessageRequestHeader(RequestHeader):
     """ACK_MESSAGE: one popped message is done with; ``extra_info`` is its receipt handle."""
 
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "extra_info", "broker_name")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "extra_info", "broker_name", "lite_topic")
     TOPIC_FIELD = "topic"
     GROUP_FIELD = "consumer_group"
 
     def __init__(self, consumer_group: str, topic: str, queue_id: int, offset: int, extra_info: str,
-                 broker_name: str | None = None) -> None:
+                 broker_name: str | None = None, lite_topic: str | None = None) -> None:
         self.consumer_group = consumer_group
         self.topic = topic
         self.queue_id = queue_id
         self.offset = offset
         self.extra_info = extra_info
         self.broker_name = broker_name
+        self.lite_topic = lite_topic  # a lite topic's message: ``topic`` is its parent
 
     @classmethod
     def decode(cls, ext: Mapping[str, str]) -> AckMessageRequestHeader:
         return cls(field_str(ext, "consumerGroup"), field_str(ext, "topic"), field_int(ext, "queueId"),
-                   field_int(ext, "offset"), field_str(ext, "extraInfo"), ext.get("bname"))
+                   field_int(ext, "offset"), field_str(ext, "extraInfo"), ext.get("bname"),
+                   ext.get("liteTopic") or None)
 
     def encode(self) -> dict[str, str]:
         ext = {"consumerGroup": self.consumer_group, "topic": self.topic, "queueId": str(self.queue_id),
                "extraInfo": self.extra_info, "offset": str(self.offset)}
         if self.broker_name is not None:
             ext["bname"] = self.broker_name
+        if self.lite_topic:
+            ext["liteTopic"] = self.lite_topic
         return ext
 
 
 class ChangeInvisibleTimeRequestHeader(RequestHeader):
     """CHANGE_MESSAGE_INVISIBLETIME: a popped message stays invisible ``invisible_time`` ms from now."""
 
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "extra_info", "invisible_time", "broker_name")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "extra_info", "invisible_time", "broker_name",
+                 "lite_topic")
     TOPIC_FIELD = "topic"
     GROUP_FIELD = "consumer_group"
 
     def __init__(self, consumer_group: str, topic: str, queue_id: int, offset: int, extra_info: str,
-                 invisible_time: int, broker_name: str | None = None) -> None:
+                 invisible_time: int, broker_name: str | None = None, lite_topic: str | None = None) -> None:
         self.consumer_group = consumer_group
         self.topic = topic
         self.queue_id = queue_id
@@ -99,18 +104,21 @@ class ChangeInvisibleTimeRequestHeader(RequestHeader):
         self.extra_info = extra_info
         self.invisible_time = invisible_time
         self.broker_name = broker_name
+        self.lite_topic = lite_topic  # a lite topic's message: ``topic`` is its parent
 
     @classmethod
     def decode(cls, ext: Mapping[str, str]) -> ChangeInvisibleTimeRequestHeader:
         return cls(field_str(ext, "consumerGroup"), field_str(ext, "topic"), field_int(ext, "queueId"),
                    field_int(ext, "offset"), field_str(ext, "extraInfo"), field_int(ext, "invisibleTime"),
-                   ext.get("bname"))
+                   ext.get("bname"), ext.get("liteTopic") or None)
 
     def encode(self) -> dict[str, str]:
         ext = {"consumerGroup": self.consumer_group, "topic": self.topic, "queueId": str(self.queue_id),
                "extraInfo": self.extra_info, "offset": str(self.offset), "invisibleTime": str(self.invisible_time)}
         if self.broker_name is not None:
             ext["bname"] = self.broker_name
+        if self.lite_topic:
+            ext["liteTopic"] = self.lite_topic
         return ext
 
 
@@ -175,6 +183,60 @@ class PollingInfoRequestHeader(RequestHeader):
         return {"consumerGroup": self.consumer_group, "topic": self.topic, "queueId": str(self.queue_id)}
 
 
+class PopLiteMessageRequestHeader(RequestHeader):
+    """POP_LITE_MESSAGE: a lite push consumer's pop of the lite topics of ``topic`` (the parent) it was told of."""
+
+    __slots__ = ("client_id", "consumer_group", "topic", "max_msg_num", "invisible_time", "poll_time", "born_time",
+                 "attempt_id")
+    TOPIC_FIELD = "topic"
+    GROUP_FIELD = "consumer_group"
+
+    def __init__(self, client_id: str, consumer_group: str, topic: str, max_msg_num: int, invisible_time: int,
+                 poll_time: int, born_time: int = 0, attempt_id: str = "") -> None:
+        self.client_id = client_id
+        self.consumer_group = consumer_group
+        self.topic = topic
+        self.max_msg_num = max_msg_num
+        self.invisible_time = invisible_time
+        self.poll_time = poll_time
+        self.born_time = born_time
+        self.attempt_id = attempt_id
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> PopLiteMessageRequestHeader:
+        return cls(field_str(ext, "clientId"), field_str(ext, "consumerGroup"), field_str(ext, "topic"),
+                   field_int(ext, "maxMsgNum"), field_int(ext, "invisibleTime"), field_int(ext, "pollTime"),
+                   field_int(ext, "bornTime", 0), ext.get("attemptId") or "")
+
+    def encode(self) -> dict[str, str]:
+        ext = {"clientId": self.client_id, "consumerGroup": self.consumer_group, "topic": self.topic,
+               "maxMsgNum": str(self.max_msg_num), "invisibleTime": str(self.invisible_time),
+               "pollTime": str(self.poll_time), "bornTime": str(self.born_time)}
+        if self.attempt_id:
+            ext["attemptId"] = self.attempt_id
+        return ext
+
+
+class NotifyUnsubscribeLiteRequestHeader(RequestHeader):
+    """NOTIFY_UNSUBSCRIBE_LITE, broker to client: ``client_id`` reads ``lite_topic`` no more (it expired, or
+    another reader of the group took it over)."""
+
+    __slots__ = ("lite_topic", "consumer_group", "client_id")
+    GROUP_FIELD = "consumer_group"
+
+    def __init__(self, lite_topic: str, consumer_group: str, client_id: str) -> None:
+        self.lite_topic = lite_topic
+        self.consumer_group = consumer_group
+        self.client_id = client_id
+
+    @classmethod
+    def decode(cls, ext: Mapping[str, str]) -> NotifyUnsubscribeLiteRequestHeader:
+        return cls(field_str(ext, "liteTopic"), field_str(ext, "consumerGroup"), field_str(ext, "clientId"))
+
+    def encode(self) -> dict[str, str]:
+        return {"liteTopic": self.lite_topic, "consumerGroup": self.consumer_group, "clientId": self.client_id}
+
+
 __all__ = ["DEFAULT_POP_MAX_MSG_NUMS", "INIT_MODE_MAX", "AckMessageRequestHeader", "ChangeInvisibleTimeRequestHeader",
-           "NotificationRequestHeader", "PeekMessageRequestHeader", "PollingInfoRequestHeader",
-           "PopMessageRequestHeader"]
+           "NotificationRequestHeader", "NotifyUnsubscribeLiteRequestHeader", "PeekMessageRequestHeader",
+           "PollingInfoRequestHeader", "PopLiteMessageRequestHeader", "PopMessageRequestHeader"]

@@ -1,0 +1,131 @@
+"""Which reader should look at which lite topic next (RocketMQ's LiteEventDispatcher, event mode): a message
+arriving in a lite topic is an event handed to one subscriber of each group that reads it, and wakes that
+subscriber's waiting pop; a pop takes its client's events, not its whole subscription, so its cost follows what
+arrived, not how many lite topics the client reads.
+
+Events are a set per client, bounded by the group's ``lite.sub.client.max.event.cnt``; one that does not fit is
+not lost: every ``lite_event_check_interval`` the dispatcher offers each client again the lite topics it reads
+that hold messages its group has not had (a full dispatch), as it does for a new subscription. A lite topic whose
+messages are in flight (popped, not yet acknowledged) is offered again when they come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+from sluice.broker.lite.lite_subscription_registry import LiteSubscriptionRegistry
+
+log = logging.getLogger(__name__)
+
+# (client id, group, lmq) → whether the group has messages of lmq it has not consumed
+Backlog = Callable[[str, str], bool]
+
+
+class LiteEventDispatcher:
+    def __init__(self, registry: LiteSubscriptionRegistry, max_events: Callable[[str], int], backlog: Backlog,
+                 wake: Callable[[str], None]) -> None:
+        self.registry = registry
+        self.max_events = max_events  # group → its clients' event bound
+        self.backlog = backlog  # (group, lmq) → messages the group has not had
+        self.wake = wake  # client id → its waiting pop looks again
+        self.events: dict[str, dict[str, None]] = {}  # client id → lmqs, oldest first
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (group, lmq) → offered again then
+        registry.on_register = self._registered
+        registry.on_unregister = self._unregistered
+        registry.on_remove_all = self._removed
+
+    def dispatch(self, lmq: str, group: str | None = None, exclude: str | None = None) -> None:
+        """Messages arrived in (or came back to) ``lmq``: one reader of each group (of ``group`` only) is told."""
+        for g, clients in self.registry.subscribers(lmq, group).items():
+            self._offer_one(lmq, g, clients, exclude)
+
+    def take(self, client_id: str) -> list[str]:
+        """The lite topics ``client_id`` should look at, taken (a pop puts back what it did not get to)."""
+        events = self.events.pop(client_id, None)
+        return list(events) if events else []
+
+    def put_back(self, client_id: str, lmqs: list[str]) -> None:
+        if not lmqs or client_id not in self.registry.clients:
+            return
+        events = self.events.setdefault(client_id, {})
+        for lmq in lmqs:
+            events[lmq] = None
+
+    def offer_again_at(self, lmq: str, group: str, when_s: float) -> None:
+        """``lmq``'s messages in flight for ``group`` come back at loop time ``when_s``: offer it then."""
+        key = (group, lmq)
+        if key in self._timers:
+            return
+        loop = asyncio.get_running_loop()
+
+        def due() -> None:
+            self._timers.pop(key, None)
+            self.dispatch(lmq, group)
+
+        self._timers[key] = loop.call_at(when_s, due)
+
+    def full_dispatch(self, client_id: str) -> int:
+        """Offer ``client_id`` every lite topic it reads that holds messages its group has not had; how many."""
+        sub = self.registry.clients.get(client_id)
+        if sub is None:
+            return 0
+        n = 0
+        for lmq in sub.lmqs:
+            if self.backlog(sub.group, lmq) and self._offer(client_id, sub.group, lmq):
+                n += 1
+        if n:
+            self.wake(client_id)
+        return n
+
+    async def scan(self, chunk: int = 1000) -> int:
+        """A full dispatch to every client with no event waiting (a bounded turn at a time); how many offered."""
+        n = 0
+        for i, client_id in enumerate(list(self.registry.clients)):
+            if not self.events.get(client_id):
+                n += self.full_dispatch(client_id)
+            if i % chunk == chunk - 1:
+                await asyncio.sleep(0)
+        return n
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    # == inside ======================================================================================
+    def _offer_one(self, lmq: str, group: str, clients: list[str], exclude: str | None) -> None:
+        start = random.randrange(len(clients))
+        ordered = clients[start:] + clients[:start]
+        if exclude is not None and len(ordered) > 1 and exclude in ordered:
+            ordered.remove(exclude)
+            ordered.append(exclude)
+        for client_id in ordered:
+            if self._offer(client_id, group, lmq):
+                self.wake(client_id)
+                return
+        log.info("lite topic %s of group %s: every reader's event set is full; the next full dispatch offers it",
+                 lmq, group)
+
+    def _offer(self, client_id: str, group: str, lmq: str) -> bool:
+        events = self.events.setdefault(client_id, {})
+        if lmq in events:
+            return True
+        if len(events) >= self.max_events(group):
+            return False
+        events[lmq] = None
+        return True
+
+    def _registered(self, client_id: str, group: str, lmq: str) -> None:
+        if self.backlog(group, lmq) and self._offer(client_id, group, lmq):
+            self.wake(client_id)
+
+    def _unregistered(self, client_id: str, group: str, lmq: str) -> None:
+        events = self.events.get(client_id)
+        if events is not None:
+            events.pop(lmq, None)
+
+    def _removed(self, client_id: str, group: str) -> None:
+        self.events.pop(client_id, None)

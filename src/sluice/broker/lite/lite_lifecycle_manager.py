@@ -1,0 +1,114 @@
+"""Lite topics come and go (RocketMQ's LiteLifecycleManager): one is made by the first message sent to it, and
+deleted once no message has come for its parent's ``lite.topic.expiration`` minutes (never sooner than
+``min_lite_ttl``; -1 or 0: never) — its light queue, its groups' offsets and order state — and whoever read it is
+told to unsubscribe. The same service runs the lite subscriptions' renewal check and the event dispatcher's
+periodic full dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection
+
+from sluice.broker.lite.lite_event_dispatcher import LiteEventDispatcher
+from sluice.broker.lite.lite_subscription_registry import LiteSubscriptionRegistry
+from sluice.common.attributes import LITE_TOPIC_EXPIRATION
+from sluice.common.config import BrokerConfig
+from sluice.common.lite import LITE_TOPIC_PREFIX, parent_and_lite
+from sluice.common.service import AsyncService
+from sluice.common.structs import TopicConfig
+
+log = logging.getLogger(__name__)
+
+
+class LiteStore:
+    """What the lifecycle reads of the store, and how it deletes a light queue."""
+
+    def __init__(self, queues: Callable[[], Collection[tuple[str, int]]], max_offset: Callable[[str], int],
+                 store_time: Callable[[str, int], int], delete: Callable[[list[str]], object]) -> None:
+        self.queues = queues  # every (topic, queue id) the store keeps
+        self.max_offset = max_offset  # lmq → its end
+        self.store_time = store_time  # (lmq, offset) → when that message was stored (-1: unknown)
+        self.delete = delete  # lmqs → (awaitable) deleted with their offsets
+
+
+class LiteLifecycleManager(AsyncService):
+    def __init__(self, config: BrokerConfig, store: LiteStore, topic_config: Callable[[str], TopicConfig | None],
+                 registry: LiteSubscriptionRegistry, events: LiteEventDispatcher,
+                 forget_order: Callable[[str], None]) -> None:
+        super().__init__()
+        self.config = config
+        self.store = store
+        self.topic_config = topic_config
+        self.registry = registry
+        self.events = events
+        self.forget_order = forget_order  # lmq → its order state goes (every group's)
+        self.started = time.monotonic()
+        self.expired = 0  # lite topics deleted
+
+    def start(self) -> None:
+        c = self.config
+        self._spawn(self._every(c.lite_ttl_check_interval, self.clean_expired), "lite-ttl")
+        self._spawn(self._every(c.lite_subscription_check_interval, self._expire_subscriptions), "lite-subs")
+        self._spawn(self._every(c.lite_event_check_interval, self.events.scan), "lite-events")
+
+    def lite_topics(self, parent: str | None = None) -> list[str]:
+        """The light queues of lite topics this broker keeps (of ``parent`` only, when given)."""
+        prefix = LITE_TOPIC_PREFIX if parent is None else f"{LITE_TOPIC_PREFIX}{parent}$"
+        return sorted({t for t, _ in self.store.queues() if t.startswith(prefix)})
+
+    def is_expired(self, lmq: str, now_ms: int) -> bool:
+        pair = parent_and_lite(lmq)
+        if pair is None:
+            return False
+        tc = self.topic_config(pair[0])
+        minutes = LITE_TOPIC_EXPIRATION.value_of(tc.attributes) if tc is not None else -1
+        if minutes <= 0:
+            return False
+        end = self.store.max_offset(lmq)
+        if end <= 0:
+            return False
+        last = self.store.store_time(lmq, end - 1)
+        if last < 0:
+            return False
+        idle = now_ms - last
+        return idle >= self.config.min_lite_ttl and idle > minutes * 60_000
+
+    async def clean_expired(self) -> int:
+        """Delete the lite topics idle past their expiration; how many."""
+        if (time.monotonic() - self.started) * 1000 < self.config.min_lite_ttl:
+            return 0  # (right after a start: nothing could have been sent to them meanwhile)
+        now = int(time.time() * 1000)
+        gone = [lmq for lmq in self.lite_topics() if self.is_expired(lmq, now)]
+        if gone:
+            await self.delete(gone)
+        return len(gone)
+
+    async def delete(self, lmqs: list[str]) -> None:
+        """Delete lite topics: their readers are told, their order state, offsets and light queues go."""
+        for lmq in lmqs:
+            self.registry.clean(lmq, notify=True)
+            self.forget_order(lmq)
+        result = self.store.delete(lmqs)
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            await result
+        self.expired += len(lmqs)
+        log.info("%d lite topic(s) deleted: %s", len(lmqs), ", ".join(lmqs[:5]) + (" ..." if len(lmqs) > 5 else ""))
+
+    async def _expire_subscriptions(self) -> None:
+        self.registry.expire(self.config.lite_subscription_check_timeout / 1000)
+
+    async def _every(self, interval_ms: int, work: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                result = work()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("lite topics: %s failed; trying again", getattr(work, "__name__", work))
+
+
+__all__ = ["LiteLifecycleManager", "LiteStore"]

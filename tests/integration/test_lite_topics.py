@@ -1,0 +1,211 @@
+"""Lite topics on the broker (RocketMQ 5.5), over the remoting protocol a gRPC front speaks to it: a message sent
+with a lite topic lands in that lite topic's light queue, created by it; a client subscribed to some lite topics
+pops only theirs, each in order (nothing more of one until what it got is acknowledged or comes back), and is
+woken by a message arriving; an idle lite topic expires and its reader is told to unsubscribe."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from sluice.client.admin import Admin
+from sluice.client.mq_client_api import MQClientAPI
+from sluice.common.lite import to_lmq_name
+from sluice.common.message import MessageExt
+from sluice.common.message_codec import decode_records
+from sluice.common.properties import PROPERTY_INNER_MULTI_QUEUE_OFFSET, PROPERTY_LITE_TOPIC, encode_properties
+from sluice.remoting.client import RemotingClient
+from sluice.remoting.codes import RequestCode, ResponseCode
+from sluice.remoting.command import RemotingCommand
+from sluice.remoting.headers import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    PopLiteMessageRequestHeader,
+    SendMessageRequestHeader,
+)
+from tests.conftest import Cluster
+from tests.integration.helpers import wait_until
+
+PARENT = "chats"
+GROUP = "chat-readers"
+LITE = dict(store_enable_lmq=True, store_enable_multi_dispatch=True)
+
+
+def lite_cluster(cluster: Cluster, **settings: Any) -> Any:
+    broker = cluster.start_broker("broker-a", **LITE, **settings)
+    cluster.create_topic(PARENT, 2, attributes="+message.type=LITE,+lite.topic.expiration=1")
+
+    async def group() -> None:
+        async with Admin(cluster.namesrv_addr) as admin:
+            await admin.update_group(GROUP, attributes=f"+lite.bind.topic={PARENT}")
+
+    cluster.loop.run(group())
+    return broker
+
+
+class Client:
+    """A gRPC front's side of the broker: raw remoting requests, as RocketMQ's proxy sends them."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.notices: list[dict[str, str]] = []
+        self.remoting = RemotingClient(handler=self._on_request)
+        self.api = MQClientAPI(self.remoting, [])
+
+    def _on_request(self, conn: Any, req: RemotingCommand) -> None:
+        if req.code == RequestCode.NOTIFY_UNSUBSCRIBE_LITE:
+            self.notices.append(dict(req.ext_fields))
+
+    async def send(self, lite: str, body: bytes) -> RemotingCommand:
+        props = encode_properties({PROPERTY_LITE_TOPIC: lite, "UNIQ_KEY": body.hex().upper()}).decode()
+        ext = SendMessageRequestHeader("pg", PARENT, "TBW102", 4, 0, 0, 0, 0, props).encode_v2()
+        return await self.api.invoke(self.addr, RequestCode.SEND_MESSAGE_V2, ext, body)
+
+    async def ctl(self, action: str, client_id: str, lites: list[str], **extra: Any) -> RemotingCommand:
+        entry = {"action": action, "clientId": client_id, "group": GROUP, "topic": PARENT, "liteTopicSet": lites,
+                 "version": 0, **extra}
+        body = json.dumps({"subscriptionSet": [entry]}).encode()
+        return await self.api.invoke(self.addr, RequestCode.LITE_SUBSCRIPTION_CTL, {}, body)
+
+    async def pop(self, client_id: str, poll_ms: int = 0, n: int = 32,
+                  invisible_ms: int = 60_000) -> tuple[RemotingCommand, list[MessageExt]]:
+        ext = PopLiteMessageRequestHeader(client_id, GROUP, PARENT, n, invisible_ms, poll_ms).encode()
+        resp = await self.api.invoke(self.addr, RequestCode.POP_LITE_MESSAGE, ext, b"",
+                                          timeout_ms=poll_ms + 10_000)
+        return resp, decode_records(resp.body) if resp.code == ResponseCode.SUCCESS else []
+
+    async def ack(self, resp: RemotingCommand, m: MessageExt) -> RemotingCommand:
+        ext = AckMessageRequestHeader(GROUP, PARENT, 0, _lmq_offset(m), _receipt(resp, m),
+                                      lite_topic=m.properties[PROPERTY_LITE_TOPIC]).encode()
+        return await self.api.invoke(self.addr, RequestCode.ACK_MESSAGE, ext, b"")
+
+    async def nack(self, resp: RemotingCommand, m: MessageExt) -> RemotingCommand:
+        ext = ChangeInvisibleTimeRequestHeader(GROUP, PARENT, 0, _lmq_offset(m), _receipt(resp, m), 0,
+                                               lite_topic=m.properties[PROPERTY_LITE_TOPIC]).encode()
+        return await self.api.invoke(self.addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext, b"")
+
+    async def close(self) -> None:
+        await self.remoting.close()
+
+
+def _lmq_offset(m: MessageExt) -> int:
+    return int(m.properties[PROPERTY_INNER_MULTI_QUEUE_OFFSET])
+
+
+def _receipt(resp: RemotingCommand, m: MessageExt) -> str:
+    """The receipt a client builds for a lite message (RocketMQ's processPopLiteResponse)."""
+    e = resp.ext_fields
+    return f"0 {e['popTime']} {e['invisibleTime']} {e['reviveQid']} 0 broker-a 0 {_lmq_offset(m)}"
+
+
+def test_a_subscriber_pops_its_lite_topics_in_order_and_only_theirs(empty_cluster: Cluster) -> None:
+    broker = lite_cluster(empty_cluster)
+
+    async def go() -> None:
+        c = Client(broker.broker_addr)
+        try:
+            for i in range(3):
+                for lite in ("alice", "bob", "carol"):
+                    r = await c.send(lite, f"{lite}-{i}".encode())
+                    assert r.code == ResponseCode.SUCCESS, r.remark
+            assert broker.store.get_max_offset_in_queue(to_lmq_name(PARENT, "alice"), 0) == 3
+            assert (await c.ctl("PARTIAL_ADD", "c1", ["alice", "bob"])).code == ResponseCode.SUCCESS
+            resp, msgs = await c.pop("c1")
+            bodies = sorted(m.body.decode() for m in msgs)
+            assert bodies == ["alice-0", "alice-1", "alice-2", "bob-0", "bob-1", "bob-2"]
+            assert resp.ext_fields["orderCountInfo"] == ";".join(["0"] * 6)
+            # Nothing more of a lite topic in flight: a new message of alice waits for the acknowledgements.
+            await c.send("alice", b"alice-3")
+            resp2, more = await c.pop("c1")
+            assert more == []
+            for m in msgs:
+                assert (await c.ack(resp, m)).code == ResponseCode.SUCCESS
+            _, more = await c.pop("c1", poll_ms=5_000)
+            assert [m.body for m in more] == [b"alice-3"]
+        finally:
+            await c.close()
+
+    empty_cluster.loop.run(go(), 60)
+
+
+def test_a_waiting_pop_is_woken_by_a_message_and_one_put_back_comes_again(empty_cluster: Cluster) -> None:
+    broker = lite_cluster(empty_cluster)
+
+    async def go() -> None:
+        c = Client(broker.broker_addr)
+        try:
+            assert (await c.ctl("PARTIAL_ADD", "c1", ["dave"])).code == ResponseCode.SUCCESS
+            waiting = asyncio.ensure_future(c.pop("c1", poll_ms=20_000))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await c.send("dave", b"hello")
+            resp, msgs = await asyncio.wait_for(waiting, 10)
+            assert [m.body for m in msgs] == [b"hello"]
+            assert (await c.nack(resp, msgs[0])).code == ResponseCode.SUCCESS
+            resp, again = await c.pop("c1", poll_ms=10_000)
+            assert [m.body for m in again] == [b"hello"]
+            assert resp.ext_fields["orderCountInfo"] == "1"  # handed out once before
+        finally:
+            await c.close()
+
+    empty_cluster.loop.run(go(), 60)
+
+
+def test_bad_lite_requests_are_refused_saying_why(empty_cluster: Cluster) -> None:
+    broker = lite_cluster(empty_cluster)
+    empty_cluster.create_topic("plain", 1)
+
+    async def go() -> None:
+        c = Client(broker.broker_addr)
+        try:
+            r = await c.send("has space", b"x")
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL and "alphanumeric" in r.remark
+            r = await c.ctl("PARTIAL_ADD", "c1", ["a$b"])
+            assert r.code == ResponseCode.ILLEGAL_OPERATION
+            r = await c.api.invoke(broker.broker_addr, RequestCode.LITE_SUBSCRIPTION_CTL, {}, b"{}")
+            assert r.code == ResponseCode.ILLEGAL_OPERATION
+            ext = PopLiteMessageRequestHeader("c1", GROUP, "plain", 8, 60_000, 0).encode()
+            r = await c.api.invoke(broker.broker_addr, RequestCode.POP_LITE_MESSAGE, ext, b"")
+            assert r.code == ResponseCode.INVALID_PARAMETER and "message type not match" in r.remark
+            ext = PopLiteMessageRequestHeader("c1", GROUP, PARENT, 33, 60_000, 0).encode()
+            r = await c.api.invoke(broker.broker_addr, RequestCode.POP_LITE_MESSAGE, ext, b"")
+            assert r.code == ResponseCode.INVALID_PARAMETER
+            ext = AckMessageRequestHeader(GROUP, PARENT, 0, 5, "0 1 2 999 0 broker-a 0 5", lite_topic="zed").encode()
+            r = await c.api.invoke(broker.broker_addr, RequestCode.ACK_MESSAGE, ext, b"")
+            assert r.code == ResponseCode.NO_MESSAGE
+        finally:
+            await c.close()
+
+    empty_cluster.loop.run(go(), 60)
+
+
+def test_an_idle_lite_topic_expires_and_its_reader_is_told(empty_cluster: Cluster) -> None:
+    # Expiration 1 minute (the attribute's unit), no floor: whether it is idle long enough is asked of a clock a
+    # minute on, not waited for; the deletion is the one the periodic check makes.
+    broker = lite_cluster(empty_cluster, min_lite_ttl=0)
+    lmq = to_lmq_name(PARENT, "erin")
+
+    async def go() -> Client:
+        c = Client(broker.broker_addr)
+        await c.send("erin", b"old news")
+        assert (await c.ctl("PARTIAL_ADD", "c1", ["erin"])).code == ResponseCode.SUCCESS
+        lifecycle = broker.lite.lifecycle  # type: ignore[union-attr]
+        assert not lifecycle.is_expired(lmq, lifecycle_now())
+        assert lifecycle.is_expired(lmq, lifecycle_now() + 61_000)
+        await lifecycle.delete([lmq])
+        return c
+
+    c = empty_cluster.loop.run(go(), 60)
+    try:
+        wait_until(lambda: c.notices, 10, "the unsubscribe notice")
+        assert c.notices[0]["liteTopic"] == "erin" and c.notices[0]["clientId"] == "c1"
+        assert broker.store.find_consume_queue(lmq, 0, create=False) is None
+        assert lmq not in broker.lite.registry.by_lmq  # type: ignore[union-attr]
+    finally:
+        empty_cluster.loop.run(c.close())
+
+
+def lifecycle_now() -> int:
+    return int(time.time() * 1000)
