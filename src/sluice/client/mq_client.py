@@ -37,7 +37,11 @@ from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError, RemotingError
-from sluice.remoting.headers import CheckTransactionStateRequestHeader, ReplyMessageRequestHeader
+from sluice.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    NotifyUnsubscribeLiteRequestHeader,
+    ReplyMessageRequestHeader,
+)
 from sluice.remoting.tls import TlsLike, client_tls
 
 log = logging.getLogger(__name__)
@@ -135,6 +139,8 @@ class MQClientInstance(AsyncService):
         # Producer group → what answers a broker's CHECK_TRANSACTION_STATE (broker address, header, message).
         self.transaction_checkers: dict[str, Callable[[str, CheckTransactionStateRequestHeader, MessageExt], None]] = {}
         self.publish_topics: set[str] = set()
+        # Told of each NOTIFY_UNSUBSCRIBE_LITE a broker sends (a gRPC front relays it to its client).
+        self.on_unsubscribe_lite: Callable[[NotifyUnsubscribeLiteRequestHeader], None] | None = None
         self.consumers: dict[str, ConsumerInner] = {}
         self.replies = ReplyWaiters()  # this client's requests waiting for their replies
         self._rebalance_now = asyncio.Event()
@@ -471,6 +477,12 @@ class MQClientInstance(AsyncService):
             return self._consume_message_directly(req)
         if req.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
             return self._receive_reply_message(conn, req)
+        if req.code == RequestCode.NOTIFY_UNSUBSCRIBE_LITE and self.on_unsubscribe_lite is not None:
+            try:
+                self.on_unsubscribe_lite(NotifyUnsubscribeLiteRequestHeader.decode(req.ext_fields))
+            except BadRequestError as exc:
+                log.warning("a lite unsubscribe notice from %s cannot be read: %s", conn.remote_addr, exc)
+            return None
         return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
 
     def _receive_reply_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

@@ -24,6 +24,7 @@ from sluice.common.extra_info import (
 )
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
+from sluice.common.properties import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET
 from sluice.common.structs import HeartbeatData, MessageQueue, SubscriptionData, TopicRouteData
 from sluice.common.sysflag import COMPRESSED_FLAG
 from sluice.remoting.client import RemotingClient
@@ -44,6 +45,7 @@ from sluice.remoting.headers import (
     GetMinOffsetRequestHeader,
     GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    PopLiteMessageRequestHeader,
     PopMessageRequestHeader,
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
@@ -393,20 +395,66 @@ class MQClientAPI:
             await asyncio.to_thread(inflate_bodies, msgs)
         return msgs
 
+    async def pop_lite_message(self, addr: str, broker_name: str, client_id: str, group: str, topic: str,
+                               max_nums: int, invisible_ms: int, poll_ms: int, attempt_id: str = "",
+                               timeout_ms: int | None = None) -> list[MessageExt]:
+        """One POP_LITE_MESSAGE of ``client_id``'s lite topics of ``topic`` (RocketMQ 5.5): the messages, each
+        with the receipt RocketMQ's client builds for it (its light-queue offset, queue 0) and its reconsume times;
+        [] when the poll time passed with nothing."""
+        ext = PopLiteMessageRequestHeader(client_id, group, topic, max_nums, invisible_ms, poll_ms,
+                                          int(time.time() * 1000), attempt_id).encode()
+        resp = await self.invoke(addr, RequestCode.POP_LITE_MESSAGE, ext,
+                                 timeout_ms=poll_ms + 10_000 if timeout_ms is None else timeout_ms)
+        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        e = resp.ext_fields
+        try:
+            pop_time, invisible, revive_qid = int(e["popTime"]), int(e["invisibleTime"]), int(e["reviveQid"])
+            counts = [int(c) for c in (e.get("orderCountInfo") or "").split(";") if c]
+        except (KeyError, ValueError) as exc:
+            raise ClientError(f"broker {addr} answered a lite pop with a malformed header: {exc}") from None
+        msgs = decode_records(resp.body)
+        kept = []
+        for i, m in enumerate(msgs):
+            queues = (m.properties.get(PROPERTY_INNER_MULTI_DISPATCH) or "").split(",")
+            offsets = (m.properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET) or "").split(",")
+            if len(queues) != 1 or len(offsets) != 1 or not offsets[0].isdigit():
+                log.warning("broker %s handed out a lite message without its light-queue offset: skipped", addr)
+                continue
+            offset = int(offsets[0])
+            m.properties[PROPERTY_POP_CK] = str(Receipt(0, pop_time, invisible, revive_qid, "0", broker_name, 0,
+                                                        offset))
+            m.properties.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
+            m.reconsume_times = counts[i] if i < len(counts) else 0
+            m.queue_id, m.queue_offset = 0, offset
+            kept.append(m)
+        if any(m.sys_flag & COMPRESSED_FLAG for m in kept):
+            await asyncio.to_thread(inflate_bodies, kept)
+        return kept
+
+    async def lite_subscription_ctl(self, addr: str, entries: list[dict[str, object]],
+                                    timeout_ms: int = 3_000) -> None:
+        """LITE_SUBSCRIPTION_CTL: lite subscription changes (RocketMQ's LiteSubscriptionDTO objects)."""
+        await self.invoke_ok(addr, RequestCode.LITE_SUBSCRIPTION_CTL, {},
+                             json.dumps({"subscriptionSet": entries}).encode(), timeout_ms=timeout_ms)
+
     async def ack_message(self, addr: str, group: str, topic: str, receipt: Receipt,
-                          timeout_ms: int = 3_000) -> None:
-        """ACK_MESSAGE of one receipt (``topic`` the one it was popped from); ``BrokerResponseError`` NO_MESSAGE
-        when the receipt expired."""
+                          timeout_ms: int = 3_000, lite_topic: str | None = None) -> None:
+        """ACK_MESSAGE of one receipt (``topic`` the one it was popped from; a lite topic's: its parent);
+        ``BrokerResponseError`` NO_MESSAGE when the receipt expired."""
         ext = AckMessageRequestHeader(group, real_topic(receipt.retry, topic, group), receipt.queue_id,
-                                      receipt.queue_offset, str(receipt), receipt.broker_name).encode()
+                                      receipt.queue_offset, str(receipt), receipt.broker_name, lite_topic).encode()
         await self.invoke_ok(addr, RequestCode.ACK_MESSAGE, ext, timeout_ms=timeout_ms)
 
     async def change_invisible_time(self, addr: str, group: str, topic: str, receipt: Receipt,
-                                    invisible_ms: int, timeout_ms: int = 3_000) -> Receipt:
+                                    invisible_ms: int, timeout_ms: int = 3_000,
+                                    lite_topic: str | None = None) -> Receipt:
         """CHANGE_MESSAGE_INVISIBLETIME: the message stays invisible ``invisible_ms`` from now; its new receipt."""
         ext = ChangeInvisibleTimeRequestHeader(group, real_topic(receipt.retry, topic, group), receipt.queue_id,
                                                receipt.queue_offset, str(receipt), invisible_ms,
-                                               receipt.broker_name).encode()
+                                               receipt.broker_name, lite_topic).encode()
         resp = await self.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext, timeout_ms=timeout_ms)
         e = resp.ext_fields
         try:

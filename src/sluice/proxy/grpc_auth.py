@@ -68,6 +68,9 @@ def grpc_contexts(rpc: str, req: Any) -> list[AuthorizationContext]:
     elif rpc in ("AckMessage", "ForwardMessageToDeadLetterQueue", "QueryAssignment"):
         _group(ctxs, req.group.name, s)
         _topic(ctxs, req.topic.name, s)
+    elif rpc == "SyncLiteSubscription":  # (beyond RocketMQ, which checks nothing of a removal naming no lite topic)
+        _group(ctxs, req.group.name, s)
+        _topic(ctxs, req.topic.name, s)
     elif rpc == "NotifyClientTermination":
         if req.group.name:
             _group(ctxs, req.group.name, s)

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.client.message import PROPERTY_TRACE_CONTEXT, RESERVED_PROPERTY_KEYS
+from sluice.common.errors import InvalidNameError
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError
+from sluice.common.lite import validate_lite_topic
 from sluice.common.message import MessageExt
 from sluice.common.naming import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -28,6 +30,7 @@ from sluice.common.naming import (
 from sluice.common.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_PRIORITY,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
@@ -51,7 +54,7 @@ MAX_DELAY_MS = 86_400_000  # a delivery time at most a day ahead (the proxy's bo
 _TS_MIN_MS, _TS_MAX_MS = -62_135_596_800_000, 253_402_300_799_999
 # A gRPC receipt handle: the broker's POP receipt, then where the message lies in the commit log.
 HANDLE_SEPARATOR = "#"
-NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY = 1, 2, 3, 4, 6
+NORMAL, FIFO, DELAY, TRANSACTION, LITE, PRIORITY = 1, 2, 3, 4, 5, 6
 
 
 class Refused(Exception):
@@ -137,6 +140,12 @@ def stored_properties(m: Any) -> tuple[dict[str, str], str]:
         if ms - time.time() * 1000 > MAX_DELAY_MS:
             raise Refused("ILLEGAL_DELIVERY_TIME", "a delivery time more than a day ahead")
         props[PROPERTY_TIMER_DELIVER_MS] = str(max(ms, 0))
+    if sp.HasField("lite_topic") and sp.lite_topic:  # (RocketMQ 5.5: the broker enters it in that lite topic)
+        try:
+            validate_lite_topic(sp.lite_topic)
+        except InvalidNameError as exc:
+            raise Refused("ILLEGAL_LITE_TOPIC", str(exc)) from None
+        props[PROPERTY_LITE_TOPIC] = sp.lite_topic
     if sp.HasField("trace_context") and sp.trace_context:  # (W3C traceparent: RocketMQ's TRACE_CONTEXT property)
         if len(sp.trace_context) > MAX_TRACE_CONTEXT or _has_control(sp.trace_context):
             raise Refused("ILLEGAL_MESSAGE_PROPERTY_KEY", f"a trace context is 1 to {MAX_TRACE_CONTEXT} characters "
@@ -213,6 +222,10 @@ def to_pb_message(m: MessageExt, topic: Any, invisible: float) -> Any:
         sp.priority = priority
         if sp.message_type == NORMAL:
             sp.message_type = PRIORITY
+    if props.get(PROPERTY_LITE_TOPIC):
+        sp.lite_topic = props[PROPERTY_LITE_TOPIC]
+        if sp.message_type == NORMAL:
+            sp.message_type = LITE
     if props.get(PROPERTY_TRACE_CONTEXT):
         sp.trace_context = props[PROPERTY_TRACE_CONTEXT]
     for k, v in props.items():

@@ -26,11 +26,13 @@ from sluice.auth.credentials import CredentialsLike
 from sluice.client.mq_client import MQClientInstance
 from sluice.client.queue_router import select_by_hash
 from sluice.common.config import ClientConfig
-from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
+from sluice.common.errors import BrokerResponseError, ClientError, InvalidNameError, SluiceError
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError, real_topic
+from sluice.common.lite import MAX_LITE_TOPIC_SIZE, validate_lite_topic
 from sluice.common.message import MessageExt, decode_message_id
 from sluice.common.naming import validate_group
 from sluice.common.properties import (
+    PROPERTY_LITE_TOPIC,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
@@ -69,6 +71,7 @@ from sluice.remoting.headers import (
     CheckTransactionStateRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
+    NotifyUnsubscribeLiteRequestHeader,
     RecallMessageRequestHeader,
     SendMessageRequestHeader,
 )
@@ -96,8 +99,14 @@ GROUP_CACHE_SIZE = 10_000
 TYPE_LOOKUP_SECONDS = 1.0  # a route's wait for a master to say the topic's message type
 TYPE_RETRY_SECONDS = 5.0  # how long a lookup no master answered stands
 DEFAULT_RETRIES = 16
+DEFAULT_LITE_QUOTA = 2000  # lite.sub.client.quota's default
 ROUTED_TOPICS = 10_000  # topics whose routes the front keeps fresh
 LARGE_BATCH = 1 << 20  # bodies of a receive from which its frames are built off the loop
+LITE_PUSH_CONSUMER = 5  # ClientType
+CLIENT_TYPES = 100_000  # clients whose types (from their settings) the front keeps
+MAX_LITE_TOPICS_PER_SYNC = 10_000
+LITE_ACTIONS = ("PARTIAL_ADD", "PARTIAL_REMOVE", "COMPLETE_ADD", "COMPLETE_REMOVE")
+_OFFSET_TYPES = {"policy": "POLICY", "offset": "OFFSET", "tail_n": "TAIL_N", "timestamp": "TIMESTAMP"}
 RELEASE_TIMEOUT_MS = 3_000
 # Broker codes of a send → the gRPC code a client is told.
 _SEND_CODES: dict[int, str] = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTENCE_TIMEOUT",
@@ -132,6 +141,10 @@ def _auto_renew_invisible(fifo: bool, retries: int) -> float:
     return min(MAX_INVISIBLE_SECONDS, AUTO_RENEW_INVISIBLE_SECONDS + schedule)
 
 
+# A message handed to a receive: (message, broker address, group, topic, lite topic if a lite pop's)
+Popped = tuple[MessageExt, str, str, str, str | None]
+
+
 class Duration(Protocol):
     """``google.protobuf.Duration``'s fields."""
 
@@ -146,6 +159,29 @@ def duration_seconds(d: Duration) -> float:
 def _remaining(context: Any, default: float) -> float:
     left = context.time_remaining()
     return default if left is None else left
+
+
+def _client_id(context: Any) -> str:
+    """The calling client's id (``x-mq-client-id``), or ""."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id" and isinstance(value, str):
+            return value[:256]
+    return ""
+
+
+def _int_or(text: object, default: int) -> int:
+    try:
+        return int(str(text))
+    except ValueError:
+        return default
+
+
+def _is_lite_name(name: str) -> bool:
+    try:
+        validate_lite_topic(name)
+    except InvalidNameError:
+        return False
+    return True
 
 
 def _same_peer(peer: str) -> str | None:
@@ -174,10 +210,17 @@ class MessagingService:
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
         self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
+        self._group_lite_quota: dict[str, int] = {}  # group → its lite.sub.client.quota (as last looked up)
         # topic → (when looked up, its message.type, whether a master answered); the lookups under way
         self._topic_types: dict[str, tuple[float, str, bool]] = {}
         self._type_lookups: dict[str, asyncio.Future[str]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        # Lite push consumers (RocketMQ 5.5): each client's type, from its settings (bounded); each lite push
+        # consumer's Telemetry stream, where the brokers' unsubscribe notices go.
+        self._client_types: dict[str, int] = {}
+        self._lite_streams: dict[str, asyncio.Queue[Any]] = {}
+        self._lite_bind_topics: dict[str, str] = {}  # lite push consumer → its bind topic (bounded as the types)
+        self.client.on_unsubscribe_lite = self._notify_unsubscribe_lite
 
     async def start(self) -> None:
         await self.client.start()
@@ -290,7 +333,95 @@ class MessagingService:
         return pb.HeartbeatResponse(status=status("OK"))
 
     async def NotifyClientTermination(self, req: Any, context: Any) -> Any:  # noqa: N802
+        client_id = _client_id(context)
+        if client_id and self._client_types.pop(client_id, None) == LITE_PUSH_CONSUMER:
+            self._lite_streams.pop(client_id, None)
+            topic = self._lite_bind_topics.pop(client_id, None)
+            if topic is None:
+                return pb.NotifyClientTerminationResponse(status=status("OK"))
+            entry = {"action": "COMPLETE_REMOVE", "clientId": client_id, "group": req.group.name, "topic": topic,
+                     "liteTopicSet": [], "version": 0}
+            for addr in self.client.master_addrs():
+                self._spawn(self._lite_ctl_quietly(addr, entry))
         return pb.NotifyClientTerminationResponse(status=status("OK"))
+
+    # == lite topics =================================================================================
+    async def SyncLiteSubscription(self, req: Any, context: Any) -> Any:  # noqa: N802
+        """A lite push consumer's subscription change (RocketMQ 5.5's ClientActivity.syncLiteSubscription),
+        relayed to every master of the bind topic as LITE_SUBSCRIPTION_CTL."""
+        try:
+            await self._sync_lite(req, context)
+        except Refused as exc:
+            return pb.SyncLiteSubscriptionResponse(status=exc.status())
+        return pb.SyncLiteSubscriptionResponse(status=status("OK"))
+
+    async def _sync_lite(self, req: Any, context: Any) -> None:
+        topic, group = req.topic.name, req.group.name
+        check_topic(topic)
+        try:
+            validate_group(group)
+        except ValueError as exc:
+            raise Refused("ILLEGAL_CONSUMER_GROUP", str(exc)) from None
+        client_id = _client_id(context)
+        if not client_id:
+            raise Refused("CLIENT_ID_REQUIRED", "the request has no x-mq-client-id")
+        if not 0 <= req.action < len(LITE_ACTIONS):
+            raise Refused("BAD_REQUEST", f"unknown lite subscription action {req.action}")
+        action = LITE_ACTIONS[req.action]
+        lites = list(dict.fromkeys(req.lite_topic_set))
+        if len(lites) > MAX_LITE_TOPICS_PER_SYNC:
+            raise Refused("BAD_REQUEST", f"at most {MAX_LITE_TOPICS_PER_SYNC} lite topics in one request")
+        if action == "PARTIAL_ADD":
+            for lite in lites:
+                try:
+                    validate_lite_topic(lite)
+                except InvalidNameError as exc:
+                    raise Refused("ILLEGAL_LITE_TOPIC", str(exc)) from None
+        else:  # (a name that cannot be one is never held: it is left out of the others)
+            lites = [t for t in lites if _is_lite_name(t)]
+        entry: dict[str, object] = {"action": action, "clientId": client_id, "group": group, "topic": topic,
+                                    "liteTopicSet": lites, "version": req.version}
+        if action == "PARTIAL_ADD" and req.HasField("offset_option"):
+            kind = req.offset_option.WhichOneof("offset_type")
+            if kind is not None:
+                entry["offsetOption"] = {"type": _OFFSET_TYPES[kind], "value": int(getattr(req.offset_option, kind))}
+        route = await self._route(topic)
+        masters = {b.master_addr for b in route.broker_datas if b.master_addr}
+        if not masters:
+            raise Refused("TOPIC_NOT_FOUND", f"topic {topic} has no master")
+        if client_id not in self._lite_bind_topics and len(self._lite_bind_topics) >= CLIENT_TYPES:
+            self._lite_bind_topics.pop(next(iter(self._lite_bind_topics)))
+        self._lite_bind_topics[client_id] = topic
+        results = await asyncio.gather(*(self.client.api.lite_subscription_ctl(a, [entry]) for a in sorted(masters)),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, BrokerResponseError):
+                codes: dict[int, str] = {
+                    ResponseCode.LITE_SUBSCRIPTION_QUOTA_EXCEEDED: "LITE_SUBSCRIPTION_QUOTA_EXCEEDED",
+                    ResponseCode.ILLEGAL_OPERATION: "BAD_REQUEST"}
+                code = codes.get(r.code, "INTERNAL_SERVER_ERROR")
+                raise Refused(code, r.remark)
+            if isinstance(r, BaseException):
+                raise Refused("INTERNAL_SERVER_ERROR", str(r))
+
+    async def _lite_ctl_quietly(self, addr: str, entry: dict[str, object]) -> None:
+        try:
+            await self.client.api.lite_subscription_ctl(addr, [entry], timeout_ms=RELEASE_TIMEOUT_MS)
+        except (ClientError, RemotingError) as exc:
+            log.info("lite subscription removal on %s failed: %s", addr, exc)
+
+    def _notify_unsubscribe_lite(self, header: NotifyUnsubscribeLiteRequestHeader) -> None:
+        """A broker's notice that a lite push consumer reads a lite topic no more: down its Telemetry stream."""
+        out = self._lite_streams.get(header.client_id)
+        if out is None:
+            return
+        cmd = pb.TelemetryCommand(notify_unsubscribe_lite_command=pb.NotifyUnsubscribeLiteCommand(
+            lite_topic=header.lite_topic))
+        try:
+            out.put_nowait(cmd)
+        except asyncio.QueueFull:
+            log.info("client %s's stream is full: the unsubscribe notice of %s is dropped", header.client_id,
+                     header.lite_topic)
 
     async def Telemetry(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:  # noqa: N802
         """The settings exchange: each settings command is answered with the client's settings completed with
@@ -298,6 +429,7 @@ class MessagingService:
         also carries the checks of its topics' undecided transactions."""
         out: asyncio.Queue[Any] = asyncio.Queue(maxsize=TELEMETRY_QUEUE)
         registered = False
+        client_id = _client_id(context)
 
         async def read() -> None:
             nonlocal registered
@@ -305,13 +437,15 @@ class MessagingService:
                 async for cmd in requests:
                     if not cmd.HasField("settings"):
                         continue
-                    fifo, retries = False, DEFAULT_RETRIES
+                    self._client_type(client_id, cmd.settings, out)
+                    fifo, retries, quota = False, DEFAULT_RETRIES, DEFAULT_LITE_QUOTA
                     if cmd.settings.HasField("subscription") and cmd.settings.subscription.HasField("group"):
                         for entry in cmd.settings.subscription.subscriptions:  # (so that the brokers are known)
                             with contextlib.suppress(Refused):
                                 await self._route(entry.topic.name)
                         fifo, retries = await self._group(cmd.settings.subscription.group.name)
-                    reply = self._settings_reply(cmd.settings, fifo, retries)
+                        quota = self._group_lite_quota.get(cmd.settings.subscription.group.name, quota)
+                    reply = self._settings_reply(cmd.settings, fifo, retries, quota)
                     if reply.settings.HasField("publishing") and not registered:
                         self._register_producer([t.name for t in reply.settings.publishing.topics], out)
                         registered = True
@@ -326,9 +460,23 @@ class MessagingService:
         finally:
             reader.cancel()
             self._unregister_producer(out)
+            if client_id and self._lite_streams.get(client_id) is out:
+                del self._lite_streams[client_id]
+
+    def _client_type(self, client_id: str, settings: Any, out: asyncio.Queue[Any]) -> None:
+        """Keep what type of client ``client_id`` is (a lite push consumer receives by lite pops), and a lite push
+        consumer's stream."""
+        if not client_id or not settings.HasField("client_type"):
+            return
+        if client_id not in self._client_types and len(self._client_types) >= CLIENT_TYPES:
+            self._client_types.pop(next(iter(self._client_types)))
+        self._client_types[client_id] = settings.client_type
+        if settings.client_type == LITE_PUSH_CONSUMER:
+            self._lite_streams[client_id] = out
 
     @staticmethod
-    def _settings_reply(client: Any, fifo: bool = False, retries: int = DEFAULT_RETRIES) -> Any:
+    def _settings_reply(client: Any, fifo: bool = False, retries: int = DEFAULT_RETRIES,
+                        lite_quota: int = 0) -> Any:
         reply = pb.TelemetryCommand(status=status("OK"))
         settings = reply.settings
         settings.CopyFrom(client)
@@ -343,6 +491,8 @@ class MessagingService:
             settings.subscription.receive_batch_size = 32
             settings.subscription.long_polling_timeout.FromSeconds(int(MAX_POLL_SECONDS))
             settings.subscription.fifo = fifo
+            settings.subscription.lite_subscription_quota = max(0, min(lite_quota, 2**31 - 1))
+            settings.subscription.max_lite_topic_size = MAX_LITE_TOPIC_SIZE
             settings.backoff_policy.max_attempts = retries + 1
             for s in RETRY_BACKOFF:
                 settings.backoff_policy.customized_backoff.next.add(seconds=s)
@@ -371,6 +521,11 @@ class MessagingService:
             entry = table.get(group)
             if isinstance(entry, dict):
                 fifo = entry.get("consumeMessageOrderly") is True
+                attributes = entry.get("attributes")
+                quota = attributes.get("lite.sub.client.quota") if isinstance(attributes, dict) else None
+                if len(self._group_lite_quota) >= GROUP_CACHE_SIZE:
+                    self._group_lite_quota.clear()
+                self._group_lite_quota[group] = _int_or(quota, DEFAULT_LITE_QUOTA)
                 try:
                     retries = max(0, min(int(entry.get("retryMaxTimes", DEFAULT_RETRIES)), MAX_RETRIES))
                 except (TypeError, ValueError):
@@ -406,8 +561,9 @@ class MessagingService:
         queues = route.publish_queues(topic)
         if not queues:
             raise Refused("FORBIDDEN", f"topic {topic} has no writable queue")
-        if group:  # a message group always to one queue, the one Sluice's own producer picks for that key
-            mq = select_by_hash(queues, group)
+        lite = props.get(PROPERTY_LITE_TOPIC, "")
+        if group or lite:  # a message group (a lite topic) always to one queue, as Sluice's producer picks it
+            mq = select_by_hash(queues, group or lite)
         else:  # round robin broker after broker: a client's immediate retries land on another broker
             spread = self._interleaved(queues)
             mq = spread[next(self._turn) % len(spread)]
@@ -492,7 +648,7 @@ class MessagingService:
     async def ReceiveMessage(self, req: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         """Status, messages, server time. Whatever the pop got and did not go out (the client went away, a frame
         could not be built) is put back at once, never left invisible."""
-        popped: list[tuple[MessageExt, str, str, str]] = []  # (message, broker address, group, topic)
+        popped: list[Popped] = []  # (message, broker address, group, topic, lite topic)
         sent = 0
         try:
             try:
@@ -505,10 +661,10 @@ class MessagingService:
                     sent += 1
             yield self._now()
         finally:
-            for m, addr, group, topic in popped[sent:]:
-                self._spawn(self._settle_quietly(addr, group, topic, m, ack=False))
+            for m, addr, group, topic, lite in popped[sent:]:
+                self._spawn(self._settle_quietly(addr, group, topic, m, ack=False, lite_topic=lite))
 
-    async def _receive(self, req: Any, context: Any, popped: list[tuple[MessageExt, str, str, str]]) -> list[Any]:
+    async def _receive(self, req: Any, context: Any, popped: list[Popped]) -> list[Any]:
         """The frames of a receive; ``popped`` gets every message popped, in the order of their frames."""
         group, topic = req.group.name, req.message_queue.topic.name
         broker = req.message_queue.broker.name
@@ -521,6 +677,9 @@ class MessagingService:
         exp_type, exp = ("SQL92", expr.expression) if expr.type == 2 else ("TAG", expr.expression or "*")
         tags = _tag_set(exp) if exp_type == "TAG" else None
         addr = await self._addr_of(topic, broker)
+        client_id = _client_id(context)
+        if self._client_types.get(client_id) == LITE_PUSH_CONSUMER:
+            return await self._receive_lite(req, context, popped, addr, client_id)
         fifo, retries = await self._group(group, addr, required=True)
         invisible = duration_seconds(req.invisible_duration) if req.HasField("invisible_duration") else \
             _auto_renew_invisible(fifo, retries)
@@ -561,7 +720,7 @@ class MessagingService:
                 self._spawn(self._settle_quietly(addr, group, topic, m, ack=True))
         if not kept:
             return [pb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))]
-        popped.extend((m, addr, group, topic) for m in kept)
+        popped.extend((m, addr, group, topic, None) for m in kept)
         resource = req.message_queue.topic
         if sum(len(m.body) for m in kept) >= LARGE_BATCH:
             built = await asyncio.to_thread(self._frames, kept, resource, invisible)
@@ -571,7 +730,52 @@ class MessagingService:
         for entry, frame in zip(list(popped), built, strict=True):
             if frame is None:  # could not be built: put back, and the rest goes out
                 popped.remove(entry)
-                self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False))
+                self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False, lite_topic=entry[4]))
+            else:
+                frames.append(frame)
+        return [pb.ReceiveMessageResponse(status=status("OK")), *frames]
+
+    async def _receive_lite(self, req: Any, context: Any, popped: list[Popped], addr: str,
+                            client_id: str) -> list[Any]:
+        """A lite push consumer's receive (RocketMQ 5.5's ReceiveMessageActivity): a lite pop of the lite topics the
+        broker offers this client, each message with its lite topic."""
+        group, topic = req.group.name, req.message_queue.topic.name
+        broker = req.message_queue.broker.name
+        invisible = duration_seconds(req.invisible_duration) if req.HasField("invisible_duration") else \
+            AUTO_RENEW_INVISIBLE_SECONDS
+        if not req.auto_renew and not MIN_INVISIBLE_SECONDS <= invisible <= MAX_INVISIBLE_SECONDS:
+            raise Refused("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible:g} s is not within "
+                                                    f"{MIN_INVISIBLE_SECONDS:g} .. {MAX_INVISIBLE_SECONDS:g} s")
+        batch = max(1, min(req.batch_size or 32, 32))
+        poll = duration_seconds(req.long_polling_timeout) if req.HasField("long_polling_timeout") else 15.0
+        left = _remaining(context, poll + 3)
+        poll = max(0.0, min(poll, MAX_POLL_SECONDS, left - DEADLINE_MARGIN - 0.5))
+        pop = asyncio.ensure_future(self.client.api.pop_lite_message(
+            addr, broker, client_id, group, topic, batch, int(invisible * 1000), int(poll * 1000),
+            attempt_id=req.attempt_id, timeout_ms=int(poll * 1000) + 5_000))
+        try:
+            msgs = await asyncio.shield(pop)
+        except asyncio.CancelledError:
+            pop.add_done_callback(lambda f: self._release_popped(f, addr, group, topic, lite=True))
+            raise
+        except BrokerResponseError as exc:
+            codes: dict[int, str] = {ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
+                                     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "CONSUMER_GROUP_NOT_FOUND",
+                                     ResponseCode.INVALID_PARAMETER: "BAD_REQUEST",
+                                     ResponseCode.POLLING_FULL: "TOO_MANY_REQUESTS",
+                                     ResponseCode.NO_PERMISSION: "FORBIDDEN"}
+            raise Refused(codes.get(exc.code, "INTERNAL_SERVER_ERROR"), exc.remark) from None
+        except (ClientError, RemotingError) as exc:
+            raise Refused("PROXY_TIMEOUT" if isinstance(exc, TimeoutError) else "INTERNAL_SERVER_ERROR",
+                          str(exc)) from None
+        if not msgs:
+            return [pb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))]
+        popped.extend((m, addr, group, topic, m.properties.get(PROPERTY_LITE_TOPIC)) for m in msgs)
+        frames = []
+        for entry, frame in zip(list(popped), self._frames(msgs, req.message_queue.topic, invisible), strict=True):
+            if frame is None:
+                popped.remove(entry)
+                self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False, lite_topic=entry[4]))
             else:
                 frames.append(frame)
         return [pb.ReceiveMessageResponse(status=status("OK")), *frames]
@@ -587,22 +791,26 @@ class MessagingService:
                 out.append(None)
         return out
 
-    def _release_popped(self, pop: asyncio.Future[list[MessageExt]], addr: str, group: str, topic: str) -> None:
+    def _release_popped(self, pop: asyncio.Future[list[MessageExt]], addr: str, group: str, topic: str,
+                        lite: bool = False) -> None:
         """A receive cancelled while its pop was under way: what the pop got goes back at once (RocketMQ's proxy
         does the same when it cannot write messages to the stream)."""
         if pop.cancelled() or pop.exception() is not None:
             return
         for m in pop.result():
-            self._spawn(self._settle_quietly(addr, group, topic, m, ack=False))
+            self._spawn(self._settle_quietly(addr, group, topic, m, ack=False,
+                                             lite_topic=m.properties.get(PROPERTY_LITE_TOPIC) if lite else None))
 
-    async def _settle_quietly(self, addr: str, group: str, topic: str, m: MessageExt, ack: bool) -> None:
+    async def _settle_quietly(self, addr: str, group: str, topic: str, m: MessageExt, ack: bool,
+                              lite_topic: str | None = None) -> None:
         try:
             receipt = Receipt.parse(m.properties[PROPERTY_POP_CK])
             if ack:
-                await self.client.api.ack_message(addr, group, topic, receipt, timeout_ms=RELEASE_TIMEOUT_MS)
+                await self.client.api.ack_message(addr, group, topic, receipt, timeout_ms=RELEASE_TIMEOUT_MS,
+                                                  lite_topic=lite_topic)
             else:
                 await self.client.api.change_invisible_time(addr, group, topic, receipt, 0,
-                                                            timeout_ms=RELEASE_TIMEOUT_MS)
+                                                            timeout_ms=RELEASE_TIMEOUT_MS, lite_topic=lite_topic)
         except (KeyError, ReceiptError, ClientError, RemotingError) as exc:
             log.info("settling a popped message of %s (group %s) failed: %s", topic, group, exc)
 
@@ -618,7 +826,8 @@ class MessagingService:
         codes = set()
         for entry in req.entries:
             try:
-                await self._ack_one(req.group.name, req.topic.name, entry.receipt_handle)
+                await self._ack_one(req.group.name, req.topic.name, entry.receipt_handle,
+                                    entry.lite_topic if entry.HasField("lite_topic") else None)
                 code, text = "OK", ""
             except Refused as exc:
                 code, text = exc.code, exc.text
@@ -633,14 +842,14 @@ class MessagingService:
             out.status.CopyFrom(status("MULTIPLE_RESULTS"))
         return out
 
-    async def _ack_one(self, group: str, topic: str, handle: str) -> None:
+    async def _ack_one(self, group: str, topic: str, handle: str, lite_topic: str | None = None) -> None:
         try:
             receipt, _ = parse_handle(handle)
         except ReceiptError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE", str(exc)) from None
         addr = await self._addr_of(topic, receipt.broker_name)
         try:
-            await self.client.api.ack_message(addr, group, topic, receipt)
+            await self.client.api.ack_message(addr, group, topic, receipt, lite_topic=lite_topic or None)
         except BrokerResponseError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE" if exc.code in _STALE_RECEIPT else "INTERNAL_SERVER_ERROR",
                           exc.remark) from None
@@ -665,8 +874,9 @@ class MessagingService:
             raise Refused("INVALID_RECEIPT_HANDLE", str(exc)) from None
         addr = await self._addr_of(req.topic.name, receipt.broker_name)
         try:
-            renewed = await self.client.api.change_invisible_time(addr, req.group.name, req.topic.name, receipt,
-                                                                  int(seconds * 1000))
+            renewed = await self.client.api.change_invisible_time(
+                addr, req.group.name, req.topic.name, receipt, int(seconds * 1000),
+                lite_topic=(req.lite_topic or None) if req.HasField("lite_topic") else None)
         except BrokerResponseError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE" if exc.code in _STALE_RECEIPT else "INTERNAL_SERVER_ERROR",
                           exc.remark) from None
