@@ -381,6 +381,7 @@ class BrokerController(AsyncService):
         self.lite = LiteTopics(c, store, topics, groups, self.order_info, pop, self.pop_revive)
         ack.lite_bind_topic = self.lite.bind_topic
         ack.on_lite_settled = self.lite.settled
+        ack.on_lite_invisible = self.lite.invisible_until
         processors = (
             SendMessageProcessor(c, addr, store, self.dispatcher, self.stats, topics, groups, self.ensure_system_topic,
                                  self.trigger_register, self.schedule_service, self.timer_service,

@@ -174,16 +174,18 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def to_pb_message(m: MessageExt, topic: Any, invisible: float) -> Any:
+def to_pb_message(m: MessageExt, topic: Any, invisible: float, lite_pop: bool = False) -> Any:
     """A stored message as it goes out to a gRPC consumer (or in a transaction check): the user's properties only,
-    the system's as system properties, an MD5 digest of the body (what both official clients check alike)."""
+    the system's as system properties, an MD5 digest of the body (what both official clients check alike).
+    ``lite_pop``: popped from its lite topic (its receipt handle names it)."""
     props = m.properties
     out = pb.Message(body=m.body)
     out.topic.CopyFrom(topic)
     sp = out.system_properties
     sp.message_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or m.msg_id
     if PROPERTY_POP_CK in props:  # the broker's receipt, and where the message lies (for a forward to the DLQ)
-        sp.receipt_handle = f"{props[PROPERTY_POP_CK]}{HANDLE_SEPARATOR}{m.commit_log_offset}"
+        sp.receipt_handle = make_handle(Receipt.parse(props[PROPERTY_POP_CK]), m.commit_log_offset,
+                                        props.get(PROPERTY_LITE_TOPIC) if lite_pop else None)
     sp.body_encoding = 1  # IDENTITY: bodies are inflated before they leave
     sp.body_digest.type = 2  # MD5
     sp.body_digest.checksum = hashlib.md5(m.body).hexdigest().upper()
@@ -235,18 +237,33 @@ def to_pb_message(m: MessageExt, topic: Any, invisible: float) -> Any:
 
 
 # == handles =========================================================================================
-def make_handle(receipt: Receipt, commit_log_offset: int | None) -> str:
-    return str(receipt) if commit_log_offset is None else f"{receipt}{HANDLE_SEPARATOR}{commit_log_offset}"
+def make_handle(receipt: Receipt, commit_log_offset: int | None, lite_topic: str | None = None) -> str:
+    """A receipt handle: the broker's receipt, the message's commit-log offset, and the lite topic of a lite pop's
+    message (its acknowledgement and invisibility changes must name it: a client that leaves it out, as the Java
+    client 5.2.0's nack does, still reaches the right queue)."""
+    if commit_log_offset is None:
+        return str(receipt)
+    handle = f"{receipt}{HANDLE_SEPARATOR}{commit_log_offset}"
+    return f"{handle}{HANDLE_SEPARATOR}{lite_topic}" if lite_topic else handle
 
 
 def parse_handle(handle: str) -> tuple[Receipt, int | None]:
     """A receipt handle this front gave: the broker's receipt and the message's commit-log offset."""
-    text, sep, offset = handle.rpartition(HANDLE_SEPARATOR)
-    if not sep:
+    parts = handle.split(HANDLE_SEPARATOR)
+    if len(parts) == 1:
         return Receipt.parse(handle), None
+    if len(parts) > 3:
+        raise ReceiptError("a receipt handle has at most three parts")
+    offset = parts[1]
     if not offset.isdigit() or len(offset) > 19:
-        raise ReceiptError(f"receipt handle ends in {offset[:40]!r}, not a commit-log offset")
-    return Receipt.parse(text), int(offset)
+        raise ReceiptError(f"receipt handle's {offset[:40]!r} is not a commit-log offset")
+    return Receipt.parse(parts[0]), int(offset)
+
+
+def handle_lite_topic(handle: str) -> str | None:
+    """The lite topic a receipt handle of a lite pop's message names (None: it is no lite pop's)."""
+    parts = handle.split(HANDLE_SEPARATOR)
+    return parts[2] or None if len(parts) == 3 else None
 
 
 @dataclass(frozen=True, slots=True)

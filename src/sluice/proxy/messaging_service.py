@@ -54,6 +54,7 @@ from sluice.proxy.grpc_converter import (
     Refused,
     TransactionId,
     check_topic,
+    handle_lite_topic,
     make_handle,
     parse_handle,
     status,
@@ -772,7 +773,8 @@ class MessagingService:
             return [pb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))]
         popped.extend((m, addr, group, topic, m.properties.get(PROPERTY_LITE_TOPIC)) for m in msgs)
         frames = []
-        for entry, frame in zip(list(popped), self._frames(msgs, req.message_queue.topic, invisible), strict=True):
+        for entry, frame in zip(list(popped), self._frames(msgs, req.message_queue.topic, invisible, lite=True),
+                                strict=True):
             if frame is None:
                 popped.remove(entry)
                 self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False, lite_topic=entry[4]))
@@ -781,11 +783,11 @@ class MessagingService:
         return [pb.ReceiveMessageResponse(status=status("OK")), *frames]
 
     @staticmethod
-    def _frames(msgs: list[MessageExt], resource: Any, invisible: float) -> list[Any]:
+    def _frames(msgs: list[MessageExt], resource: Any, invisible: float, lite: bool = False) -> list[Any]:
         out: list[Any] = []
         for m in msgs:
             try:
-                out.append(pb.ReceiveMessageResponse(message=to_pb_message(m, resource, invisible)))
+                out.append(pb.ReceiveMessageResponse(message=to_pb_message(m, resource, invisible, lite)))
             except (ValueError, TypeError) as exc:  # one odd stored message never fails the others' receive
                 log.warning("message %s of %s cannot go out over gRPC: %s", m.msg_id, m.topic, exc)
                 out.append(None)
@@ -827,7 +829,7 @@ class MessagingService:
         for entry in req.entries:
             try:
                 await self._ack_one(req.group.name, req.topic.name, entry.receipt_handle,
-                                    entry.lite_topic if entry.HasField("lite_topic") else None)
+                                    entry.lite_topic if entry.HasField("lite_topic") else "")
                 code, text = "OK", ""
             except Refused as exc:
                 code, text = exc.code, exc.text
@@ -842,11 +844,12 @@ class MessagingService:
             out.status.CopyFrom(status("MULTIPLE_RESULTS"))
         return out
 
-    async def _ack_one(self, group: str, topic: str, handle: str, lite_topic: str | None = None) -> None:
+    async def _ack_one(self, group: str, topic: str, handle: str, lite_topic: str = "") -> None:
         try:
             receipt, _ = parse_handle(handle)
         except ReceiptError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE", str(exc)) from None
+        lite_topic = lite_topic or handle_lite_topic(handle) or ""
         addr = await self._addr_of(topic, receipt.broker_name)
         try:
             await self.client.api.ack_message(addr, group, topic, receipt, lite_topic=lite_topic or None)
@@ -861,6 +864,7 @@ class MessagingService:
             handle = await self._change_invisible(req)
         except Refused as exc:
             return pb.ChangeInvisibleDurationResponse(status=exc.status())
+
         return pb.ChangeInvisibleDurationResponse(status=status("OK"), receipt_handle=handle)
 
     async def _change_invisible(self, req: Any) -> str:
@@ -872,17 +876,17 @@ class MessagingService:
             receipt, commit_log_offset = parse_handle(req.receipt_handle)
         except ReceiptError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE", str(exc)) from None
+        lite = (req.lite_topic if req.HasField("lite_topic") else "") or handle_lite_topic(req.receipt_handle)
         addr = await self._addr_of(req.topic.name, receipt.broker_name)
         try:
-            renewed = await self.client.api.change_invisible_time(
-                addr, req.group.name, req.topic.name, receipt, int(seconds * 1000),
-                lite_topic=(req.lite_topic or None) if req.HasField("lite_topic") else None)
+            renewed = await self.client.api.change_invisible_time(addr, req.group.name, req.topic.name, receipt,
+                                                                  int(seconds * 1000), lite_topic=lite)
         except BrokerResponseError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE" if exc.code in _STALE_RECEIPT else "INTERNAL_SERVER_ERROR",
                           exc.remark) from None
         except (ClientError, RemotingError) as exc:
             raise Refused("INTERNAL_SERVER_ERROR", str(exc)) from None
-        return make_handle(renewed, commit_log_offset)
+        return make_handle(renewed, commit_log_offset, lite)
 
     # == push consumers ==============================================================================
     async def QueryAssignment(self, req: Any, context: Any) -> Any:  # noqa: N802

@@ -57,8 +57,11 @@ class LiteEventDispatcher:
     def offer_again_at(self, lmq: str, group: str, when_s: float) -> None:
         """``lmq``'s messages in flight for ``group`` come back at loop time ``when_s``: offer it then."""
         key = (group, lmq)
-        if key in self._timers:
-            return
+        timer = self._timers.get(key)
+        if timer is not None:
+            if timer.when() <= when_s:
+                return
+            timer.cancel()  # (sooner now: its messages' invisible time was changed)
         loop = asyncio.get_running_loop()
 
         def due() -> None:

@@ -4,6 +4,8 @@ broker (its store, topic and group tables, order state and pops)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from sluice.broker.lite.lite_event_dispatcher import LiteEventDispatcher
@@ -70,6 +72,11 @@ class LiteTopics:
         """A lite topic's message was acknowledged or came back: offered again when there is more."""
         if self.backlog(group, lmq):
             self.events.dispatch(lmq, group)
+
+    def invisible_until(self, lmq: str, group: str, until_ms: int) -> None:
+        """A lite topic's message in flight comes back at ``until_ms`` (its invisible time changed): offered then."""
+        loop = asyncio.get_running_loop()
+        self.events.offer_again_at(lmq, group, loop.time() + max(0, until_ms - time.time() * 1000) / 1000)
 
     def bind_topic(self, group: str) -> str | None:
         cfg = self.groups.find(group)

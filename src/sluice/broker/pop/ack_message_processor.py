@@ -65,6 +65,7 @@ class AckMessageProcessor:
         # topic's message is acknowledged or comes back (the event dispatcher offers the lite topic again).
         self.lite_bind_topic: Callable[[str], str | None] = lambda group: None
         self.on_lite_settled: Callable[[str, str], None] = lambda lmq, group: None
+        self.on_lite_invisible: Callable[[str, str, int], None] = lambda lmq, group, until_ms: None
 
     def _lite_receipt(self, group: str, parent: str, lite_topic: str, queue_id: int, offset: int, extra_info: str,
                       upper_inclusive: bool = True) -> tuple[str, Receipt]:
@@ -246,8 +247,8 @@ class AckMessageProcessor:
                                                      now + invisible)
                 if info is None:
                     raise _expired(group, topic, queue_id, offset)
-                if h.lite_topic and invisible == 0:
-                    self.on_lite_settled(topic, group)
+                if h.lite_topic:  # offered again when it comes back
+                    self.on_lite_invisible(topic, group, now + invisible)
                 return req.response(ResponseCode.SUCCESS, None, {
                     "popTime": str(info.pop_time), "invisibleTime": str(now + invisible - info.pop_time),
                     "reviveQid": str(ORDER_REVIVE_QUEUE)})
