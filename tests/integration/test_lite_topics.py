@@ -65,7 +65,8 @@ class Client:
 
     async def ctl(self, action: str, client_id: str, lites: list[str], **extra: Any) -> RemotingCommand:
         entry = {"action": action, "clientId": client_id, "group": GROUP, "topic": PARENT, "liteTopicSet": lites,
-                 "version": 0, **extra}
+                 "version": 0}
+        entry.update(extra)
         body = json.dumps({"subscriptionSet": [entry]}).encode()
         return await self.api.invoke(self.addr, RequestCode.LITE_SUBSCRIPTION_CTL, {}, body)
 
@@ -181,17 +182,18 @@ def test_bad_lite_requests_are_refused_saying_why(empty_cluster: Cluster) -> Non
     empty_cluster.loop.run(go(), 60)
 
 
-def test_an_idle_lite_topic_expires_and_its_reader_is_told(empty_cluster: Cluster) -> None:
+def test_an_idle_lite_topic_expires_and_so_does_one_of_a_deleted_parent(empty_cluster: Cluster) -> None:
     # Expiration 1 minute (the attribute's unit), no floor: whether it is idle long enough is asked of a clock a
-    # minute on, not waited for; the deletion is the one the periodic check makes.
+    # minute on, not waited for; the deletion is the one the periodic check makes. As in RocketMQ, its reader is
+    # not told (its next full sync subscribes again).
     broker = lite_cluster(empty_cluster, min_lite_ttl=0)
     lmq = to_lmq_name(PARENT, "erin")
+    lifecycle = broker.lite.lifecycle  # type: ignore[union-attr]
 
     async def go() -> Client:
         c = Client(broker.broker_addr)
         await c.send("erin", b"old news")
         assert (await c.ctl("PARTIAL_ADD", "c1", ["erin"])).code == ResponseCode.SUCCESS
-        lifecycle = broker.lite.lifecycle  # type: ignore[union-attr]
         assert not lifecycle.is_expired(lmq, lifecycle_now())
         assert lifecycle.is_expired(lmq, lifecycle_now() + 61_000)
         await lifecycle.delete([lmq])
@@ -199,12 +201,100 @@ def test_an_idle_lite_topic_expires_and_its_reader_is_told(empty_cluster: Cluste
 
     c = empty_cluster.loop.run(go(), 60)
     try:
-        wait_until(lambda: c.notices, 10, "the unsubscribe notice")
-        assert c.notices[0]["liteTopic"] == "erin" and c.notices[0]["clientId"] == "c1"
         assert broker.store.find_consume_queue(lmq, 0, create=False) is None
         assert lmq not in broker.lite.registry.by_lmq  # type: ignore[union-attr]
+        assert c.notices == []
+        empty_cluster.loop.run(c.send("frank", b"x"))
+        assert not lifecycle.is_expired(to_lmq_name(PARENT, "frank"), lifecycle_now())
+        broker.topic_config_manager.delete(PARENT)
+        assert lifecycle.is_expired(to_lmq_name(PARENT, "frank"), lifecycle_now())
     finally:
         empty_cluster.loop.run(c.close())
+
+
+def test_an_exclusive_groups_new_reader_takes_a_lite_topic_over_and_the_old_one_is_told(
+        empty_cluster: Cluster) -> None:
+    broker = lite_cluster(empty_cluster)
+
+    async def go() -> tuple[Client, Client]:
+        async with Admin(empty_cluster.namesrv_addr) as admin:
+            await admin.update_group(GROUP,
+                                     attributes="+lite.sub.model=Exclusive,+lite.sub.reset.offset.exclusive=true")
+        a, b = Client(broker.broker_addr), Client(broker.broker_addr)
+        for i in range(3):
+            await a.send("gina", f"g-{i}".encode())
+        assert (await a.ctl("PARTIAL_ADD", "a", ["gina"])).code == ResponseCode.SUCCESS
+        resp, msgs = await a.pop("a")
+        for m in msgs:
+            assert (await a.ack(resp, m)).code == ResponseCode.SUCCESS
+        assert (await b.ctl("PARTIAL_ADD", "b", ["hank"])).code == ResponseCode.SUCCESS  # (no one to take over)
+        assert broker.store.consumer_offsets.query_offset(GROUP, to_lmq_name(PARENT, "gina"), 0) == 3
+        assert (await b.ctl("PARTIAL_ADD", "b", ["gina"])).code == ResponseCode.SUCCESS
+        return a, b
+
+    a, b = empty_cluster.loop.run(go(), 60)
+    try:
+        wait_until(lambda: a.notices, 10, "the unsubscribe notice")
+        assert a.notices[0]["liteTopic"] == "gina" and a.notices[0]["clientId"] == "a"
+        # (taken over with lite.sub.reset.offset.exclusive: the new reader starts from the beginning)
+        _, again = empty_cluster.loop.run(b.pop("b", poll_ms=5_000))
+        assert [m.body for m in again] == [b"g-0", b"g-1", b"g-2"]
+    finally:
+        empty_cluster.loop.run(a.close())
+        empty_cluster.loop.run(b.close())
+
+
+def test_what_is_never_acknowledged_comes_back_after_its_invisible_time(empty_cluster: Cluster) -> None:
+    broker = lite_cluster(empty_cluster)
+
+    async def go() -> None:
+        c = Client(broker.broker_addr)
+        try:
+            await c.send("ivan", b"first")
+            assert (await c.ctl("PARTIAL_ADD", "c1", ["ivan"])).code == ResponseCode.SUCCESS
+            _, msgs = await c.pop("c1", invisible_ms=1_000)
+            assert [m.body for m in msgs] == [b"first"]
+            resp, again = await c.pop("c1", poll_ms=10_000)  # (no new message: woken by its coming back)
+            assert [m.body for m in again] == [b"first"] and resp.ext_fields["orderCountInfo"] == "1"
+        finally:
+            await c.close()
+
+    empty_cluster.loop.run(go(), 60)
+
+
+def test_a_client_reads_and_drops_only_its_own_groups_lite_topics(empty_cluster: Cluster) -> None:
+    broker = lite_cluster(empty_cluster)
+
+    async def go() -> None:
+        async with Admin(empty_cluster.namesrv_addr) as admin:
+            await admin.update_group("other", attributes=f"+lite.bind.topic={PARENT}")
+        c = Client(broker.broker_addr)
+        try:
+            await c.send("judy", b"mine")
+            assert (await c.ctl("PARTIAL_ADD", "victim", ["judy"])).code == ResponseCode.SUCCESS
+            ext = PopLiteMessageRequestHeader("victim", "other", PARENT, 8, 60_000, 0).encode()
+            r = await c.api.invoke(broker.broker_addr, RequestCode.POP_LITE_MESSAGE, ext, b"")
+            assert r.code == ResponseCode.POLLING_TIMEOUT  # (another group's pop takes nothing of its events)
+            body = json.dumps({"subscriptionSet": [{"action": "COMPLETE_REMOVE", "clientId": "victim",
+                                                    "group": "other", "topic": PARENT}]}).encode()
+            assert (await c.api.invoke(broker.broker_addr, RequestCode.LITE_SUBSCRIPTION_CTL, {}, body)).code == \
+                ResponseCode.SUCCESS
+            r = await c.ctl("PARTIAL_ADD", "victim", ["judy"], group="other")
+            assert r.code == ResponseCode.ILLEGAL_OPERATION and "reads lite topics in group" in r.remark
+            _, msgs = await c.pop("victim")
+            assert [m.body for m in msgs] == [b"mine"]
+            r = await c.ctl("PARTIAL_ADD", "stranger", ["judy"], group="no-such-group")
+            assert r.code == ResponseCode.ILLEGAL_OPERATION
+            # Another topic's lite topic cannot be named by hand.
+            props = encode_properties({"INNER_MULTI_DISPATCH": to_lmq_name(PARENT, "judy"), "UNIQ_KEY": "AB"})
+            ext = SendMessageRequestHeader("pg", "plain", "TBW102", 4, 0, 0, 0, 0, props.decode()).encode_v2()
+            r = await c.api.invoke(broker.broker_addr, RequestCode.SEND_MESSAGE_V2, ext, b"x")
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL
+        finally:
+            await c.close()
+
+    empty_cluster.create_topic("plain", 1)
+    empty_cluster.loop.run(go(), 60)
 
 
 def lifecycle_now() -> int:

@@ -1,7 +1,7 @@
 """Lite topics (RocketMQ 5.5) with the official Java 5.x client (``rocketmq-client-java`` 5.2.0: its Producer's
 ``setLiteTopic`` and its ``LitePushConsumer``) through Sluice's gRPC front: a consumer subscribed to some lite topics
-of a parent gets exactly their messages, each lite topic in order, a failed one again; when a lite topic it reads is
-deleted (expired), the client is told and drops it from its subscriptions. The program is
+of a parent gets exactly their messages, each lite topic in order, a failed one again; when another consumer of an
+exclusive group takes a lite topic over, the client is told and drops it from its subscriptions. The program is
 ``java5lite/.../Lite.java``, built once per machine."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from sluice.client.admin import Admin
-from sluice.common.lite import to_lmq_name
 from sluice.proxy import messaging_service
 from tests.conftest import Cluster
 from tests.integration.helpers import wait_until
@@ -140,17 +139,21 @@ def test_a_java_lite_push_consumer_gets_its_lite_topics_in_order_and_nothing_els
 
 
 @pytest.mark.parametrize("fifo", [False], ids=["concurrent"])
-def test_a_java_lite_push_consumer_is_told_when_its_lite_topic_is_deleted(
+def test_a_java_lite_push_consumer_is_told_when_another_takes_its_lite_topic_over(
         lite_front: str, java5lite: JavaBuild, tmp_path: Path, empty_cluster: Cluster) -> None:
-    Program(java5lite, tmp_path, lite_front, "produce", PARENT, "old-chat", "1").wait()
-    consumer = Program(java5lite, tmp_path, lite_front, "unsubscribe", PARENT, GROUP, "old-chat", "90")
+    async def exclusive() -> None:
+        async with Admin(empty_cluster.namesrv_addr) as admin:
+            await admin.update_group(GROUP, attributes="+lite.sub.model=Exclusive")
+
+    empty_cluster.loop.run(exclusive())
+    Program(java5lite, tmp_path, lite_front, "produce", PARENT, "shared-chat", "1").wait()
+    first = Program(java5lite, tmp_path, lite_front, "unsubscribe", PARENT, GROUP, "shared-chat", "90")
     try:
-        wait_until(lambda: consumer.of("subscribed"), 90, "the Java consumer's subscription")
-        broker = empty_cluster.brokers[0]
-        lmq = to_lmq_name(PARENT, "old-chat")
-        wait_until(lambda: lmq in broker.lite.registry.by_lmq, 30, "the subscription on the broker")  # type: ignore[union-attr]
-        empty_cluster.loop.run(broker.lite.lifecycle.delete([lmq]))  # type: ignore[union-attr]
-        consumer.wait(120)
+        wait_until(lambda: first.of("subscribed"), 90, "the first Java consumer's subscription")
+        # A second consumer of the group subscribes to the same lite topic: it takes it over, the first is told.
+        second = Program(java5lite, tmp_path, lite_front, "consume", PARENT, GROUP, "0", "10", "shared-chat").wait()
+        assert [e for e in second if e["event"] == "subscribed"] == [{"event": "subscribed", "lite_topics": 1}]
+        first.wait(120)
     finally:
-        consumer.kill()
-    assert consumer.of("done") == [{"event": "done", "lite_topics": 0}]
+        first.kill()
+    assert first.of("done") == [{"event": "done", "lite_topics": 0}]

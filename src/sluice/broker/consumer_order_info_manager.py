@@ -10,6 +10,7 @@ queue's in-flight messages come back, in order, at once or once their invisible 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +137,15 @@ class ConsumerOrderInfoManager(ConfigManager):
         self.writer.request()
 
     def remove_topic(self, topic: str) -> None:
+        self.remove_topics({topic})
+
+    def remove_topics(self, topics: Collection[str]) -> None:
+        """Forget every group's order state of ``topics`` (one pass, however many)."""
+        gone = set(topics)
         with self._lock:
-            for key in [k for k in self.table if k[0] == topic]:
+            for key in [k for k in self.table if k[0] in gone]:
                 del self.table[key]
-            for key in [k for k in self.counts if k[0] == topic]:
+            for key in [k for k in self.counts if k[0] in gone]:
                 del self.counts[key]
         self.writer.request()
 

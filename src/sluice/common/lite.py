@@ -26,7 +26,7 @@ def validate_lite_topic(lite_topic: str, max_size: int = MAX_LITE_TOPIC_SIZE) ->
         raise InvalidNameError("lite topic cannot be the char sequence of whitespace")
     if len(lite_topic.encode("utf-8")) > max_size:
         raise InvalidNameError(f"lite topic exceed the max size {max_size}")
-    if not _VALID_LITE.match(lite_topic):
+    if not _VALID_LITE.fullmatch(lite_topic):
         raise InvalidNameError("lite topic can only contain alphanumeric characters, hyphens(-), and underscores(_)")
 
 

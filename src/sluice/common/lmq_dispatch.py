@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sluice.common.errors import InvalidNameError
-from sluice.common.lite import is_lite_queue, lite_queue_problem
+from sluice.common.lite import belongs_to, is_lite_queue, lite_queue_problem
 from sluice.common.naming import is_lmq, topic_allows_lmq, validate_topic
 from sluice.common.properties import (
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -32,6 +32,9 @@ def lmq_problem(topic: str, names: list[str], max_names: int) -> str | None:
             problem = lite_queue_problem(name)
             if problem is not None:
                 return f"INNER_MULTI_DISPATCH: {problem}"
+            if not belongs_to(name, topic) or len(names) != 1:
+                return f"INNER_MULTI_DISPATCH: {name[:80]!r} is a lite topic of another topic than {topic!r}, or " \
+                       f"not the only queue named (a lite topic's message is in its lite topic alone)"
         else:
             try:
                 validate_topic(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from concurrent.futures import Future
 from typing import Any
 
@@ -93,14 +94,21 @@ class ConsumerOffsetManager(ConfigManager):
         return {k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in keys if k.startswith(topic + "@")}
 
     def remove_topic(self, topic: str) -> None:
-        prefix = topic + TOPIC_GROUP_SEPARATOR
+        self.remove_topics({topic})
+
+    def remove_topics(self, topics: Collection[str]) -> None:
+        """Forget every group's offsets of ``topics`` (one pass over the tables, however many)."""
+        gone = set(topics)
+
+        def kept(key: str) -> bool:
+            return key.rpartition(TOPIC_GROUP_SEPARATOR)[0] not in gone
+
         with self._lock:  # new tables, not changed ones: the event loop may be reading them (a topic is deleted
             # on the store thread)
-            self.offset_table = {k: v for k, v in self.offset_table.items() if not k.startswith(prefix)}
-            self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if not k.startswith(prefix)}
+            self.offset_table = {k: v for k, v in self.offset_table.items() if kept(k)}
+            self.reset_offset_table = {k: v for k, v in self.reset_offset_table.items() if kept(k)}
             # (a copy of the items: pulls add to this table, on the loop, without the lock)
-            self.pull_offset_table = {k: v for k, v in list(self.pull_offset_table.items())
-                                      if not k.startswith(prefix)}
+            self.pull_offset_table = {k: v for k, v in list(self.pull_offset_table.items()) if kept(k)}
             self._dirty = True
 
     def remove_group(self, group: str) -> None:

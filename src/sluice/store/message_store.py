@@ -493,13 +493,14 @@ class MessageStore:
     def delete_topics(self, topics: Collection[str]) -> int:
         """Delete the consume queues of ``topics`` (their records age out of the commit log); on a thread that
         may block (``on_store_thread`` from an event loop)."""
+        topics = set(topics)
         gone = self.dispatcher.drop_topics(topics)
         for t in topics:
             try:
                 os.rmdir(os.path.join(self.config.store_path_consume_queue, t))
             except OSError:
                 pass
-            self.consumer_offsets.remove_topic(t)
+        self.consumer_offsets.remove_topics(topics)
         return gone
 
     def clean_logics(self, commit_log_min_offset: int) -> None:

@@ -66,7 +66,8 @@ class LiteEventDispatcher:
 
         def due() -> None:
             self._timers.pop(key, None)
-            self.dispatch(lmq, group)
+            if self.backlog(group, lmq):
+                self.dispatch(lmq, group)
 
         self._timers[key] = loop.call_at(when_s, due)
 
@@ -84,12 +85,16 @@ class LiteEventDispatcher:
         return n
 
     async def scan(self, chunk: int = 1000) -> int:
-        """A full dispatch to every client with no event waiting (a bounded turn at a time); how many offered."""
+        """A full dispatch to every client (a bounded turn at a time): whatever an event was missed for is
+        offered again; how many offered."""
         n = 0
-        for i, client_id in enumerate(list(self.registry.clients)):
-            if not self.events.get(client_id):
-                n += self.full_dispatch(client_id)
-            if i % chunk == chunk - 1:
+        done = 0
+        for client_id in list(self.registry.clients):
+            sub = self.registry.clients.get(client_id)
+            n += self.full_dispatch(client_id)
+            done += len(sub.lmqs) if sub is not None else 0
+            if done >= chunk:
+                done = 0
                 await asyncio.sleep(0)
         return n
 
@@ -131,4 +136,6 @@ class LiteEventDispatcher:
             events.pop(lmq, None)
 
     def _removed(self, client_id: str, group: str) -> None:
-        self.events.pop(client_id, None)
+        """A client gone: what it was told of goes to the group's other readers."""
+        for lmq in self.events.pop(client_id, None) or ():
+            self.dispatch(lmq, group, exclude=client_id)

@@ -22,6 +22,8 @@ from sluice.common.structs import TopicConfig
 
 log = logging.getLogger(__name__)
 
+DELETE_CHUNK = 1000  # lite topics looked at, or deleted, in one turn of the loop
+
 
 class LiteStore:
     """What the lifecycle reads of the store, and how it deletes a light queue."""
@@ -37,14 +39,14 @@ class LiteStore:
 class LiteLifecycleManager(AsyncService):
     def __init__(self, config: BrokerConfig, store: LiteStore, topic_config: Callable[[str], TopicConfig | None],
                  registry: LiteSubscriptionRegistry, events: LiteEventDispatcher,
-                 forget_order: Callable[[str], None]) -> None:
+                 forget_order: Callable[[list[str]], None]) -> None:
         super().__init__()
         self.config = config
         self.store = store
         self.topic_config = topic_config
         self.registry = registry
         self.events = events
-        self.forget_order = forget_order  # lmq → its order state goes (every group's)
+        self.forget_order = forget_order  # lmqs → their order state goes (every group's)
         self.started = time.monotonic()
         self.expired = 0  # lite topics deleted
 
@@ -60,20 +62,22 @@ class LiteLifecycleManager(AsyncService):
         return sorted({t for t, _ in self.store.queues() if t.startswith(prefix)})
 
     def is_expired(self, lmq: str, now_ms: int) -> bool:
+        """Whether ``lmq`` goes: its parent is gone (deleted), or its last message was stored longer ago than the
+        parent's expiration (or aged out of the log: as RocketMQ, a time it cannot read is long past)."""
         pair = parent_and_lite(lmq)
         if pair is None:
             return False
         tc = self.topic_config(pair[0])
-        minutes = LITE_TOPIC_EXPIRATION.value_of(tc.attributes) if tc is not None else -1
+        if tc is None:
+            return True
+        minutes = LITE_TOPIC_EXPIRATION.value_of(tc.attributes)
         if minutes <= 0:
             return False
         end = self.store.max_offset(lmq)
         if end <= 0:
             return False
         last = self.store.store_time(lmq, end - 1)
-        if last < 0:
-            return False
-        idle = now_ms - last
+        idle = now_ms - max(last, 0)
         return idle >= self.config.min_lite_ttl and idle > minutes * 60_000
 
     async def clean_expired(self) -> int:
@@ -81,16 +85,23 @@ class LiteLifecycleManager(AsyncService):
         if (time.monotonic() - self.started) * 1000 < self.config.min_lite_ttl:
             return 0  # (right after a start: nothing could have been sent to them meanwhile)
         now = int(time.time() * 1000)
-        gone = [lmq for lmq in self.lite_topics() if self.is_expired(lmq, now)]
-        if gone:
-            await self.delete(gone)
+        gone = []
+        for i, lmq in enumerate(self.lite_topics()):
+            if self.is_expired(lmq, now):
+                gone.append(lmq)
+            if i % DELETE_CHUNK == DELETE_CHUNK - 1:
+                await asyncio.sleep(0)
+        for i in range(0, len(gone), DELETE_CHUNK):  # (a bounded stall of the loop and the store at a time)
+            await self.delete(gone[i:i + DELETE_CHUNK])
         return len(gone)
 
-    async def delete(self, lmqs: list[str]) -> None:
-        """Delete lite topics: their readers are told, their order state, offsets and light queues go."""
+    async def delete(self, lmqs: list[str], notify: bool = False) -> None:
+        """Delete lite topics: nobody reads them any more (their readers told when ``notify``: RocketMQ does not
+        tell them of an expiry, and a client's next full sync subscribes again), their order state, offsets and
+        light queues go."""
         for lmq in lmqs:
-            self.registry.clean(lmq, notify=True)
-            self.forget_order(lmq)
+            self.registry.clean(lmq, notify=notify)
+        self.forget_order(lmqs)
         result = self.store.delete(lmqs)
         if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
             await result

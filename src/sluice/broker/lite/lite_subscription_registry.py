@@ -72,22 +72,21 @@ class LiteSubscriptionRegistry:
                 continue
             if self.active >= self.max_subscriptions:
                 raise LiteQuotaError(f"lite subscription quota exceeded {self.max_subscriptions}")
-            if settings.exclusive:
-                self._exclude(client_id, group, lmq, settings.reset_on_exclusive)
+            if settings.exclusive and self._exclude(client_id, group, lmq) and settings.reset_on_exclusive:
+                self._reset(lmq, group, OffsetOption("POLICY", POLICY_MIN))
             if offset is not None:
                 self._reset(lmq, group, offset)
             self._add(sub, client_id, lmq)
 
     def remove_partial(self, client_id: str, group: str, topic: str, lmqs: Iterable[str]) -> None:
         sub = self.clients.get(client_id)
-        if sub is None:
+        if sub is None or sub.group != group:
             return
         sub.updated = time.monotonic()
-        reset = self.group_settings(group).reset_on_unsubscribe
+        reset = self.group_settings(sub.group).reset_on_unsubscribe
         for lmq in lmqs:
-            self._remove(sub, client_id, lmq)
-            if reset:
-                self._reset(lmq, group, OffsetOption("POLICY", POLICY_MIN))
+            if self._remove(sub, client_id, lmq) and reset:
+                self._reset(lmq, sub.group, OffsetOption("POLICY", POLICY_MIN))
 
     def add_complete(self, client_id: str, group: str, topic: str, lmqs: Iterable[str],
                      conn: Connection | None) -> None:
@@ -101,10 +100,12 @@ class LiteSubscriptionRegistry:
                 raise LiteQuotaError(f"lite subscription quota exceeded {self.max_subscriptions}")
             self._add(sub, client_id, lmq)
 
-    def remove_complete(self, client_id: str) -> None:
-        sub = self.clients.pop(client_id, None)
-        if sub is None:
+    def remove_complete(self, client_id: str, group: str | None = None) -> None:
+        """``client_id`` reads nothing any more (of ``group``: a request names the group it was allowed)."""
+        sub = self.clients.get(client_id)
+        if sub is None or (group is not None and sub.group != group):
             return
+        del self.clients[client_id]
         for lmq in list(sub.lmqs):
             self._unlink(client_id, sub.group, lmq)
         sub.lmqs.clear()
@@ -159,9 +160,14 @@ class LiteSubscriptionRegistry:
     # == inside ======================================================================================
     def _subscription(self, client_id: str, group: str, topic: str, conn: Connection | None) -> LiteSubscription:
         sub = self.clients.get(client_id)
-        if sub is None or sub.group != group or sub.topic != topic:
-            if sub is not None:  # (a client id now of another group or topic: what it had goes)
-                self.remove_complete(client_id)
+        if sub is not None and sub.group != group:
+            raise PermissionError(f"client {client_id[:80]} reads lite topics in group {sub.group}, not {group}")
+        if sub is not None and sub.topic != topic:  # (the group's client bound to another parent: it starts over)
+            self.remove_complete(client_id)
+            sub = None
+        if sub is None:
+            if len(self.clients) >= self.max_subscriptions:
+                raise LiteQuotaError(f"lite subscription quota exceeded {self.max_subscriptions} (clients)")
             sub = self.clients[client_id] = LiteSubscription(group, topic)
         sub.updated = time.monotonic()
         if conn is not None:
@@ -176,10 +182,12 @@ class LiteSubscriptionRegistry:
             self.active += 1
             self.on_register(client_id, sub.group, lmq)
 
-    def _remove(self, sub: LiteSubscription, client_id: str, lmq: str) -> None:
-        if lmq in sub.lmqs:
-            sub.lmqs.discard(lmq)
-            self._unlink(client_id, sub.group, lmq)
+    def _remove(self, sub: LiteSubscription, client_id: str, lmq: str) -> bool:
+        if lmq not in sub.lmqs:
+            return False
+        sub.lmqs.discard(lmq)
+        self._unlink(client_id, sub.group, lmq)
+        return True
 
     def _unlink(self, client_id: str, group: str, lmq: str) -> None:
         groups = self.by_lmq.get(lmq)
@@ -194,8 +202,9 @@ class LiteSubscriptionRegistry:
                 del self.by_lmq[lmq]
         self.on_unregister(client_id, group, lmq)
 
-    def _exclude(self, client_id: str, group: str, lmq: str, reset: bool) -> None:
-        """Exclusive mode: the group's other readers of ``lmq`` give it up, each told."""
+    def _exclude(self, client_id: str, group: str, lmq: str) -> bool:
+        """Exclusive mode: the group's other readers of ``lmq`` give it up, each told; whether there was one."""
+        excluded = False
         for other in self.subscribers(lmq, group).get(group, []):
             if other == client_id:
                 continue
@@ -203,9 +212,9 @@ class LiteSubscriptionRegistry:
             if sub is not None:
                 self._remove(sub, other, lmq)
             self._notify(other, group, lmq)
+            excluded = True
             log.info("lite topic %s of group %s: client %s takes it over from %s", lmq, group, client_id, other)
-        if reset:
-            self._reset(lmq, group, OffsetOption("POLICY", POLICY_MIN))
+        return excluded
 
     def _reset(self, lmq: str, group: str, option: OffsetOption) -> None:
         if option.type == "POLICY" and option.value not in (POLICY_MIN, POLICY_MAX):

@@ -48,7 +48,7 @@ class LiteTopics:
                                lambda lmq, off: store.get_message_store_timestamp(lmq, 0, off),
                                lambda lmqs: store.on_store_thread(lambda: store.delete_topics(lmqs)))
         self.lifecycle = LiteLifecycleManager(config, lite_store, topics.get, self.registry, self.events,
-                                              order_info.remove_topic)
+                                              order_info.remove_topics)
         self.processors = (PopLiteMessageProcessor(config, topics, groups, pop, pop_revive, self.events,
                                                    self.polling),
                            LiteSubscriptionCtlProcessor(self.registry, groups))

@@ -110,6 +110,9 @@ class PopLiteMessageProcessor:
     async def _pop(self, req: RemotingCommand, h: PopLiteMessageRequestHeader,
                    group: SubscriptionGroupConfig) -> RemotingCommand | None:
         """One look at the client's events: the answer, or None when none of them had a message to hand out."""
+        sub = self.events.registry.clients.get(h.client_id)
+        if sub is None or sub.group != h.consumer_group or sub.topic != h.topic:
+            return None  # (a client's events are its own group's, of its own topic)
         lmqs = self.events.take(h.client_id)
         if not lmqs:
             return None
@@ -134,6 +137,8 @@ class PopLiteMessageProcessor:
                 continue
             got = [entry.rsplit(" ", 1)[1] for entry in resp.ext_fields["orderCountInfo"].split(";")
                    if " qo" in entry]
+            # What is handed out comes back if it is not acknowledged: offered again then.
+            self.events.offer_again_at(lmq, h.consumer_group, loop.time() + h.invisible_time / 1000)
             counts += got
             parts.extend(resp.body_parts or ())
             budget -= len(got)

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 ACTIONS = ("PARTIAL_ADD", "PARTIAL_REMOVE", "COMPLETE_ADD", "COMPLETE_REMOVE")
 MAX_ENTRIES = 1024  # entries in one request (a front sends one)
-MAX_LITE_TOPICS = 100_000  # lite topics named by one entry
+MAX_LITE_TOPICS = 10_000  # lite topics named by one entry (a gRPC front's bound on one sync)
+MAX_BODY = 2 << 20  # (10,000 names of 64 bytes, quoted; read on the event loop)
 
 
 class LiteSubscriptionCtlProcessor:
@@ -34,6 +35,8 @@ class LiteSubscriptionCtlProcessor:
     def lite_subscription_ctl(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         if not req.body:
             return req.response(ResponseCode.ILLEGAL_OPERATION, "Request body is null.")
+        if len(req.body) > MAX_BODY:
+            return req.response(ResponseCode.ILLEGAL_OPERATION, f"a request body of at most {MAX_BODY} bytes")
         try:
             data = fastjson.loads(bytes(req.body))
             entries = data.get("subscriptionSet") if isinstance(data, dict) else None
@@ -83,8 +86,9 @@ class LiteSubscriptionCtlProcessor:
                offset: OffsetOption | None) -> None:
         if action in ("PARTIAL_ADD", "COMPLETE_ADD"):
             cfg = self.groups.find(group)
-            if cfg is not None and not cfg.consume_enable:
-                raise PermissionError("Consumer group is not allowed to consume.")
+            if cfg is None or not cfg.consume_enable or cfg.lite_bind_topic != topic:
+                raise PermissionError("Consumer group is not allowed to consume." if cfg is None or
+                                      not cfg.consume_enable else f"subscription bind topic not match, {group}")
         if action == "PARTIAL_ADD":
             self.registry.add_partial(client_id, group, topic, lmqs, offset, conn)
         elif action == "PARTIAL_REMOVE":
@@ -92,7 +96,7 @@ class LiteSubscriptionCtlProcessor:
         elif action == "COMPLETE_ADD":
             self.registry.add_complete(client_id, group, topic, lmqs, conn)
         else:
-            self.registry.remove_complete(client_id)
+            self.registry.remove_complete(client_id, group)
 
 
 __all__ = ["LiteSubscriptionCtlProcessor"]

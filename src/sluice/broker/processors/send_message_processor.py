@@ -15,7 +15,7 @@ from sluice.common.attributes import message_type_of_properties
 from sluice.common.batch_codec import inflate_batch, scan_batch_columns
 from sluice.common.decimal_text import parse_long
 from sluice.common.errors import InvalidNameError, MessageFormatError
-from sluice.common.lite import SEPARATOR, to_lmq_name, validate_lite_topic
+from sluice.common.lite import LITE_TOPIC_PREFIX, SEPARATOR, to_lmq_name, validate_lite_topic
 from sluice.common.message import MessageExtBrokerInner, create_message_ids
 from sluice.common.naming import (
     NOT_ALLOWED_SEND_TOPICS,
@@ -338,6 +338,9 @@ class SendMessageProcessor:
                 if refusal_text is not None:
                     return req.response(ResponseCode.MESSAGE_ILLEGAL, refusal_text)
                 header_props[PROPERTY_INNER_MULTI_DISPATCH] = to_lmq_name(h.topic, lite)
+            elif LITE_TOPIC_PREFIX in header_props.get(PROPERTY_INNER_MULTI_DISPATCH, ""):
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, "INNER_MULTI_DISPATCH names a lite topic: send "
+                                                                  "to a lite topic with __LITE_TOPIC")
             try:
                 prio_queue = priority_queue(header_props, tc.write_queue_nums)
             except ValueError as exc:
