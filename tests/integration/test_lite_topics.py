@@ -10,8 +10,12 @@ import json
 import time
 from typing import Any
 
+import pytest
+
+from sluice import Message, Producer
 from sluice.client.admin import Admin
 from sluice.client.mq_client_api import MQClientAPI
+from sluice.common.errors import MessageFormatError
 from sluice.common.lite import to_lmq_name
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
@@ -299,3 +303,26 @@ def test_a_client_reads_and_drops_only_its_own_groups_lite_topics(empty_cluster:
 
 def lifecycle_now() -> int:
     return int(time.time() * 1000)
+
+
+def test_sluices_producer_sends_to_lite_topics_and_refuses_bad_names(empty_cluster: Cluster) -> None:
+    broker = lite_cluster(empty_cluster)
+    with Producer("lite-pg", namesrv=empty_cluster.namesrv_addr) as p:
+        results = [p.send(Message(PARENT, f"k-{i}".encode(), lite_topic="kim")) for i in range(3)]
+        assert len({r.queue.queue_id for r in results}) == 1  # (a lite topic's messages go to one queue)
+        with pytest.raises(MessageFormatError, match="alphanumeric"):
+            Message(PARENT, b"x", lite_topic="no spaces")
+        with pytest.raises(MessageFormatError, match="reserved|not allowed|may not"):
+            Message(PARENT, b"x", properties={"__LITE_TOPIC": "kim"})
+
+    async def go() -> None:
+        c = Client(broker.broker_addr)
+        try:
+            assert (await c.ctl("PARTIAL_ADD", "c1", ["kim"])).code == ResponseCode.SUCCESS
+            _, msgs = await c.pop("c1", poll_ms=5_000)
+            assert [m.body for m in msgs] == [b"k-0", b"k-1", b"k-2"]
+            assert {m.properties[PROPERTY_LITE_TOPIC] for m in msgs} == {"kim"}
+        finally:
+            await c.close()
+
+    empty_cluster.loop.run(go(), 60)

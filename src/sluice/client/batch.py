@@ -54,6 +54,8 @@ def _check_member(i: int, msg: Message, first: Message, max_body_size: int) -> N
                                  "sent in a batch")
     if msg.priority is not None:  # (the broker routes a single send by its priority, never a batch's)
         raise MessageFormatError(f"batch message {i} has a priority: priority messages are sent one by one")
+    if msg.lite_topic is not None:  # (the broker enters only a single send in its lite topic)
+        raise MessageFormatError(f"batch message {i} has a lite topic: lite topic messages are sent one by one")
     if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         raise MessageFormatError(f"batch message {i} is for retry topic {msg.topic!r}: "
                                  "retry topics cannot be sent to in a batch")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sluice.common.errors import InvalidNameError, MessageFormatError
+from sluice.common.lite import validate_lite_topic
 from sluice.common.message import MessageExt
 from sluice.common.naming import NOT_ALLOWED_SEND_TOPICS, validate_topic
 from sluice.common.properties import (
@@ -18,6 +19,7 @@ from sluice.common.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_PRIORITY,
     PROPERTY_SEPARATOR,
     PROPERTY_SHARDING_KEY,
@@ -115,6 +117,9 @@ class Message:
     # min(priority, queues - 1), and on a topic of message type PRIORITY a POP consumer takes the highest queue
     # first. A priority message has no delay, no sharding key and no transaction, and is never batched.
     priority: int | None = None
+    # RocketMQ 5.5's lite topic (docs/client.md#lite-topics): the message is also entered in that lite topic of its
+    # topic (a ``message.type=LITE`` parent). Letters, digits, ``-`` and ``_``, at most 64 bytes; never batched.
+    lite_topic: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.body, bytearray | memoryview):
@@ -159,6 +164,13 @@ class Message:
                 raise MessageFormatError(f"priority {self.priority!r} must be an integer within 0 .. 2147483647")
             if self.delay_level or self.deliver_at is not None or self.delay is not None:
                 raise MessageFormatError("a priority message has no delay (delay_level, deliver_at, delay)")
+        if self.lite_topic is not None:
+            if not isinstance(self.lite_topic, str):
+                raise MessageFormatError(f"lite topic {self.lite_topic!r} must be a str")
+            try:
+                validate_lite_topic(self.lite_topic)
+            except InvalidNameError as exc:
+                raise MessageFormatError(f"lite topic {self.lite_topic[:80]!r}: {exc}") from None
         _check_user_properties(self.properties)
         if self.trace_context is not None and (not isinstance(self.trace_context, str) or len(
                 self.trace_context) > 512 or _has_separator(self.trace_context)):
@@ -222,6 +234,8 @@ class Message:
             parts.append(_TRACE_CONTEXT_PREFIX + self.trace_context)
         if self.priority is not None:
             parts.append(f"{PROPERTY_PRIORITY}{NAME_VALUE_SEPARATOR}{self.priority}")
+        if self.lite_topic is not None:
+            parts.append(f"{PROPERTY_LITE_TOPIC}{NAME_VALUE_SEPARATOR}{self.lite_topic}")
         if self.properties:
             parts.extend(map(NAME_VALUE_SEPARATOR.join, self.properties.items()))
         return PROPERTY_SEPARATOR.join(parts).encode("utf-8")
@@ -247,6 +261,8 @@ class Message:
             props[PROPERTY_TRACE_CONTEXT] = self.trace_context
         if self.priority is not None:
             props[PROPERTY_PRIORITY] = str(self.priority)
+        if self.lite_topic is not None:
+            props[PROPERTY_LITE_TOPIC] = self.lite_topic
         props.update(self.properties)
         return props
 

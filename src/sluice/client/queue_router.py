@@ -69,7 +69,8 @@ class QueueRouter:
     def select(self, info: TopicPublishInfo, queue: MessageQueue | None, sharding_key: str | None,
                selector: QueueSelector | None = None, msg: Message | None = None, arg: Any = None,
                last_broker: str | None = None) -> MessageQueue:
-        """The queue of one attempt: the one pinned, the sharding key's, the selector's, else round robin past the
+        """The queue of one attempt: the one pinned, the sharding key's, the selector's, a lite topic's (by its
+        name's hash, as the sharding key's), else round robin past the
         broker of the last failed attempt and (with ``send_latency_fault_enable``) brokers avoided lately."""
         if queue is not None:
             return queue
@@ -77,6 +78,8 @@ class QueueRouter:
             return select_by_hash(info.queues, sharding_key)
         if selector is not None and msg is not None:
             return selector(list(info.queues), msg, arg)
+        if msg is not None and msg.lite_topic is not None:  # a lite topic lives on one broker (as the gRPC front)
+            return select_by_hash(info.queues, msg.lite_topic)
         queues = info.queues
         n = len(queues)
         start = next(self._rr)

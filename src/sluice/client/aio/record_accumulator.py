@@ -53,12 +53,12 @@ class ProducerBatch:
 def batchable(msg: Message, compress_over: int) -> bool:
     """Whether a message may share a batch: not delayed (levels or timers), not for a retry topic, and small
     enough to go uncompressed (a batch record has no compressed flag of its own); not a reply (a request of its own);
-    without a priority (the broker routes only a single send by it) or light queues (it dispatches only a single
-    send to them).
+    without a priority (the broker routes only a single send by it), a lite topic or light queues (it dispatches
+    only a single send to them).
     """
     return (not isinstance(msg, ReplyMessage) and msg.delay_level == 0 and msg.deliver_at is None and msg.delay is None
-            and msg.priority is None and "INNER_MULTI_DISPATCH" not in msg.properties and len(msg.body) <= compress_over
-            and not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
+            and msg.priority is None and msg.lite_topic is None and "INNER_MULTI_DISPATCH" not in msg.properties
+            and len(msg.body) <= compress_over and not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
 
 
 class RecordAccumulator:
