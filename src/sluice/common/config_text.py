@@ -23,7 +23,8 @@ _SECRETS = frozenset({"init_authentication_user", "inner_client_authentication_c
 
 # Where RocketMQ's name is not the plain camelCase of Sluice's.
 _RENAMED = {"broker_ip": "brokerIP1", "check_crc_on_recover": "checkCRCOnRecover", "listen_host": "bindAddress",
-            "transaction_timeout": "transactionTimeOut"}
+            "transaction_timeout": "transactionTimeOut", "min_lite_ttl": "minLiteTTl",
+            "lite_subscription_check_timeout": "liteSubscriptionCheckTimeoutMills"}
 # Fractions in Sluice's settings that RocketMQ's hold as whole percents.
 _PERCENT = frozenset({"disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"})
 
