@@ -9,6 +9,10 @@ every fifth, after, and after a restart, with the bytes the consume queues take 
 
     .venv/bin/python bench/light_queues.py                      # 20,000 light queues (~1 minute)
     .venv/bin/python bench/light_queues.py --queues 50000
+    .venv/bin/python bench/light_queues.py --lite --queues 5000   # lite topics (RocketMQ 5.5): one message each
+
+With ``--lite`` each light queue is a lite topic of a ``message.type=LITE`` parent, made by one message sent to it
+(``Message(lite_topic=...)``, one send at a time: what a lite topic's first message costs).
 
 Prints one JSON line per measurement and a Markdown summary.
 """
@@ -61,11 +65,16 @@ def disk_mib(root: Path) -> float:
     return round(total / (1 << 20), 1)
 
 
-async def fill(namesrv: str, queues: int, per_message: int, report: Any) -> float:
+async def fill(namesrv: str, queues: int, per_message: int, report: Any, lite: bool = False) -> float:
     async with Admin(namesrv) as admin:
-        await admin.create_topic("lmq-bench", queues=1)
+        await admin.create_topic("lmq-bench", queues=1, message_type="LITE" if lite else None)
     made, t0 = 0, time.monotonic()
     async with Producer("lmq-bench-pg", namesrv) as p:
+        while lite and made < queues:
+            await p.send(Message("lmq-bench", b"x" * 64, lite_topic=f"bench-{made}"))
+            made += 1
+            if made % max(1, queues // 5) == 0 or made == queues:
+                report(made)
         while made < queues:
             n = min(per_message, queues - made)
             names = ",".join(f"%LMQ%bench-{made + i}" for i in range(n))
@@ -80,6 +89,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queues", type=int, default=20_000)
     ap.add_argument("--per-message", type=int, default=256)
+    ap.add_argument("--lite", action="store_true", help="lite topics, one message each")
     a = ap.parse_args()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sluice-lmq-bench-") as tmp:
@@ -92,7 +102,7 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
 
             report(0)
-            took = asyncio.run(fill(servers.namesrv, a.queues, a.per_message, report))
+            took = asyncio.run(fill(servers.namesrv, a.queues, a.per_message, report, a.lite))
             procs = list(servers.procs)
             servers.procs = [procs[0]]
             stop_processes(procs[1:])
@@ -114,7 +124,7 @@ def main() -> int:
     for r in rows:
         print(f"| {r['light_queues']:,}{' (restarted)' if r.get('after_restart') else ''} | {r['rss_mib']} | "
               f"{r['anon_mib']} | {r['file_mib']} | {r.get('consume_queue_disk_mib', '')} |")
-    print(f"\n{a.queues:,} light queues made in {took:.1f} s; {per_queue_kib:.1f} KiB of resident memory each; "
+    print(f"\n{a.queues:,} {'lite topics' if a.lite else 'light queues'} made in {took:.1f} s; {per_queue_kib:.1f} KiB of resident memory each; "
           f"restart with them: {after['start_s']} s")
     return 0
 
