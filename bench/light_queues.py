@@ -124,7 +124,8 @@ def main() -> int:
     for r in rows:
         print(f"| {r['light_queues']:,}{' (restarted)' if r.get('after_restart') else ''} | {r['rss_mib']} | "
               f"{r['anon_mib']} | {r['file_mib']} | {r.get('consume_queue_disk_mib', '')} |")
-    print(f"\n{a.queues:,} {'lite topics' if a.lite else 'light queues'} made in {took:.1f} s; {per_queue_kib:.1f} KiB of resident memory each; "
+    what = "lite topics" if a.lite else "light queues"
+    print(f"\n{a.queues:,} {what} made in {took:.1f} s; {per_queue_kib:.1f} KiB of resident memory each; "
           f"restart with them: {after['start_s']} s")
     return 0
 
