@@ -28,10 +28,12 @@ from sluice.client.queue_router import select_by_hash
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError, InvalidNameError, SluiceError
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt, ReceiptError, real_topic
-from sluice.common.lite import MAX_LITE_TOPIC_SIZE, validate_lite_topic
+from sluice.common.lite import MAX_LITE_TOPIC_SIZE, to_lmq_name, validate_lite_topic
 from sluice.common.message import MessageExt, decode_message_id
 from sluice.common.naming import validate_group
 from sluice.common.properties import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     PROPERTY_LITE_TOPIC,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_TOPIC,
@@ -116,7 +118,8 @@ _SEND_CODES: dict[int, str] = {ResponseCode.FLUSH_DISK_TIMEOUT: "MASTER_PERSISTE
                ResponseCode.MESSAGE_ILLEGAL: "BAD_REQUEST",
                ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
                ResponseCode.NO_PERMISSION: "FORBIDDEN",
-               ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS"}
+               ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS",
+               ResponseCode.LMQ_QUOTA_EXCEEDED: "LITE_TOPIC_QUOTA_EXCEEDED"}
 # Broker codes of a recall → the gRPC code (RocketMQ's proxy: ResponseBuilder's mapping, the rest internal errors).
 _RECALL_CODES: dict[int, str] = {ResponseCode.SYSTEM_BUSY: "TOO_MANY_REQUESTS",
                                  ResponseCode.REQUEST_CODE_NOT_SUPPORTED: "NOT_IMPLEMENTED"}
@@ -212,6 +215,7 @@ class MessagingService:
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
         self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
         self._group_lite_quota: dict[str, int] = {}  # group → its lite.sub.client.quota (as last looked up)
+        self._group_lite_bind: dict[str, str] = {}  # group → its lite.bind.topic ("": none; as last looked up)
         # topic → (when looked up, its message.type, whether a master answered); the lookups under way
         self._topic_types: dict[str, tuple[float, str, bool]] = {}
         self._type_lookups: dict[str, asyncio.Future[str]] = {}
@@ -220,7 +224,7 @@ class MessagingService:
         # consumer's Telemetry stream, where the brokers' unsubscribe notices go.
         self._client_types: dict[str, int] = {}
         self._lite_streams: dict[str, asyncio.Queue[Any]] = {}
-        self._lite_bind_topics: dict[str, str] = {}  # lite push consumer → its bind topic (bounded as the types)
+        self._lite_bind_topics: dict[str, tuple[str, str]] = {}  # lite consumer → (bind topic, group), bounded
         self.client.on_unsubscribe_lite = self._notify_unsubscribe_lite
 
     async def start(self) -> None:
@@ -335,12 +339,14 @@ class MessagingService:
 
     async def NotifyClientTermination(self, req: Any, context: Any) -> Any:  # noqa: N802
         client_id = _client_id(context)
-        if client_id and self._client_types.pop(client_id, None) == LITE_PUSH_CONSUMER:
-            self._lite_streams.pop(client_id, None)
-            topic = self._lite_bind_topics.pop(client_id, None)
-            if topic is None:
+        if client_id and self._client_types.get(client_id) == LITE_PUSH_CONSUMER:
+            bound = self._lite_bind_topics.get(client_id)
+            if bound is None or bound[1] != req.group.name:  # (only the client's own group ends its subscription)
                 return pb.NotifyClientTerminationResponse(status=status("OK"))
-            entry = {"action": "COMPLETE_REMOVE", "clientId": client_id, "group": req.group.name, "topic": topic,
+            del self._lite_bind_topics[client_id]
+            self._client_types.pop(client_id, None)
+            self._lite_streams.pop(client_id, None)
+            entry = {"action": "COMPLETE_REMOVE", "clientId": client_id, "group": bound[1], "topic": bound[0],
                      "liteTopicSet": [], "version": 0}
             for addr in self.client.master_addrs():
                 self._spawn(self._lite_ctl_quietly(addr, entry))
@@ -390,9 +396,10 @@ class MessagingService:
         masters = {b.master_addr for b in route.broker_datas if b.master_addr}
         if not masters:
             raise Refused("TOPIC_NOT_FOUND", f"topic {topic} has no master")
-        if client_id not in self._lite_bind_topics and len(self._lite_bind_topics) >= CLIENT_TYPES:
+        self._lite_bind_topics.pop(client_id, None)
+        if len(self._lite_bind_topics) >= CLIENT_TYPES:
             self._lite_bind_topics.pop(next(iter(self._lite_bind_topics)))
-        self._lite_bind_topics[client_id] = topic
+        self._lite_bind_topics[client_id] = (topic, group)
         results = await asyncio.gather(*(self.client.api.lite_subscription_ctl(a, [entry]) for a in sorted(masters)),
                                        return_exceptions=True)
         for r in results:
@@ -469,10 +476,15 @@ class MessagingService:
         consumer's stream."""
         if not client_id or not settings.HasField("client_type"):
             return
-        if client_id not in self._client_types and len(self._client_types) >= CLIENT_TYPES:
+        self._client_types.pop(client_id, None)  # (re-inserted: the longest silent goes first, not the oldest)
+        if len(self._client_types) >= CLIENT_TYPES:
             self._client_types.pop(next(iter(self._client_types)))
         self._client_types[client_id] = settings.client_type
-        if settings.client_type == LITE_PUSH_CONSUMER:
+        bound = self._lite_bind_topics.get(client_id)
+        group = settings.subscription.group.name if settings.HasField("subscription") else ""
+        # A lite consumer's stream, where the unsubscribe notices go; never taken over by another group's client
+        # claiming its id.
+        if settings.client_type == LITE_PUSH_CONSUMER and group and (bound is None or bound[1] == group):
             self._lite_streams[client_id] = out
 
     @staticmethod
@@ -523,10 +535,12 @@ class MessagingService:
             if isinstance(entry, dict):
                 fifo = entry.get("consumeMessageOrderly") is True
                 attributes = entry.get("attributes")
-                quota = attributes.get("lite.sub.client.quota") if isinstance(attributes, dict) else None
+                attrs = attributes if isinstance(attributes, dict) else {}
                 if len(self._group_lite_quota) >= GROUP_CACHE_SIZE:
                     self._group_lite_quota.clear()
-                self._group_lite_quota[group] = _int_or(quota, DEFAULT_LITE_QUOTA)
+                    self._group_lite_bind.clear()
+                self._group_lite_quota[group] = _int_or(attrs.get("lite.sub.client.quota"), DEFAULT_LITE_QUOTA)
+                self._group_lite_bind[group] = str(attrs.get("lite.bind.topic") or "")
                 try:
                     retries = max(0, min(int(entry.get("retryMaxTimes", DEFAULT_RETRIES)), MAX_RETRIES))
                 except (TypeError, ValueError):
@@ -678,10 +692,12 @@ class MessagingService:
         exp_type, exp = ("SQL92", expr.expression) if expr.type == 2 else ("TAG", expr.expression or "*")
         tags = _tag_set(exp) if exp_type == "TAG" else None
         addr = await self._addr_of(topic, broker)
-        client_id = _client_id(context)
-        if self._client_types.get(client_id) == LITE_PUSH_CONSUMER:
-            return await self._receive_lite(req, context, popped, addr, client_id)
         fifo, retries = await self._group(group, addr, required=True)
+        if self._group_lite_bind.get(group) == topic:  # a lite group's receive is a lite pop (RocketMQ's routing)
+            client_id = _client_id(context)
+            if not client_id:
+                raise Refused("CLIENT_ID_REQUIRED", "a lite consumer's receive needs its x-mq-client-id")
+            return await self._receive_lite(req, context, popped, addr, client_id, fifo, retries)
         invisible = duration_seconds(req.invisible_duration) if req.HasField("invisible_duration") else \
             _auto_renew_invisible(fifo, retries)
         if not req.auto_renew and not MIN_INVISIBLE_SECONDS <= invisible <= MAX_INVISIBLE_SECONDS:
@@ -736,14 +752,14 @@ class MessagingService:
                 frames.append(frame)
         return [pb.ReceiveMessageResponse(status=status("OK")), *frames]
 
-    async def _receive_lite(self, req: Any, context: Any, popped: list[Popped], addr: str,
-                            client_id: str) -> list[Any]:
+    async def _receive_lite(self, req: Any, context: Any, popped: list[Popped], addr: str, client_id: str,
+                            fifo: bool, retries: int) -> list[Any]:
         """A lite push consumer's receive (RocketMQ 5.5's ReceiveMessageActivity): a lite pop of the lite topics the
         broker offers this client, each message with its lite topic."""
         group, topic = req.group.name, req.message_queue.topic.name
         broker = req.message_queue.broker.name
         invisible = duration_seconds(req.invisible_duration) if req.HasField("invisible_duration") else \
-            AUTO_RENEW_INVISIBLE_SECONDS
+            _auto_renew_invisible(fifo, retries)
         if not req.auto_renew and not MIN_INVISIBLE_SECONDS <= invisible <= MAX_INVISIBLE_SECONDS:
             raise Refused("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible:g} s is not within "
                                                     f"{MIN_INVISIBLE_SECONDS:g} .. {MAX_INVISIBLE_SECONDS:g} s")
@@ -772,9 +788,12 @@ class MessagingService:
         if not msgs:
             return [pb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))]
         popped.extend((m, addr, group, topic, m.properties.get(PROPERTY_LITE_TOPIC)) for m in msgs)
+        if sum(len(m.body) for m in msgs) >= LARGE_BATCH:
+            built = await asyncio.to_thread(self._frames, msgs, req.message_queue.topic, invisible, True)
+        else:
+            built = self._frames(msgs, req.message_queue.topic, invisible, True)
         frames = []
-        for entry, frame in zip(list(popped), self._frames(msgs, req.message_queue.topic, invisible, lite=True),
-                                strict=True):
+        for entry, frame in zip(list(popped), built, strict=True):
             if frame is None:
                 popped.remove(entry)
                 self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False, lite_topic=entry[4]))
@@ -909,6 +928,7 @@ class MessagingService:
             return pb.QueryAssignmentResponse(status=status("FORBIDDEN", "no readable queue"))
         out = pb.QueryAssignmentResponse(status=status("OK"))
         fifo, _ = await self._group(req.group.name)
+        fifo = fifo and self._group_lite_bind.get(req.group.name) != topic  # (a lite group pops the whole broker)
         for name in sorted(readable):
             for qid in range(readable[name]) if fifo else (-1,):
                 mq = out.assignments.add().message_queue
@@ -942,14 +962,20 @@ class MessagingService:
             raise Refused("INVALID_RECEIPT_HANDLE", str(exc)) from None
         if commit_log_offset is None:
             raise Refused("INVALID_RECEIPT_HANDLE", "the receipt handle does not say where the message lies")
+        lite = (req.lite_topic if req.HasField("lite_topic") else "") or handle_lite_topic(req.receipt_handle)
         addr = await self._addr_of(topic, receipt.broker_name)
         try:  # the message the handle says lies at that offset, then the receipt (renewed: still the group's)
             found = await self.client.api.view_message(addr, commit_log_offset)
             m = found[0] if found else None
-            if m is None or (m.topic, m.queue_id, m.queue_offset) != (
-                    real_topic(receipt.retry, topic, group), receipt.queue_id, receipt.queue_offset):
+            where = None if m is None else (m.topic, m.queue_id, m.queue_offset) if not lite else (
+                m.topic, 0, _int_or(m.properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET), -1),
+                m.properties.get(PROPERTY_INNER_MULTI_DISPATCH))
+            wanted = (real_topic(receipt.retry, topic, group), receipt.queue_id, receipt.queue_offset) if not lite \
+                else (topic, receipt.queue_id, receipt.queue_offset, to_lmq_name(topic, lite))
+            if where != wanted:
                 raise Refused("INVALID_RECEIPT_HANDLE", "the receipt handle names another message")
-            renewed = await self.client.api.change_invisible_time(addr, group, topic, receipt, 60_000)
+            renewed = await self.client.api.change_invisible_time(addr, group, topic, receipt, 60_000,
+                                                                  lite_topic=lite or None)
         except BrokerResponseError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE" if exc.code in _STALE_RECEIPT else "INTERNAL_SERVER_ERROR",
                           exc.remark) from None
@@ -961,7 +987,7 @@ class MessagingService:
             resp = await self.client.api.invoke(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, timeout_ms=3000)
             if resp.code != ResponseCode.SUCCESS:
                 raise Refused("INTERNAL_SERVER_ERROR", resp.remark or f"broker answered {resp.code}")
-            await self.client.api.ack_message(addr, group, topic, renewed)
+            await self.client.api.ack_message(addr, group, topic, renewed, lite_topic=lite or None)
         except BrokerResponseError as exc:  # in the DLQ already: done, whatever the ack says
             log.info("a message forwarded to the DLQ of %s could not be acknowledged: %s", group, exc)
         except (ClientError, RemotingError) as exc:
