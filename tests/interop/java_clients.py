@@ -123,6 +123,23 @@ def ensure_java_build(directory: Path | None = None, timeout: float = 900, proje
         return JavaBuild(directory, ready.read_text().strip())
 
 
+def java_build_for_tests(project: Path, jar: str, what: str) -> JavaBuild:
+    """``ensure_java_build`` for a test fixture: a skip where Java or Maven is missing (a failure when
+    $SLUICE_REQUIRE_JAVA is set), a failure naming ``what`` when the build fails."""
+    import pytest
+
+    reason = java_tools_missing()
+    if reason is not None:
+        if java_required():
+            pytest.fail(f"{reason}; $SLUICE_REQUIRE_JAVA is set, so the Java tests may not skip", pytrace=False)
+        pytest.skip(reason)
+    try:
+        return ensure_java_build(project=project, jar=jar)
+    except RuntimeError as exc:
+        problem = str(exc)
+    pytest.fail(f"cannot build {what}: {problem}", pytrace=False)
+
+
 def _classpath_complete(classpath: str) -> bool:
     return all(os.path.exists(p) for p in classpath.split(":") if p)
 

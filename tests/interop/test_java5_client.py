@@ -15,28 +15,14 @@ import pytest
 
 from sluice.proxy import messaging_service
 from tests.conftest import Cluster
-from tests.interop.java_clients import (
-    CLIENT_JVM_OPTIONS,
-    JavaBuild,
-    ensure_java_build,
-    java_required,
-    java_tools_missing,
-)
+from tests.interop.java_clients import CLIENT_JVM_OPTIONS, JavaBuild, java_build_for_tests
 
 JAVA5_PROJECT = Path(__file__).parent / "java5"
 
 
 @pytest.fixture(scope="session")
 def java5() -> JavaBuild:
-    reason = java_tools_missing()
-    if reason is not None:
-        if java_required():
-            pytest.fail(f"{reason}; $SLUICE_REQUIRE_JAVA is set, so the Java tests may not skip", pytrace=False)
-        pytest.skip(reason)
-    try:
-        return ensure_java_build(project=JAVA5_PROJECT, jar="sluice-interop5.jar")
-    except RuntimeError as exc:
-        pytest.fail(f"cannot build the Java 5.x client program: {exc}", pytrace=False)
+    return java_build_for_tests(JAVA5_PROJECT, "sluice-interop5.jar", "the Java 5.x client program")
 
 
 @pytest.fixture(autouse=True)

@@ -19,13 +19,7 @@ from sluice.client.admin import Admin
 from sluice.proxy import messaging_service
 from tests.conftest import Cluster
 from tests.integration.helpers import wait_until
-from tests.interop.java_clients import (
-    CLIENT_JVM_OPTIONS,
-    JavaBuild,
-    ensure_java_build,
-    java_required,
-    java_tools_missing,
-)
+from tests.interop.java_clients import CLIENT_JVM_OPTIONS, JavaBuild, java_build_for_tests
 
 PROJECT = Path(__file__).parent / "java5lite"
 PARENT = "Conversations"
@@ -34,15 +28,7 @@ GROUP = "agents"
 
 @pytest.fixture(scope="session")
 def java5lite() -> JavaBuild:
-    reason = java_tools_missing()
-    if reason is not None:
-        if java_required():
-            pytest.fail(f"{reason}; $SLUICE_REQUIRE_JAVA is set, so the Java tests may not skip", pytrace=False)
-        pytest.skip(reason)
-    try:
-        return ensure_java_build(project=PROJECT, jar="sluice-interop5lite.jar")
-    except RuntimeError as exc:
-        pytest.fail(f"cannot build the Java lite topic program: {exc}", pytrace=False)
+    return java_build_for_tests(PROJECT, "sluice-interop5lite.jar", "the Java lite topic program")
 
 
 @pytest.fixture(params=[True, False], ids=["fifo", "concurrent"])

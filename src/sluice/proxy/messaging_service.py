@@ -693,11 +693,12 @@ class MessagingService:
         tags = _tag_set(exp) if exp_type == "TAG" else None
         addr = await self._addr_of(topic, broker)
         fifo, retries = await self._group(group, addr, required=True)
-        if self._group_lite_bind.get(group) == topic:  # a lite group's receive is a lite pop (RocketMQ's routing)
-            client_id = _client_id(context)
-            if not client_id:
-                raise Refused("CLIENT_ID_REQUIRED", "a lite consumer's receive needs its x-mq-client-id")
-            return await self._receive_lite(req, context, popped, addr, client_id, fifo, retries)
+        # A lite group's receive is a lite pop of the lite topics the broker offers this client (RocketMQ 5.5's
+        # routing: by the group's bind topic, whatever the front knows of the client).
+        lite = self._group_lite_bind.get(group) == topic
+        client_id = _client_id(context)
+        if lite and not client_id:
+            raise Refused("CLIENT_ID_REQUIRED", "a lite consumer's receive needs its x-mq-client-id")
         invisible = duration_seconds(req.invisible_duration) if req.HasField("invisible_duration") else \
             _auto_renew_invisible(fifo, retries)
         if not req.auto_renew and not MIN_INVISIBLE_SECONDS <= invisible <= MAX_INVISIBLE_SECONDS:
@@ -710,19 +711,23 @@ class MessagingService:
         poll = duration_seconds(req.long_polling_timeout) if req.HasField("long_polling_timeout") else 15.0
         left = _remaining(context, poll + 3)  # after the lookups above: they took some of the deadline
         poll = max(0.0, min(poll, MAX_POLL_SECONDS, left - DEADLINE_MARGIN - 0.5))
+        timeout_ms = int(poll * 1000) + 5_000
         # The pop runs shielded: a client that goes away meanwhile leaves its messages to be put back, not hidden.
-        pop = asyncio.ensure_future(self.client.api.pop_message(
+        pop = asyncio.ensure_future(self.client.api.pop_lite_message(
+            addr, broker, client_id, group, topic, batch, int(invisible * 1000), int(poll * 1000),
+            attempt_id=req.attempt_id, timeout_ms=timeout_ms) if lite else self.client.api.pop_message(
             addr, broker, group, topic, exp_type, exp, batch, int(invisible * 1000), int(poll * 1000), orderly=fifo,
-            attempt_id=req.attempt_id, queue_id=queue_id, timeout_ms=int(poll * 1000) + 5_000))
+            attempt_id=req.attempt_id, queue_id=queue_id, timeout_ms=timeout_ms))
         try:
             msgs = await asyncio.shield(pop)
         except asyncio.CancelledError:
-            pop.add_done_callback(lambda f: self._release_popped(f, addr, group, topic))
+            pop.add_done_callback(lambda f: self._release_popped(f, addr, group, topic, lite))
             raise
         except BrokerResponseError as exc:
             codes: dict[int, str] = {ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
                                      ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "CONSUMER_GROUP_NOT_FOUND",
                                      ResponseCode.SUBSCRIPTION_PARSE_FAILED: "ILLEGAL_FILTER_EXPRESSION",
+                                     ResponseCode.INVALID_PARAMETER: "BAD_REQUEST",
                                      ResponseCode.POLLING_FULL: "TOO_MANY_REQUESTS",
                                      ResponseCode.NO_PERMISSION: "FORBIDDEN"}
             raise Refused(codes.get(exc.code, "INTERNAL_SERVER_ERROR"), exc.remark) from None
@@ -731,70 +736,21 @@ class MessagingService:
                           str(exc)) from None
         kept: list[MessageExt] = []
         for m in msgs:
-            if tags is None or m.tags in tags:
+            if lite or tags is None or m.tags in tags:
                 kept.append(m)
             else:  # the broker matched tag hash codes only: a different tag with the same code is not ours
                 self._spawn(self._settle_quietly(addr, group, topic, m, ack=True))
         if not kept:
             return [pb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))]
-        popped.extend((m, addr, group, topic, None) for m in kept)
+        popped.extend((m, addr, group, topic, m.properties.get(PROPERTY_LITE_TOPIC) if lite else None) for m in kept)
         resource = req.message_queue.topic
         if sum(len(m.body) for m in kept) >= LARGE_BATCH:
-            built = await asyncio.to_thread(self._frames, kept, resource, invisible)
+            built = await asyncio.to_thread(self._frames, kept, resource, invisible, lite)
         else:
-            built = self._frames(kept, resource, invisible)
+            built = self._frames(kept, resource, invisible, lite)
         frames = []
         for entry, frame in zip(list(popped), built, strict=True):
             if frame is None:  # could not be built: put back, and the rest goes out
-                popped.remove(entry)
-                self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False, lite_topic=entry[4]))
-            else:
-                frames.append(frame)
-        return [pb.ReceiveMessageResponse(status=status("OK")), *frames]
-
-    async def _receive_lite(self, req: Any, context: Any, popped: list[Popped], addr: str, client_id: str,
-                            fifo: bool, retries: int) -> list[Any]:
-        """A lite push consumer's receive (RocketMQ 5.5's ReceiveMessageActivity): a lite pop of the lite topics the
-        broker offers this client, each message with its lite topic."""
-        group, topic = req.group.name, req.message_queue.topic.name
-        broker = req.message_queue.broker.name
-        invisible = duration_seconds(req.invisible_duration) if req.HasField("invisible_duration") else \
-            _auto_renew_invisible(fifo, retries)
-        if not req.auto_renew and not MIN_INVISIBLE_SECONDS <= invisible <= MAX_INVISIBLE_SECONDS:
-            raise Refused("ILLEGAL_INVISIBLE_TIME", f"invisible duration {invisible:g} s is not within "
-                                                    f"{MIN_INVISIBLE_SECONDS:g} .. {MAX_INVISIBLE_SECONDS:g} s")
-        batch = max(1, min(req.batch_size or 32, 32))
-        poll = duration_seconds(req.long_polling_timeout) if req.HasField("long_polling_timeout") else 15.0
-        left = _remaining(context, poll + 3)
-        poll = max(0.0, min(poll, MAX_POLL_SECONDS, left - DEADLINE_MARGIN - 0.5))
-        pop = asyncio.ensure_future(self.client.api.pop_lite_message(
-            addr, broker, client_id, group, topic, batch, int(invisible * 1000), int(poll * 1000),
-            attempt_id=req.attempt_id, timeout_ms=int(poll * 1000) + 5_000))
-        try:
-            msgs = await asyncio.shield(pop)
-        except asyncio.CancelledError:
-            pop.add_done_callback(lambda f: self._release_popped(f, addr, group, topic, lite=True))
-            raise
-        except BrokerResponseError as exc:
-            codes: dict[int, str] = {ResponseCode.TOPIC_NOT_EXIST: "TOPIC_NOT_FOUND",
-                                     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "CONSUMER_GROUP_NOT_FOUND",
-                                     ResponseCode.INVALID_PARAMETER: "BAD_REQUEST",
-                                     ResponseCode.POLLING_FULL: "TOO_MANY_REQUESTS",
-                                     ResponseCode.NO_PERMISSION: "FORBIDDEN"}
-            raise Refused(codes.get(exc.code, "INTERNAL_SERVER_ERROR"), exc.remark) from None
-        except (ClientError, RemotingError) as exc:
-            raise Refused("PROXY_TIMEOUT" if isinstance(exc, TimeoutError) else "INTERNAL_SERVER_ERROR",
-                          str(exc)) from None
-        if not msgs:
-            return [pb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))]
-        popped.extend((m, addr, group, topic, m.properties.get(PROPERTY_LITE_TOPIC)) for m in msgs)
-        if sum(len(m.body) for m in msgs) >= LARGE_BATCH:
-            built = await asyncio.to_thread(self._frames, msgs, req.message_queue.topic, invisible, True)
-        else:
-            built = self._frames(msgs, req.message_queue.topic, invisible, True)
-        frames = []
-        for entry, frame in zip(list(popped), built, strict=True):
-            if frame is None:
                 popped.remove(entry)
                 self._spawn(self._settle_quietly(addr, group, topic, entry[0], ack=False, lite_topic=entry[4]))
             else:
