@@ -361,12 +361,9 @@ class MQClientAPI:
         ext = PopMessageRequestHeader(group, topic, queue_id, max_nums, invisible_ms, poll_ms, int(time.time() * 1000),
                                       init_mode, expression_type, expression, orderly, attempt_id,
                                       broker_name).encode()
-        resp = await self.invoke(addr, RequestCode.POP_MESSAGE, ext,
-                                 timeout_ms=poll_ms + 10_000 if timeout_ms is None else timeout_ms)
-        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
+        resp = await self._pop(addr, RequestCode.POP_MESSAGE, ext, poll_ms, timeout_ms)
+        if resp is None:
             return []
-        if resp.code != ResponseCode.SUCCESS:
-            raise BrokerResponseError(resp.code, resp.remark, addr)
         e = resp.ext_fields
         try:
             pop_time, invisible = int(e["popTime"]), int(e["invisibleTime"])
@@ -403,12 +400,9 @@ class MQClientAPI:
         [] when the poll time passed with nothing."""
         ext = PopLiteMessageRequestHeader(client_id, group, topic, max_nums, invisible_ms, poll_ms,
                                           int(time.time() * 1000), attempt_id).encode()
-        resp = await self.invoke(addr, RequestCode.POP_LITE_MESSAGE, ext,
-                                 timeout_ms=poll_ms + 10_000 if timeout_ms is None else timeout_ms)
-        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
+        resp = await self._pop(addr, RequestCode.POP_LITE_MESSAGE, ext, poll_ms, timeout_ms)
+        if resp is None:
             return []
-        if resp.code != ResponseCode.SUCCESS:
-            raise BrokerResponseError(resp.code, resp.remark, addr)
         e = resp.ext_fields
         try:
             pop_time, invisible, revive_qid = int(e["popTime"]), int(e["invisibleTime"]), int(e["reviveQid"])
@@ -433,6 +427,16 @@ class MQClientAPI:
         if any(m.sys_flag & COMPRESSED_FLAG for m in kept):
             await asyncio.to_thread(inflate_bodies, kept)
         return kept
+
+    async def _pop(self, addr: str, code: int, ext: dict[str, str], poll_ms: int,
+                   timeout_ms: int | None) -> RemotingCommand | None:
+        """A pop's answer; None when its poll time passed with nothing; ``BrokerResponseError`` for a refusal."""
+        resp = await self.invoke(addr, code, ext, timeout_ms=poll_ms + 10_000 if timeout_ms is None else timeout_ms)
+        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr)
+        return resp
 
     async def lite_subscription_ctl(self, addr: str, entries: list[dict[str, object]],
                                     timeout_ms: int = 3_000) -> None:
