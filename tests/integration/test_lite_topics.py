@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from sluice import Message, Producer
+from sluice.auth.credentials import signing_hook
 from sluice.client.admin import Admin
+from sluice.client.auth_admin import policy_entry
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.errors import MessageFormatError
 from sluice.common.lite import to_lmq_name
@@ -52,10 +54,10 @@ def lite_cluster(cluster: Cluster, **settings: Any) -> Any:
 class Client:
     """A gRPC front's side of the broker: raw remoting requests, as RocketMQ's proxy sends them."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, credentials: tuple[str, str] | None = None) -> None:
         self.addr = addr
         self.notices: list[dict[str, str]] = []
-        self.remoting = RemotingClient(handler=self._on_request)
+        self.remoting = RemotingClient(handler=self._on_request, request_hook=signing_hook(credentials))
         self.api = MQClientAPI(self.remoting, [])
 
     def _on_request(self, conn: Any, req: RemotingCommand) -> None:
@@ -143,7 +145,9 @@ def test_a_waiting_pop_is_woken_by_a_message_and_one_put_back_comes_again(empty_
         try:
             assert (await c.ctl("PARTIAL_ADD", "c1", ["dave"])).code == ResponseCode.SUCCESS
             waiting = asyncio.ensure_future(c.pop("c1", poll_ms=20_000))
-            await asyncio.sleep(0.3)
+            polling = broker.lite.polling  # type: ignore[union-attr]
+            while not polling.held.get("c1"):  # (held on the broker: nothing to hand out yet)
+                await asyncio.sleep(0.01)
             assert not waiting.done()
             await c.send("dave", b"hello")
             resp, msgs = await asyncio.wait_for(waiting, 10)
@@ -325,4 +329,46 @@ def test_sluices_producer_sends_to_lite_topics_and_refuses_bad_names(empty_clust
         finally:
             await c.close()
 
+    empty_cluster.loop.run(go(), 60)
+
+
+def test_with_acl_on_lite_subscriptions_and_pops_need_sub_on_the_parent_and_the_group(empty_cluster: Cluster) -> None:
+    from sluice.common.config import AuthUser
+
+    root = ("root", "root-secret")
+    empty_cluster.credentials = root
+    broker = empty_cluster.start_broker("broker-a", **LITE, authentication_enabled=True, authorization_enabled=True,
+                                        init_authentication_user=AuthUser(username="root", password="root-secret"))
+    empty_cluster.create_topic(PARENT, 2, attributes="+message.type=LITE")
+
+    async def setup() -> None:
+        async with Admin(empty_cluster.namesrv_addr, credentials=root) as admin:
+            await admin.update_group(GROUP, attributes=f"+lite.bind.topic={PARENT}")
+            await admin.create_user("alice", "alice-secret")
+            await admin.create_user("bob", "bob-secret")
+            await admin.create_acl("User:alice", [policy_entry(f"Topic:{PARENT}", "Sub"),
+                                                  policy_entry(f"Group:{GROUP}", "Sub")])
+            await admin.create_acl("User:bob", [policy_entry(f"Topic:{PARENT}", "Sub")])
+
+    async def go() -> None:
+        sender = Client(broker.broker_addr, root)
+        alice = Client(broker.broker_addr, ("alice", "alice-secret"))
+        bob = Client(broker.broker_addr, ("bob", "bob-secret"))
+        try:
+            assert (await sender.send("lena", b"hi")).code == ResponseCode.SUCCESS
+            r = await bob.ctl("PARTIAL_ADD", "b1", ["lena"])  # (no Sub on the group)
+            assert r.code == ResponseCode.NO_PERMISSION and f"Group:{GROUP}" in r.remark
+            assert "b1" not in broker.lite.registry.clients  # type: ignore[union-attr]
+            assert (await alice.ctl("PARTIAL_ADD", "a1", ["lena"])).code == ResponseCode.SUCCESS
+            r, _ = await bob.pop("a1")  # (bob naming alice's client: refused before anything is taken)
+            assert r.code == ResponseCode.NO_PERMISSION
+            resp, msgs = await alice.pop("a1", poll_ms=5_000)
+            assert [m.body for m in msgs] == [b"hi"]
+            assert (await bob.ack(resp, msgs[0])).code == ResponseCode.NO_PERMISSION
+            assert (await alice.ack(resp, msgs[0])).code == ResponseCode.SUCCESS
+        finally:
+            for c in (sender, alice, bob):
+                await c.close()
+
+    empty_cluster.loop.run(setup(), 60)
     empty_cluster.loop.run(go(), 60)

@@ -193,3 +193,26 @@ def test_behind_the_tls_front_a_rule_s_source_ips_see_the_client_s_own_address(
     finally:
         relay.close()
         c.loop.run(stop(server, service))
+
+
+def test_a_lite_subscription_needs_sub_on_the_group_and_the_parent(secured_front: tuple[Cluster, str]) -> None:
+    _, endpoint = secured_front
+
+    async def sync(group: str, topic: str) -> Any:
+        async with grpc.aio.insecure_channel(endpoint) as channel:
+            call = channel.unary_unary(f"/{SERVICE}/SyncLiteSubscription",
+                                       request_serializer=pb.SyncLiteSubscriptionRequest.SerializeToString,
+                                       response_deserializer=pb.SyncLiteSubscriptionResponse.FromString)
+            req = pb.SyncLiteSubscriptionRequest(action=0, topic=pb.Resource(name=topic),
+                                                 group=pb.Resource(name=group), lite_topic_set=["chat-1"])
+            date = grpc_date_time()
+            metadata = (("authorization", grpc_authorization("alice", "alice-secret", date)),
+                        ("x-mq-date-time", date), ("x-mq-client-id", "alice-client"))
+            return await call(req, metadata=metadata, timeout=10)
+
+    for group, topic in (("g5-others", "g5"), ("g5-readers", "g5-other")):
+        resp = asyncio.run(sync(group, topic))
+        assert resp.status.code == 40100 and "no permission" in resp.status.message, (group, topic, resp.status)
+    # Allowed through: the broker then says what it thinks of the request (g5 is no lite topic's parent).
+    resp = asyncio.run(sync("g5-readers", "g5"))
+    assert resp.status.code != 40100, resp.status
