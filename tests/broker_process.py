@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 import signal
 import socket
@@ -30,6 +31,32 @@ def free_port_with_fast_channel() -> int:
                 continue
             return port
     raise RuntimeError("no free port P with P - 2 free in 200 tries")
+
+
+def free_ports_below_ephemeral(offsets: tuple[int, ...]) -> int:
+    """A base port B, below the kernel's ephemeral range, with every B + offset free: for servers that take fixed
+    ports around one base. Ports the kernel hands out (to etcd, to other tests' ``free_port``) come from the
+    ephemeral range, so they cannot take one of these between this check and the server's bind."""
+    low, high = 20000, 32000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = min(high, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(low - min(offsets), high - max(offsets))
+        free = True
+        for off in offsets:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", base + off))
+                except OSError:
+                    free = False
+                    break
+        if free:
+            return base
+    raise RuntimeError(f"no free ports at offsets {offsets} of one base in 500 tries")
 
 
 class BrokerProcess:

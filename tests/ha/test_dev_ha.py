@@ -4,33 +4,21 @@ them is elected master, sends are acknowledged, and Ctrl-C (SIGTERM) stops every
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from sluice import Message, Producer, SendStatus
 from sluice.common.errors import ClientError
-from tests.broker_process import free_port
+from tests.broker_process import free_port, free_ports_below_ephemeral
 from tests.etcd_server import require_etcd
 from tests.integration.helpers import wait_until
 
 
-def _ports_free(*ports: int) -> bool:
-    for p in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                return False
-    return True
-
-
 def test_dev_ha_starts_a_group_that_elects_a_master_and_takes_sends(tmp_path: Path) -> None:
     require_etcd()
-    base = free_port()
-    while base > 65000 or not _ports_free(*(base + d for d in (0, 1, 10, 11, 20, 21))):
-        base = free_port()
+    # The three brokers take base, +10, +20 and their fast channels 2 below each.
+    base = free_ports_below_ephemeral((-2, 0, 1, 8, 10, 11, 18, 20, 21))
     ns = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--ha", "--no-grpc", "--store",
                              str(tmp_path / "dev"), "--broker-port", str(base), "--namesrv-port", str(ns)],

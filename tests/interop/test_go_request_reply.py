@@ -59,8 +59,8 @@ def test_a_sluice_requester_gets_the_replies_of_a_go_responder(sluice, go) -> No
     assert all(r.topic == "DefaultCluster_REPLY_TOPIC" and r.properties["MSG_TYPE"] == "reply" for r in replies)
     # (a reply whose send failed late, though delivered, is tried again with the request's redelivery, and then
     # finds this requester gone: the responder need not end by itself)
-    wait_until(lambda: len({r["body"] for r in responder.records("replied")}) == COUNT, 30, "the responder's records")
-    replied = responder.records("replied")
+    wait_until(lambda: len({r["body"] for r in responder.records("replying")}) == COUNT, 30, "the responder's records")
+    replied = responder.records("replying")
     assert {r["body"] for r in replied} == {f"hello-{i}" for i in range(COUNT)}
     # The request as the Go responder saw it: the broker's CLUSTER stamp, from which it named the reply topic.
     assert {r["reply_topic"] for r in replied} == {"DefaultCluster_REPLY_TOPIC"}
@@ -75,5 +75,5 @@ def test_go_to_go_request_reply_through_sluice(sluice, go) -> None:
     requester = go.start("requestreply", role="requester", namesrv=ns, topic=topic, group="rr-go-requester2",
                          count=COUNT, prefix="go", timeout="90s")
     _replies_ok(requester.wait(100), "go")
-    wait_until(lambda: {r["body"] for r in responder.records("replied")} == {f"go-{i}" for i in range(COUNT)}, 30,
+    wait_until(lambda: {r["body"] for r in responder.records("replying")} == {f"go-{i}" for i in range(COUNT)}, 30,
                "the responder's record of each reply")

@@ -87,9 +87,9 @@ def test_go_request_reply_alike(systems, go):
                     "properties": {k: v.replace(topic, "<topic>") for k, v in sorted(props.items())
                                    if k not in PER_REQUEST}, "names": sorted(props)}
 
-        wait_until(lambda: len({r["body"] for r in responder.records("replied")}) == 2, 30,
+        wait_until(lambda: len({r["body"] for r in responder.records("replying")}) == 2, 30,
                    f"the Go responder's record of each reply ({s.name})")
-        first = {r["body"]: r for r in reversed(responder.records("replied"))}  # (one per request)
+        first = {r["body"]: r for r in reversed(responder.records("replying"))}  # (one per request)
         return {"replies": [seen(r) for r in records if r["event"] == "reply"],
                 "requests": sorted((seen(r) for r in first.values()), key=lambda r: r["body"]),
                 "end": records[-1]}

@@ -126,6 +126,10 @@ func respond(namesrv, topic, group string, count int) error {
 			// v2.1.2's CreateReplyMessage reads its body argument as encoded properties and never sets the body
 			// (the reply arrives empty from any broker): the body is set here.
 			reply.Body = bytes.ToUpper(m.Body)
+			// The request as seen, recorded before the send: a send that times out late may still have reached
+			// the requester, which then ends, and the redelivered request's reply then finds no requester.
+			emit(map[string]interface{}{"event": "replying", "body": string(m.Body), "reply_topic": reply.Topic,
+				"properties": m.GetProperties()})
 			r, err := replier.SendSync(context.Background(), reply)
 			if err != nil {
 				emit(map[string]interface{}{"event": "failed", "body": string(m.Body), "error": err.Error()})
