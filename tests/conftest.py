@@ -7,7 +7,11 @@ loop (its own thread, separate from the clients'), so tests can stop and restart
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import resource
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +50,26 @@ TESTS_DIR = Path(__file__).resolve().parent
 # one slow example fails a test as flaky, on any Python. A hang is still pytest-timeout's to catch.
 settings.register_profile("sluice", deadline=None)
 settings.load_profile("sluice")
+
+
+_CPU_REPORT = os.environ.get("SLUICE_CPU_REPORT")
+
+
+if _CPU_REPORT:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        """``SLUICE_CPU_REPORT=FILE``: a JSON line per test with its wall time and the CPU seconds of this process
+        and of the child processes it waited for (JVMs, brokers), to find what makes the suite long on two cores
+        (``scripts/cpu_report.py FILE`` sums them by file)."""
+        t0, s0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), \
+            resource.getrusage(resource.RUSAGE_CHILDREN)
+        yield
+        s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        line = json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - t0, 3),
+                           "self": round(s1.ru_utime + s1.ru_stime - s0.ru_utime - s0.ru_stime, 3),
+                           "children": round(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, 3)})
+        with open(_CPU_REPORT, "a") as f:
+            f.write(line + "\n")
 
 
 # tryfirst: pytest-xdist reads the xdist_group markers in its own pytest_collection_modifyitems.
