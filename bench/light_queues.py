@@ -58,10 +58,12 @@ class LmqServers(SluiceServers):
 
 
 def disk_mib(root: Path) -> float:
+    """What the consume queues take on disk: the topics' files and the light queues' shared store."""
     total = 0
-    for dirpath, _, files in os.walk(root / "store" / "consumequeue"):
-        for f in files:
-            total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
+    for where in ("consumequeue", "lightqueue"):
+        for dirpath, _, files in os.walk(root / "store" / where):
+            for f in files:
+                total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
     return round(total / (1 << 20), 1)
 
 

@@ -75,7 +75,6 @@ from sluice.store.ha.epoch_file import EpochFile
 from sluice.store.ha.ha_client import HAClient
 from sluice.store.ha.ha_service import HAService
 from sluice.store.message_store import MessageStore
-from sluice.store.put_path import lmq_queue_limit
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +126,6 @@ class BrokerController(AsyncService):
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.consumer_manager = ConsumerManager(config.channel_expired_timeout, self._notify_consumer_ids_changed)
         self.consumer_filter_manager = ConsumerFilterManager(prepare=config.enable_property_filter)
-        lmq_limit = lmq_queue_limit(config.store.max_lmq_consume_queue_num)  # (the store's)
-        if config.store.enable_lmq and lmq_limit < config.store.max_lmq_consume_queue_num:
-            log.warning("light queues are limited to %d by the open-file limit (ulimit -n %d), not %d "
-                        "(max_lmq_consume_queue_num): raise the limit for more", lmq_limit, 2 * lmq_limit,
-                        config.store.max_lmq_consume_queue_num)
         self.producer_manager = ProducerManager(config.channel_expired_timeout)
         self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.hold_service = PullRequestHoldService(config.max_held_pulls)

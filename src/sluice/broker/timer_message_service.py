@@ -50,7 +50,7 @@ from sluice.common.properties import (
 from sluice.common.service import AsyncService
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.codes import ResponseCode
-from sluice.store.consume_queue import BLANK_ENTRY_SIZE, ConsumeQueue
+from sluice.store.consume_queue import BLANK_ENTRY_SIZE, LogicQueue
 from sluice.store.timer_log import TimerLog, TimerUnit
 from sluice.store.timer_wheel import TimerWheel, WheelOverflowError
 
@@ -305,7 +305,7 @@ class TimerMessageService(ConfigManager, AsyncService):
             return now_ms()
         return self._enqueued_through_ms
 
-    async def _enqueue_until(self, cq: ConsumeQueue, end: int, now_due: list[tuple[MessageExt, int]]) -> int:
+    async def _enqueue_until(self, cq: LogicQueue, end: int, now_due: list[tuple[MessageExt, int]]) -> int:
         store = self.store
         loop = asyncio.get_running_loop()
         turn_ends = loop.time() + _TURN

@@ -95,13 +95,14 @@ class MessageStoreConfig(_Config):
     # Light message queues (RocketMQ's enableLmq / enableMultiDispatch): a message whose INNER_MULTI_DISPATCH names
     # "%LMQ%a,%LMQ%b" is also entered in each of those queues (queue 0 of each, offsets of their own); at most
     # ``max_lmq_consume_queue_num`` of them on the broker (RocketMQ's default; Sluice always keeps to it), at most
-    # ``max_lmq_dispatch`` named by one message.
+    # ``max_lmq_dispatch`` named by one message. They share one store (<root>/lightqueue), nothing in memory per
+    # queue: raise the limit for millions.
     enable_lmq: bool = False
     enable_multi_dispatch: bool = False
-    max_lmq_consume_queue_num: Annotated[int, Meta(ge=1, le=50_000)] = 20_000
+    max_lmq_consume_queue_num: Annotated[int, Meta(ge=1, le=100_000_000)] = 20_000
     max_lmq_dispatch: Annotated[int, Meta(ge=1, le=10_000)] = 256
-    # A light queue's consume-queue files hold 1,000 entries each (a topic's: 300,000): each file's space is
-    # reserved when made, and there are many light queues, each holding little. Fixed once light queues exist.
+    # The consume-queue files of light queues kept in files of their own (stores made before the shared store)
+    # hold 1,000 entries each. Fixed once such light queues exist.
     lmq_mapped_file_size_consume_queue: Annotated[int, Meta(ge=20, le=2**31 - 1, multiple_of=20)] = 1_000 * 20
     # Flushing.
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH

@@ -33,7 +33,7 @@ from sluice.common.message_codec import (
     RECORD_HEADER,
     check_record,
 )
-from sluice.common.naming import LMQ_QUEUE_ID
+from sluice.common.naming import LMQ_QUEUE_ID, is_lmq
 from sluice.common.properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
@@ -211,6 +211,9 @@ class CommitLog:
                                      config.commit_log_pwrite_min_bytes)
         self.file_size = config.mapped_file_size_commit_log
         self.topic_queue_table: dict[tuple[str, int], int] = {}
+        # A light queue's next offset when the table has none (the light-queue store keeps them: set by the
+        # dispatcher).
+        self.lmq_next: Callable[[str], int] = lambda name: 0
         self.put_lock = threading.Lock()
         # Signalled when a zero fill ahead of the writer ends (``WarmMappedFileService``).
         self.zero_fill_done = threading.Condition()
@@ -290,7 +293,9 @@ class CommitLog:
                         lkey = (name, LMQ_QUEUE_ID)
                         loff = advanced.get(lkey, -1)
                         if loff < 0:
-                            loff = table.get(lkey, 0)
+                            loff = table.get(lkey, -1)
+                            if loff < 0:
+                                loff = self.lmq_next(name)
                         advanced[lkey] = loff + 1
                         taken.append((name, loff))
                     lmq_offsets = tuple(taken)
@@ -308,7 +313,9 @@ class CommitLog:
                 else:
                     qoff = advanced.get(key, -1)
                     if qoff < 0:
-                        qoff = table.get(key, 0)
+                        qoff = table.get(key, -1)
+                        if qoff < 0:
+                            qoff = self.lmq_next(m.topic) if m.queue_id == LMQ_QUEUE_ID and is_lmq(m.topic) else 0
                     advanced[key] = qoff + 1
                 if first_queue_offset < 0:
                     first_queue_offset = qoff

@@ -10,7 +10,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -25,6 +25,43 @@ CQ_ENTRY_DTYPE: Final = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tag", ">
 BLANK_ENTRY_SIZE: Final = 0x7FFFFFFF
 MIN_RECORD_SIZE: Final = RECORD_FIXED_SIZE + 1  # a stored record with a one-byte topic, no body or properties
 _ENTRY: Final = struct.Struct(">qiq")
+
+
+class LogicQueue(Protocol):
+    """What readers use of a queue's entries: a topic's consume queue, or a light queue (light_queue_store)."""
+
+    topic: str
+    queue_id: int
+    entries_per_file: int
+
+    @property
+    def max_offset(self) -> int: ...
+
+    @property
+    def min_offset(self) -> int: ...
+
+    def get_entry(self, queue_offset: int) -> tuple[int, int, int] | None: ...
+
+    def get_entries(self, queue_offset: int, max_entries: int) -> np.ndarray: ...
+
+    def offset_by_time(self, timestamp: int, store_time_of: Callable[[int, int], int | None]) -> int: ...
+
+
+def offset_by_time(get_entry: Callable[[int], tuple[int, int, int] | None], lo: int, hi: int, timestamp: int,
+                   store_time_of: Callable[[int, int], int | None]) -> int:
+    """The first offset in ``lo..hi`` whose message was stored at or after ``timestamp`` (ms), by bisection over
+    ``get_entry``; ``hi`` when every message is older."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        entry = get_entry(mid)
+        ts = None
+        if entry is not None and entry[1] != BLANK_ENTRY_SIZE:
+            ts = store_time_of(entry[0], entry[1])
+        if ts is None or ts < timestamp:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class ConsumeQueue:
@@ -176,18 +213,7 @@ class ConsumeQueue:
         ``store_time_of(phys_offset, size)`` reads a store timestamp from the commit log (None: removed).
         Returns ``max_offset`` when every message is older.
         """
-        lo, hi = self.min_offset, self.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            entry = self.get_entry(mid)
-            ts = None
-            if entry is not None and entry[1] != BLANK_ENTRY_SIZE:
-                ts = store_time_of(entry[0], entry[1])
-            if ts is None or ts < timestamp:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return offset_by_time(self.get_entry, self.min_offset, self.max_offset, timestamp, store_time_of)
 
     # -- recovery and retention ---------------------------------------------------------------------
     def truncate_past(self, max_phys_offset: int) -> int:

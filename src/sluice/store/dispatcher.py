@@ -38,6 +38,7 @@ from sluice.store.commit_log import (
 )
 from sluice.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
 from sluice.store.index_file import IndexService
+from sluice.store.light_queue_store import LightQueue, LightQueueStore
 from sluice.store.put_service import Job, PutService
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,11 @@ class Dispatcher:
         self.index_service = index_service
         self.faults = faults
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.lmq_count = 0  # consume queues of light queues (bounded by max_lmq_consume_queue_num)
+        # Light queues in consume-queue files of their own (made before the shared store; read as before).
+        self.file_lmq_count = 0
+        # Every other light queue (with ``enable_lmq``): one store for all (opened by ``load_consume_queues``).
+        self.light: LightQueueStore | None = None
+        commit_log.lmq_next = self._lmq_next
         self._cq_lock = threading.Lock()
         self.dispatched_offset = 0  # every record below is in the consume queues and index
         # Records below may be read by their commit-log offset (they are as durable as consumers may rely on): moved
@@ -114,7 +119,26 @@ class Dispatcher:
                 cq.load()
                 self.consume_queues[(topic, int(qid))] = cq
                 if is_lmq(topic):
-                    self.lmq_count += 1
+                    self.file_lmq_count += 1
+
+    def open_light_queues(self) -> None:
+        """Open the shared store of light queues (with ``enable_lmq``, or where one was made before)."""
+        store = LightQueueStore(self.config.store_path_root_dir)
+        if self.light is None and (self.config.enable_lmq or os.path.exists(store.path)):
+            self.light = store.open()
+
+    @property
+    def lmq_count(self) -> int:
+        """How many light queues are kept (bounded by max_lmq_consume_queue_num)."""
+        return self.file_lmq_count + (self.light.count if self.light is not None else 0)
+
+    def _lmq_next(self, name: str) -> int:
+        """The next offset of light queue ``name`` as dispatched (the commit log's table holds only those with
+        records not dispatched yet)."""
+        cq = self.consume_queues.get((name, LMQ_QUEUE_ID))
+        if cq is not None:
+            return cq.max_offset
+        return self.light.next_offset(name) if self.light is not None else 0
 
     @property
     def _lmq_on(self) -> bool:
@@ -337,9 +361,12 @@ class Dispatcher:
             self.dispatched_offset = self.visible_offset = end
             self._held_bytes = 0
 
-    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+    def find_consume_queue(self, topic: str, queue_id: int,
+                           create: bool = True) -> ConsumeQueue | LightQueue | None:
         key = (topic, queue_id)
         cq = self.consume_queues.get(key)
+        if cq is None and self.light is not None and is_lmq(topic):
+            return self.light.create(topic) if create else self.light.find(topic)
         if cq is None and create:
             with self._cq_lock:
                 cq = self.consume_queues.get(key)
@@ -348,8 +375,23 @@ class Dispatcher:
                                       self._cq_file_size(topic))
                     self.consume_queues = {**self.consume_queues, key: cq}
                     if is_lmq(topic):
-                        self.lmq_count += 1
+                        self.file_lmq_count += 1
         return cq
+
+    def _in_light(self, name: str) -> bool:
+        return self.light is not None and (name, LMQ_QUEUE_ID) not in self.consume_queues
+
+    def _put_light(self, rows: list[tuple[str, int, int, int, int]]) -> None:
+        """Light-queue entries, in one transaction; their arrivals noted, and their queues' next offsets left to
+        the light store (the commit log's table keeps only what is not dispatched yet: bounded memory)."""
+        assert self.light is not None
+        grown = self.light.put(rows)
+        table = self.commit_log.topic_queue_table
+        for name, nxt in grown.items():
+            key = (name, LMQ_QUEUE_ID)
+            self._arrivals[key] = nxt
+            if table.get(key) == nxt:
+                del table[key]
 
     def dispatch(self, reqs: list[DispatchRequest]) -> None:
         """``CommitLog.append``'s dispatcher (under the put lock)."""
@@ -368,16 +410,25 @@ class Dispatcher:
         if not reqs:
             return
         by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
+        light: list[tuple[str, int, int, int, int]] = []
         for r in reqs:
             if not no_queue_offset(r.sys_flag):
-                by_queue.setdefault((r.topic, r.queue_id), []).append(r)
+                if self._in_light(r.topic) and is_lmq(r.topic):
+                    light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code))
+                else:
+                    by_queue.setdefault((r.topic, r.queue_id), []).append(r)
             for name, offset in r.lmq:  # (its light queues: an entry in each, at its offset there)
-                by_queue.setdefault((name, LMQ_QUEUE_ID), []).append(
-                    r._replace(topic=name, queue_id=LMQ_QUEUE_ID, queue_offset=offset, lmq=()))
+                if self._in_light(name):
+                    light.append((name, offset, r.phys_offset, r.size, r.tags_code))
+                else:
+                    by_queue.setdefault((name, LMQ_QUEUE_ID), []).append(
+                        r._replace(topic=name, queue_id=LMQ_QUEUE_ID, queue_offset=offset, lmq=()))
+        if light:
+            self._put_light(light)
         arrivals = self._arrivals
         for key, rs in by_queue.items():
             cq = self.find_consume_queue(*key)
-            assert cq is not None
+            assert isinstance(cq, ConsumeQueue)
             if is_lmq(key[0]):  # (an entry a light queue has already is kept: never rewritten from there on)
                 end = cq.max_offset
                 rs = [r for r in rs if r.queue_offset >= end]
@@ -410,7 +461,7 @@ class Dispatcher:
     def _dispatch_batch(self, d: BatchDispatch) -> None:
         """ConsumeQueue entries and index entries of a raw batch, each in one call (under the dispatch lock)."""
         cq = self.find_consume_queue(d.topic, d.queue_id)
-        assert cq is not None
+        assert isinstance(cq, ConsumeQueue)  # (a raw batch's topic is a plain one)
         entries = np.empty(len(d.phys_offsets), CQ_ENTRY_DTYPE)
         entries["offset"] = d.phys_offsets
         entries["size"] = d.sizes
@@ -421,15 +472,24 @@ class Dispatcher:
         self._arrivals[(d.topic, d.queue_id)] = d.first_queue_offset + len(d.phys_offsets)
 
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
+        light: list[tuple[str, int, int, int, int]] = []
         if not no_queue_offset(r.sys_flag):
-            cq = self.find_consume_queue(r.topic, r.queue_id)
-            assert cq is not None
-            cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
+            if is_lmq(r.topic) and self._in_light(r.topic):
+                light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code))
+            else:
+                cq = self.find_consume_queue(r.topic, r.queue_id)
+                assert isinstance(cq, ConsumeQueue)
+                cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
         for name, offset in r.lmq:  # (recovery: each light queue the record is in, from where it ends)
+            if self._in_light(name):
+                light.append((name, offset, r.phys_offset, r.size, r.tags_code))
+                continue
             lcq = self.find_consume_queue(name, LMQ_QUEUE_ID)
-            assert lcq is not None
+            assert isinstance(lcq, ConsumeQueue)
             if offset >= lcq.max_offset:
                 lcq.put_entry(offset, r.phys_offset, r.size, r.tags_code)
+        if light:
+            self._put_light(light)
         if index and self.config.message_index_enable:
             self._build_index(r)
 
@@ -451,10 +511,15 @@ class Dispatcher:
             remaining = dict(self.consume_queues)
             for key in [k for k in remaining if k[0] in topics]:
                 remaining.pop(key).destroy()
-                self.lmq_count -= is_lmq(key[0])
+                self.file_lmq_count -= is_lmq(key[0])
                 self.commit_log.topic_queue_table.pop(key, None)
                 gone += 1
             self.consume_queues = remaining
+            lmqs = [t for t in topics if is_lmq(t)]
+            if lmqs and self.light is not None:
+                gone += self.light.drop(lmqs)
+                for name in lmqs:
+                    self.commit_log.topic_queue_table.pop((name, LMQ_QUEUE_ID), None)
         return gone
 
 

@@ -26,6 +26,7 @@ from sluice.common.config_loader import check
 from sluice.common.errors import StoreConfigError, StoreLockedError
 from sluice.common.files import fsync_dir
 from sluice.common.message import MessageExt, MessageExtBrokerInner
+from sluice.common.naming import LMQ_PREFIX, is_lmq
 from sluice.store.allocate_mapped_file import AllocateMappedFileService
 from sluice.store.checkpoint import StoreCheckpoint
 from sluice.store.commit_log import CommitLog, CommitLogClosed, DispatchRequest, ReplicationGap
@@ -34,6 +35,7 @@ from sluice.store.consumer_offset_manager import ConsumerOffsetManager
 from sluice.store.dispatcher import Dispatcher, MessageArrivalListener
 from sluice.store.flush import FlushConsumeQueueService, FlushRealTimeService, FlushStats, GroupCommitService
 from sluice.store.index_file import IndexService, index_file_size
+from sluice.store.light_queue_store import LightQueue, LightQueueStore
 from sluice.store.message_reader import MessageReader, QueryMessageResult, RecordFilter
 from sluice.store.put_path import Put, PutDone, PutPath, ReplicaOutcome, ReplicationWaiter
 from sluice.store.put_service import CallJob, PutService
@@ -86,6 +88,11 @@ class MessageStore:
     @property
     def consume_queues(self) -> dict[tuple[str, int], ConsumeQueue]:
         return self.dispatcher.consume_queues
+
+    @property
+    def light_queues(self) -> LightQueueStore | None:
+        """The shared store of light queues (None without ``enable_lmq``)."""
+        return self.dispatcher.light
 
     @property
     def dispatched_offset(self) -> int:
@@ -169,6 +176,7 @@ class MessageStore:
             self.consumer_offsets.load()
             self.commit_log.queue.load()
             self.dispatcher.load_consume_queues()
+            self.dispatcher.open_light_queues()
             self.index_service.load()
             cp_path = self.checkpoint.path
             self.checkpoint = StoreCheckpoint.load(cp_path)
@@ -304,6 +312,8 @@ class MessageStore:
         self.commit_log.close()
         for cq in self.dispatcher.consume_queues.values():
             cq.close()
+        if self.dispatcher.light is not None:
+            self.dispatcher.light.close()
         self.index_service.close()
 
     # == writing (``PutPath``) ========================================================================
@@ -375,8 +385,17 @@ class MessageStore:
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
         self.dispatcher.dispatch_one(r, index)
 
-    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+    def find_consume_queue(self, topic: str, queue_id: int,
+                           create: bool = True) -> ConsumeQueue | LightQueue | None:
         return self.dispatcher.find_consume_queue(topic, queue_id, create)
+
+    def light_queue_names(self, prefix: str = LMQ_PREFIX) -> list[str]:
+        """The light queues kept whose names start with ``prefix``, in order."""
+        names = {t for t, _ in self.dispatcher.consume_queues if is_lmq(t) and t.startswith(prefix)}
+        light = self.dispatcher.light
+        if light is not None:
+            names.update(light.names(prefix))
+        return sorted(names)
 
     def lmq_queue_count(self) -> int:
         """How many light queues (``%LMQ%...``) have a consume queue."""
@@ -427,6 +446,8 @@ class MessageStore:
             end = cq.queue.max_offset  # read after ``dispatched``: covers every entry below it
             if cq.flush(least_pages) < end:
                 complete = False
+        if self.dispatcher.light is not None:
+            self.dispatcher.light.flush()
         cp = self.checkpoint
         now = int(time.time() * 1000)
         if least_pages == 0:
@@ -506,6 +527,8 @@ class MessageStore:
     def clean_logics(self, commit_log_min_offset: int) -> None:
         for cq in list(self.dispatcher.consume_queues.values()):
             cq.delete_expired(commit_log_min_offset)
+        if self.dispatcher.light is not None:
+            self.dispatcher.light.delete_below(commit_log_min_offset)
         self.index_service.delete_expired(commit_log_min_offset)
 
     def clean_expired_files(self, now: float | None = None, manual: bool = True) -> int:

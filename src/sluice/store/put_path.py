@@ -26,7 +26,6 @@ from sluice.common.errors import InvalidNameError, MessageFormatError
 from sluice.common.lmq_dispatch import dispatch_names, lmq_problem
 from sluice.common.message import MessageExtBrokerInner
 from sluice.common.naming import LMQ_QUEUE_ID, is_lmq, validate_topic
-from sluice.common.platform import open_file_limit
 from sluice.common.properties import (
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
@@ -97,13 +96,6 @@ class WritableStore(Protocol):
 
 _DISPATCH_MARK = property_marker(PROPERTY_INNER_MULTI_DISPATCH)
 _OFFSETS_MARK = property_marker(PROPERTY_INNER_MULTI_QUEUE_OFFSET)
-
-
-def lmq_queue_limit(configured: int) -> int:
-    """How many light queues the broker keeps: ``max_lmq_consume_queue_num``, but at most half the open-file limit
-    (each keeps a file open per 1,000 entries; past the limit no consume queue could be written, a topic's neither)."""
-    files = open_file_limit()
-    return configured if files is None else min(configured, files // 2)
 
 
 @lru_cache(maxsize=4096)
@@ -200,7 +192,7 @@ class PutPath:
                 new.update(n for n in names if self.dispatcher.find_consume_queue(n, LMQ_QUEUE_ID, False) is None)
             if is_lmq(m.topic) and self.dispatcher.find_consume_queue(m.topic, m.queue_id, False) is None:
                 new.add(m.topic)
-        if new and self.dispatcher.lmq_count + len(new) > lmq_queue_limit(c.max_lmq_consume_queue_num):
+        if new and self.dispatcher.lmq_count + len(new) > c.max_lmq_consume_queue_num:
             return PutMessageResult(PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED,
                                     "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.")
         return None

@@ -18,6 +18,7 @@ from sluice.store.checkpoint import StoreCheckpoint
 from sluice.store.commit_log import CommitLog, DispatchRequest, dispatch_request_of, queue_advances
 from sluice.store.consume_queue import ConsumeQueue
 from sluice.store.index_file import IndexService
+from sluice.store.light_queue_store import LightQueueStore
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ class RecoveringStore(Protocol):
 
     @property
     def consume_queues(self) -> dict[tuple[str, int], ConsumeQueue]: ...
+
+    @property
+    def light_queues(self) -> LightQueueStore | None: ...
 
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None: ...
 
@@ -127,6 +131,11 @@ def recover(store: RecoveringStore, abnormal: bool, truncate_at: int | None = No
             log.warning("consume queue %s/%d: dropped %d entries past the commit log end", cq.topic, cq.queue_id,
                         dropped)
         cq.correct_min_offset(queue.min_offset)
+    light = store.light_queues
+    if light is not None:
+        dropped = light.truncate_from(visible_end)
+        if dropped and visible_end == end:
+            log.warning("light queues: dropped %d entries past the commit log end", dropped)
     table = {(cq.topic, cq.queue_id): cq.max_offset for cq in store.consume_queues.values()}
     kept = [r for r in held if r.phys_offset < end]
     for r in kept:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 from sluice.broker.lite.lite_event_dispatcher import LiteEventDispatcher
 from sluice.broker.lite.lite_subscription_registry import LiteSubscriptionRegistry
@@ -28,9 +28,9 @@ DELETE_CHUNK = 1000  # lite topics looked at, or deleted, in one turn of the loo
 class LiteStore:
     """What the lifecycle reads of the store, and how it deletes a light queue."""
 
-    def __init__(self, queues: Callable[[], Collection[tuple[str, int]]], max_offset: Callable[[str], int],
+    def __init__(self, names: Callable[[str], list[str]], max_offset: Callable[[str], int],
                  store_time: Callable[[str, int], int], delete: Callable[[list[str]], object]) -> None:
-        self.queues = queues  # every (topic, queue id) the store keeps
+        self.names = names  # prefix → the light queues the store keeps whose names start so, in order
         self.max_offset = max_offset  # lmq → its end
         self.store_time = store_time  # (lmq, offset) → when that message was stored (-1: unknown)
         self.delete = delete  # lmqs → (awaitable) deleted with their offsets
@@ -59,7 +59,7 @@ class LiteLifecycleManager(AsyncService):
     def lite_topics(self, parent: str | None = None) -> list[str]:
         """The light queues of lite topics this broker keeps (of ``parent`` only, when given)."""
         prefix = LITE_TOPIC_PREFIX if parent is None else f"{LITE_TOPIC_PREFIX}{parent}$"
-        return sorted({t for t, _ in self.store.queues() if t.startswith(prefix)})
+        return self.store.names(prefix)
 
     def is_expired(self, lmq: str, now_ms: int) -> bool:
         """Whether ``lmq`` goes: its parent is gone (deleted), or its last message was stored longer ago than the

@@ -43,7 +43,7 @@ class LiteTopics:
         self.registry = LiteSubscriptionRegistry(config.max_lite_subscription_count, self._group_settings,
                                                  self._reset_offset, _notify_unsubscribe)
         self.events = LiteEventDispatcher(self.registry, self._max_events, self.backlog, self._wake)
-        lite_store = LiteStore(lambda: store.dispatcher.consume_queues.keys(),
+        lite_store = LiteStore(store.light_queue_names,
                                lambda lmq: store.get_max_offset_in_queue(lmq, 0),
                                lambda lmq, off: store.get_message_store_timestamp(lmq, 0, off),
                                lambda lmqs: store.on_store_thread(lambda: store.delete_topics(lmqs)))

@@ -1,0 +1,296 @@
+"""The consume queues of every light queue (``%LMQ%...``) in one shared SQLite database.
+
+A topic's consume queue is a run of files; a light queue holds little, and a broker may keep a million of them, so
+they share one store instead (RocketMQ keeps them in RocksDB for the same reason): one row per queue (its name and
+its next offset), one per entry (commit-log offset, size, tags code), an index by commit-log offset for recovery's
+cut and retention. Nothing is kept in memory per queue: a ``LightQueue`` is a view made when asked for.
+
+Like the consume-queue files, the database is derived from the commit log: written without an fsync per commit
+(WAL, ``synchronous=NORMAL``: a crash can lose the last commits, never break the database), made durable by
+``flush`` before the store's checkpoint vouches for it, and completed again by recovery's dispatch from there.
+Writes come from the store thread; reads from any thread, each on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Final
+
+import numpy as np
+
+from sluice.common.naming import LMQ_QUEUE_ID
+from sluice.store.consume_queue import CQ_ENTRY_DTYPE, offset_by_time
+
+log = logging.getLogger(__name__)
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS queues (qid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, next INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (qid INTEGER NOT NULL, off INTEGER NOT NULL, phys INTEGER NOT NULL,
+                                    size INTEGER NOT NULL, tag INTEGER NOT NULL, PRIMARY KEY (qid, off))
+                                    WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_by_phys ON entries (phys);
+"""
+_QID_CACHE: Final = 65_536  # names → queue ids of the queues used lately (a queue id never changes while it lives)
+# One light queue's entries read at a time at most (a pull asks for 32; a filtered one for up to 800).
+_MAX_READ: Final = 4_096
+
+
+class LightQueue:
+    """One light queue, as the readers see a consume queue (a view: nothing of it is kept once dropped)."""
+
+    __slots__ = ("store", "topic", "queue_id", "qid")
+
+    entries_per_file = 1  # (no files: an offset past a hole is the next one)
+
+    def __init__(self, store: LightQueueStore, topic: str, qid: int) -> None:
+        self.store = store
+        self.topic = topic
+        self.queue_id = LMQ_QUEUE_ID
+        self.qid = qid
+
+    @property
+    def max_offset(self) -> int:
+        return self.store.next_offset_of(self.qid)
+
+    @property
+    def min_offset(self) -> int:
+        return self.store.min_offset_of(self.qid)
+
+    def get_entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        row = self.store.reader().execute("SELECT phys, size, tag FROM entries WHERE qid = ? AND off = ?",
+                                          (self.qid, queue_offset)).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def get_entries(self, queue_offset: int, max_entries: int) -> np.ndarray:
+        """Up to ``max_entries`` consecutive entries from ``queue_offset``."""
+        n = max(0, min(max_entries, _MAX_READ))
+        rows = self.store.reader().execute(
+            "SELECT off, phys, size, tag FROM entries WHERE qid = ? AND off >= ? AND off < ? ORDER BY off",
+            (self.qid, queue_offset, queue_offset + n)).fetchall()
+        run = 0
+        for off, *_ in rows:
+            if off != queue_offset + run:
+                break
+            run += 1
+        return np.array([r[1:] for r in rows[:run]], CQ_ENTRY_DTYPE)
+
+    def offset_by_time(self, timestamp: int, store_time_of: Callable[[int, int], int | None]) -> int:
+        return offset_by_time(self.get_entry, self.min_offset, self.max_offset, timestamp, store_time_of)
+
+
+class LightQueueStore:
+    """Every light queue's entries, in ``<root>/lightqueue/lmq.db``."""
+
+    def __init__(self, root_dir: str) -> None:
+        self.directory = os.path.join(root_dir, "lightqueue")
+        self.path = os.path.join(self.directory, "lmq.db")
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._qids: OrderedDict[str, int] = OrderedDict()
+        self._qids_lock = threading.Lock()
+        self.count = 0
+        self._closed = False
+
+    # -- connections --------------------------------------------------------------------------------
+    def open(self) -> LightQueueStore:
+        os.makedirs(self.directory, exist_ok=True)
+        db = self._connect()
+        db.executescript(_SCHEMA)
+        self.count = db.execute("SELECT count(*) FROM queues").fetchone()[0]
+        return self
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._closed:
+            raise OSError(f"the light-queue store {self.path} is closed")
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size=-4096")  # (KiB: a bounded page cache per connection)
+        with self._connections_lock:
+            self._connections.append(db)
+        self._local.db = db
+        return db
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's connection."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        return db if db is not None else self._connect()
+
+    def close(self) -> None:
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+            self._closed = True
+        for db in connections:
+            try:
+                db.close()
+            except sqlite3.Error:  # pragma: no cover - (another thread's statement in flight)
+                pass
+
+    # -- queues ---------------------------------------------------------------------------------------
+    def qid_of(self, name: str) -> int | None:
+        with self._qids_lock:
+            qid = self._qids.get(name)
+            if qid is not None:
+                self._qids.move_to_end(name)
+                return qid
+        row = self.reader().execute("SELECT qid FROM queues WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return None
+        self._remember(name, row[0])
+        return int(row[0])
+
+    def _remember(self, name: str, qid: int) -> None:
+        with self._qids_lock:
+            self._qids[name] = qid
+            if len(self._qids) > _QID_CACHE:
+                self._qids.popitem(last=False)
+
+    def find(self, name: str) -> LightQueue | None:
+        qid = self.qid_of(name)
+        return None if qid is None else LightQueue(self, name, qid)
+
+    def create(self, name: str) -> LightQueue:
+        queue = self.find(name)
+        if queue is not None:
+            return queue
+        db = self.reader()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            created = db.execute("INSERT OR IGNORE INTO queues (name, next) VALUES (?, 0)", (name,)).rowcount
+            qid = db.execute("SELECT qid FROM queues WHERE name = ?", (name,)).fetchone()[0]
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.count += created
+        self._remember(name, qid)
+        return LightQueue(self, name, qid)
+
+    def next_offset(self, name: str) -> int:
+        """The offset the next entry of ``name`` takes (0 for a queue not kept)."""
+        qid = self.qid_of(name)
+        return 0 if qid is None else self.next_offset_of(qid)
+
+    def next_offset_of(self, qid: int) -> int:
+        row = self.reader().execute("SELECT next FROM queues WHERE qid = ?", (qid,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def min_offset_of(self, qid: int) -> int:
+        db = self.reader()
+        row = db.execute("SELECT min(off) FROM entries WHERE qid = ?", (qid,)).fetchone()
+        return int(row[0]) if row[0] is not None else self.next_offset_of(qid)
+
+    def names(self, prefix: str = "") -> list[str]:
+        """The names of the queues kept that start with ``prefix``, in order."""
+        if not prefix:
+            rows = self.reader().execute("SELECT name FROM queues ORDER BY name").fetchall()
+        else:
+            high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            rows = self.reader().execute("SELECT name FROM queues WHERE name >= ? AND name < ? ORDER BY name",
+                                         (prefix, high)).fetchall()
+        return [r[0] for r in rows]
+
+    # -- writing (the dispatcher, on the store thread) -------------------------------------------------
+    def put(self, entries: Iterable[tuple[str, int, int, int, int]]) -> dict[str, int]:
+        """Enter ``(name, queue offset, commit-log offset, size, tags code)`` rows in one transaction; an entry
+        a queue has already (its offset below the queue's next) is kept as it is. Returns each queue's next
+        offset after it, for the queues that took an entry."""
+        db = self.reader()
+        grown: dict[str, int] = {}
+        made = 0
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            ends: dict[str, tuple[int, int]] = {}  # name → (qid, next)
+            rows = []
+            for name, off, phys, size, tag in entries:
+                known = ends.get(name)
+                if known is None:
+                    row = db.execute("SELECT qid, next FROM queues WHERE name = ?", (name,)).fetchone()
+                    if row is None:
+                        qid = db.execute("INSERT INTO queues (name, next) VALUES (?, 0)", (name,)).lastrowid
+                        assert qid is not None
+                        row = (qid, 0)
+                        made += 1
+                    known = ends[name] = (int(row[0]), int(row[1]))
+                qid, nxt = known
+                if off < nxt:
+                    continue
+                rows.append((qid, off, phys, size, tag))
+                ends[name] = (qid, off + 1)
+                grown[name] = off + 1
+            db.executemany("INSERT OR REPLACE INTO entries (qid, off, phys, size, tag) VALUES (?, ?, ?, ?, ?)", rows)
+            db.executemany("UPDATE queues SET next = ? WHERE qid = ?",
+                           [(ends[name][1], ends[name][0]) for name in grown])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.count += made
+        for name in grown:
+            self._remember(name, ends[name][0])
+        return grown
+
+    def truncate_from(self, phys_offset: int) -> int:
+        """Drop the entries of records at or past ``phys_offset`` (recovery: the log ends there); each queue they
+        were in ends before the first. Returns how many went."""
+        db = self.reader()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            firsts = db.execute("SELECT qid, min(off) FROM entries WHERE phys >= ? GROUP BY qid",
+                                (phys_offset,)).fetchall()
+            gone = db.execute("DELETE FROM entries WHERE phys >= ?", (phys_offset,)).rowcount
+            db.executemany("UPDATE queues SET next = ? WHERE qid = ?", [(off, qid) for qid, off in firsts])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return gone
+
+    def delete_below(self, commit_log_min_offset: int) -> int:
+        """Retention: drop the entries of records no longer in the commit log; returns how many went."""
+        db = self.reader()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            gone = db.execute("DELETE FROM entries WHERE phys < ?", (commit_log_min_offset,)).rowcount
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return gone
+
+    def drop(self, names: Iterable[str]) -> int:
+        """Delete queues with their entries; returns how many there were."""
+        db = self.reader()
+        qids = []
+        for name in names:
+            qid = self.qid_of(name)
+            if qid is not None:
+                qids.append((qid,))
+        if not qids:
+            return 0
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("DELETE FROM entries WHERE qid = ?", qids)
+            gone = sum(db.execute("DELETE FROM queues WHERE qid = ?", q).rowcount for q in qids)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        with self._qids_lock:
+            self._qids.clear()  # (a name made again later gets a new queue id)
+        self.count -= gone
+        return gone
+
+    def flush(self) -> None:
+        """Make every committed entry durable (the WAL is synced by a checkpoint), before the store's checkpoint
+        says the consume queues hold the log up to some offset."""
+        self.reader().execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
+__all__ = ["LightQueue", "LightQueueStore"]
