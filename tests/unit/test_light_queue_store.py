@@ -1,0 +1,74 @@
+"""Light queues share one store: no consume-queue file or object per queue, offsets that go on across restarts,
+recovery's cut at the log's end, retention, deletion."""
+
+from __future__ import annotations
+
+import os
+
+from sluice.common.config import MessageStoreConfig
+from sluice.common.message import MessageExtBrokerInner
+from sluice.store import MessageStore
+from sluice.store.light_queue_store import LightQueueStore
+from tests.unit.helpers import read_queue
+
+
+def _cfg(root) -> MessageStoreConfig:
+    return MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=256 * 1024,
+                              max_hash_slot_num=64, max_index_num=400, enable_lmq=True, enable_multi_dispatch=True,
+                              max_lmq_consume_queue_num=100_000)
+
+
+def _m(body: bytes, names: list[str]) -> MessageExtBrokerInner:
+    return MessageExtBrokerInner("T", body, queue_id=0, properties={"INNER_MULTI_DISPATCH": ",".join(names)},
+                                 born_host="10.0.0.1:5000")
+
+
+def test_thousands_of_light_queues_keep_no_file_or_object_each_and_go_on_after_a_restart(tmp_path) -> None:
+    names = [f"%LMQ%q{i}" for i in range(5_000)]
+    s = MessageStore(_cfg(tmp_path)).start()
+    try:
+        for i in range(0, len(names), 250):
+            assert s.put_message(_m(b"first", names[i:i + 250])).ok
+        assert s.lmq_queue_count() == 5_000
+        assert not [k for k in s.consume_queues if k[0].startswith("%LMQ%")]
+        assert not os.path.exists(tmp_path / "consumequeue" / "%LMQ%q0")
+        # the commit log's next-offset table keeps only what is not dispatched yet
+        assert not [k for k in s.commit_log.topic_queue_table if k[0].startswith("%LMQ%")]
+        assert s.put_message(_m(b"second", ["%LMQ%q7", "%LMQ%q4999"])).ok
+    finally:
+        s.shutdown()
+    r = MessageStore(_cfg(tmp_path)).start()
+    try:
+        assert r.lmq_queue_count() == 5_000
+        assert r.get_max_offset_in_queue("%LMQ%q7", 0) == 2 and r.get_max_offset_in_queue("%LMQ%q8", 0) == 1
+        assert r.put_message(_m(b"third", ["%LMQ%q7"])).ok
+        assert [m.body for m in read_queue(r, "%LMQ%q7", 0)] == [b"first", b"second", b"third"]
+        assert [m.body for m in read_queue(r, "%LMQ%q4999", 0)] == [b"first", b"second"]
+        assert r.light_queue_names("%LMQ%q499") == ["%LMQ%q499", *(f"%LMQ%q499{d}" for d in range(10))]
+    finally:
+        r.shutdown()
+
+
+def test_entries_past_the_logs_end_are_cut_and_the_queue_goes_on_from_there(tmp_path) -> None:
+    store = LightQueueStore(str(tmp_path)).open()
+    try:
+        store.put([("%LMQ%a", 0, 100, 50, 0), ("%LMQ%a", 1, 150, 50, 0), ("%LMQ%b", 0, 150, 50, 0),
+                   ("%LMQ%a", 2, 200, 50, 0)])
+        assert store.put([("%LMQ%a", 1, 999, 1, 0)]) == {}  # an entry a queue has is kept as it is
+        a = store.find("%LMQ%a")
+        assert a is not None and a.get_entry(1) == (150, 50, 0)
+        assert store.truncate_from(150) == 3
+        b = store.find("%LMQ%b")
+        assert b is not None
+        assert (a.min_offset, a.max_offset, b.min_offset, b.max_offset) == (0, 1, 0, 0)
+        assert store.put([("%LMQ%a", 1, 150, 60, 0)]) == {"%LMQ%a": 2}
+        assert a.get_entries(0, 10).tolist() == [(100, 50, 0), (150, 60, 0)]
+        # retention: what is gone from the log leaves the queue; its end stays
+        assert store.delete_below(150) == 1
+        assert (a.min_offset, a.max_offset) == (1, 2)
+        assert store.delete_below(1_000) == 1
+        assert (a.min_offset, a.max_offset) == (2, 2)
+        assert store.drop(["%LMQ%a", "%LMQ%nope"]) == 1
+        assert store.find("%LMQ%a") is None and store.count == 1
+    finally:
+        store.close()
