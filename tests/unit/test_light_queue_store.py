@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 
+from sluice.common.batch_codec import BatchItem, encode_batch, scan_batch_columns
 from sluice.common.config import MessageStoreConfig
 from sluice.common.message import MessageExtBrokerInner
-from sluice.store import MessageStore
+from sluice.store import MessageStore, RawBatch
 from sluice.store.light_queue_store import LightQueueStore
 from tests.unit.helpers import read_queue
 
@@ -72,3 +73,18 @@ def test_entries_past_the_logs_end_are_cut_and_the_queue_goes_on_from_there(tmp_
         assert store.find("%LMQ%a") is None and store.count == 1
     finally:
         store.close()
+
+
+def test_a_batch_sent_to_a_light_queue_takes_the_offsets_after_its_last_message(tmp_path) -> None:
+    s = MessageStore(_cfg(tmp_path)).start()
+    try:
+        for i in range(3):
+            assert s.put_message(MessageExtBrokerInner("%LMQ%x", f"p{i}".encode(), queue_id=0,
+                                                       born_host="10.0.0.1:5000")).ok
+        data = encode_batch([BatchItem(b"b0", {}, 0), BatchItem(b"b1", {}, 0)])
+        assert s.put(RawBatch("%LMQ%x", 0, data, scan_batch_columns(data), 0, 1_700_000_000_000, "10.0.0.1:5000",
+                              None, 0, {})).ok
+        assert s.put_message(MessageExtBrokerInner("%LMQ%x", b"after", queue_id=0, born_host="10.0.0.1:5000")).ok
+        assert [m.body for m in read_queue(s, "%LMQ%x", 0)] == [b"p0", b"p1", b"p2", b"b0", b"b1", b"after"]
+    finally:
+        s.shutdown()

@@ -381,7 +381,10 @@ class CommitLog:
         key = (batch.topic, batch.queue_id)
         with self._append_section(batch_bytes) as (mf, store_ts):
             first_phys = mf.file_from_offset + mf.wrote_position
-            first_qoff = self.topic_queue_table.get(key, 0)
+            first_qoff = self.topic_queue_table.get(key, -1)
+            if first_qoff < 0:
+                first_qoff = self.lmq_next(batch.topic) if batch.queue_id == LMQ_QUEUE_ID and is_lmq(batch.topic) \
+                    else 0
             phys = np.empty(n, dtype=np.int64)
             phys[0] = first_phys
             np.cumsum(sizes[:-1], out=phys[1:])

@@ -14,6 +14,7 @@ import asyncio
 import errno
 import logging
 import os
+import sqlite3
 import struct
 import threading
 from collections import deque
@@ -79,6 +80,7 @@ class Dispatcher:
         # Every other light queue (with ``enable_lmq``): one store for all (opened by ``load_consume_queues``).
         self.light: LightQueueStore | None = None
         commit_log.lmq_next = self._lmq_next
+        self._putting = 0  # the thread in ``dispatch`` (it holds the put lock), else 0
         self._cq_lock = threading.Lock()
         self.dispatched_offset = 0  # every record below is in the consume queues and index
         # Records below may be read by their commit-log offset (they are as durable as consumers may rely on): moved
@@ -365,8 +367,9 @@ class Dispatcher:
                            create: bool = True) -> ConsumeQueue | LightQueue | None:
         key = (topic, queue_id)
         cq = self.consume_queues.get(key)
-        if cq is None and self.light is not None and is_lmq(topic):
-            return self.light.create(topic) if create else self.light.find(topic)
+        light = self.light
+        if cq is None and light is not None and self._in_light(topic, queue_id):
+            return light.create(topic) if create else light.find(topic)
         if cq is None and create:
             with self._cq_lock:
                 cq = self.consume_queues.get(key)
@@ -378,18 +381,35 @@ class Dispatcher:
                         self.file_lmq_count += 1
         return cq
 
-    def _in_light(self, name: str) -> bool:
-        return self.light is not None and (name, LMQ_QUEUE_ID) not in self.consume_queues
+    def _in_light(self, name: str, queue_id: int = LMQ_QUEUE_ID) -> bool:
+        return (self.light is not None and queue_id == LMQ_QUEUE_ID and is_lmq(name)
+                and (name, LMQ_QUEUE_ID) not in self.consume_queues)
 
     def _put_light(self, rows: list[tuple[str, int, int, int, int]]) -> None:
         """Light-queue entries, in one transaction; their arrivals noted, and their queues' next offsets left to
         the light store (the commit log's table keeps only what is not dispatched yet: bounded memory)."""
         assert self.light is not None
-        grown = self.light.put(rows)
+        try:
+            grown = self.light.put(rows)
+        except sqlite3.Error as exc:  # (held and tried again, as a failed consume-queue write)
+            full = isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)
+            raise OSError(errno.ENOSPC if full else errno.EAGAIN, f"the light-queue store: {exc}") from exc
+        for name, nxt in grown.items():
+            self._arrivals[(name, LMQ_QUEUE_ID)] = nxt
+        # A table entry may go only while no append can move it meanwhile: under the put lock.
+        put_lock = self.commit_log.put_lock
+        if self._putting == threading.get_ident():
+            self._forget_dispatched(grown)
+        elif put_lock.acquire(blocking=False):
+            try:
+                self._forget_dispatched(grown)
+            finally:
+                put_lock.release()
+
+    def _forget_dispatched(self, grown: dict[str, int]) -> None:
         table = self.commit_log.topic_queue_table
         for name, nxt in grown.items():
             key = (name, LMQ_QUEUE_ID)
-            self._arrivals[key] = nxt
             if table.get(key) == nxt:
                 del table[key]
 
@@ -397,12 +417,20 @@ class Dispatcher:
         """``CommitLog.append``'s dispatcher (under the put lock)."""
         last = reqs[-1]
         self._reput_offset = last.phys_offset + last.size
-        self._hold_or_dispatch(reqs, self._reput_offset)
+        self._putting = threading.get_ident()
+        try:
+            self._hold_or_dispatch(reqs, self._reput_offset)
+        finally:
+            self._putting = 0
 
     def dispatch_raw_batch(self, d: BatchDispatch) -> None:
         """``CommitLog.append_raw_batch``'s dispatcher (under the put lock)."""
         self._reput_offset = int(d.phys_offsets[-1] + d.sizes[-1])
-        self._hold_or_dispatch(d, self._reput_offset)
+        self._putting = threading.get_ident()
+        try:
+            self._hold_or_dispatch(d, self._reput_offset)
+        finally:
+            self._putting = 0
 
     def _dispatch_requests(self, reqs: list[DispatchRequest]) -> None:
         """The consume-queue and index entries of records (under the dispatch lock), in bulk: each queue's
@@ -413,7 +441,7 @@ class Dispatcher:
         light: list[tuple[str, int, int, int, int]] = []
         for r in reqs:
             if not no_queue_offset(r.sys_flag):
-                if self._in_light(r.topic) and is_lmq(r.topic):
+                if self._in_light(r.topic, r.queue_id):
                     light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code))
                 else:
                     by_queue.setdefault((r.topic, r.queue_id), []).append(r)
@@ -460,8 +488,14 @@ class Dispatcher:
 
     def _dispatch_batch(self, d: BatchDispatch) -> None:
         """ConsumeQueue entries and index entries of a raw batch, each in one call (under the dispatch lock)."""
+        if self._in_light(d.topic, d.queue_id):
+            self._put_light([(d.topic, d.first_queue_offset + i, int(off), int(size), int(tag)) for i, (off, size, tag)
+                             in enumerate(zip(d.phys_offsets, d.sizes, d.tags_codes, strict=True))])
+            if len(d.index_hashes):
+                self.index_service.put_hashes(d.index_hashes, d.phys_offsets[d.index_records], d.store_timestamp)
+            return
         cq = self.find_consume_queue(d.topic, d.queue_id)
-        assert isinstance(cq, ConsumeQueue)  # (a raw batch's topic is a plain one)
+        assert isinstance(cq, ConsumeQueue)
         entries = np.empty(len(d.phys_offsets), CQ_ENTRY_DTYPE)
         entries["offset"] = d.phys_offsets
         entries["size"] = d.sizes
@@ -474,7 +508,7 @@ class Dispatcher:
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
         light: list[tuple[str, int, int, int, int]] = []
         if not no_queue_offset(r.sys_flag):
-            if is_lmq(r.topic) and self._in_light(r.topic):
+            if self._in_light(r.topic, r.queue_id):
                 light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code))
             else:
                 cq = self.find_consume_queue(r.topic, r.queue_id)

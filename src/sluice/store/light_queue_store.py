@@ -253,16 +253,22 @@ class LightQueueStore:
         return gone
 
     def delete_below(self, commit_log_min_offset: int) -> int:
-        """Retention: drop the entries of records no longer in the commit log; returns how many went."""
+        """Retention: drop the entries of records no longer in the commit log, a bounded number a transaction
+        (the dispatcher's writes wait for each); returns how many went."""
         db = self.reader()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            gone = db.execute("DELETE FROM entries WHERE phys < ?", (commit_log_min_offset,)).rowcount
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        return gone
+        gone = 0
+        while True:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                n = db.execute("DELETE FROM entries WHERE (qid, off) IN (SELECT qid, off FROM entries WHERE phys < ? "
+                               "LIMIT 10000)", (commit_log_min_offset,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            gone += n
+            if n < 10_000:
+                return gone
 
     def drop(self, names: Iterable[str]) -> int:
         """Delete queues with their entries; returns how many there were."""
@@ -291,6 +297,15 @@ class LightQueueStore:
         """Make every committed entry durable (the WAL is synced by a checkpoint), before the store's checkpoint
         says the consume queues hold the log up to some offset."""
         self.reader().execute("PRAGMA wal_checkpoint(PASSIVE)")
+        # (a checkpoint that had nothing to copy, or met another, syncs nothing: the WAL is synced here)
+        try:
+            fd = os.open(self.path + "-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 __all__ = ["LightQueue", "LightQueueStore"]
