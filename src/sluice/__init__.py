@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
     from sluice.client import (
         ConsumeOrderlyStatus,
         ConsumeStatus,
+        LitePushConsumer,
         LocalTransactionState,
         Message,
         Producer,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
     from sluice.client.message_selector import MessageSelector
     from sluice.client.request_reply import ReplyMessage, RequestTimeoutError, create_reply_message
     from sluice.common.errors import BrokerResponseError, ClientError, SluiceError
+    from sluice.common.lite import OffsetOption
     from sluice.common.message import MessageExt
     from sluice.common.structs import MessageModel, MessageQueue
 
@@ -39,12 +41,14 @@ _EXPORTS = {
     "ClientError": "sluice.common.errors",
     "ConsumeOrderlyStatus": "sluice.client",
     "ConsumeStatus": "sluice.client",
+    "LitePushConsumer": "sluice.client",
     "LocalTransactionState": "sluice.client",
     "Message": "sluice.client",
     "MessageExt": "sluice.common.message",
     "MessageModel": "sluice.common.structs",
     "MessageQueue": "sluice.common.structs",
     "MessageSelector": "sluice.client.message_selector",
+    "OffsetOption": "sluice.common.lite",
     "Producer": "sluice.client",
     "ReplyMessage": "sluice.client.request_reply",
     "RequestTimeoutError": "sluice.client.request_reply",
@@ -60,9 +64,10 @@ _EXPORTS = {
     "create_reply_message": "sluice.client.request_reply",
 }
 __all__ = [
-    "BrokerResponseError", "ClientError", "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message",
-    "MessageExt", "MessageModel", "MessageQueue", "MessageSelector", "Producer", "PullConsumer", "PushConsumer",
-    "ReplyMessage", "RequestTimeoutError", "SendResult", "SendStatus", "SimpleConsumer", "SluiceError",
-    "TransactionListener", "TransactionProducer", "TransactionSendResult", "__version__", "create_reply_message",
+    "BrokerResponseError", "ClientError", "ConsumeOrderlyStatus", "ConsumeStatus", "LitePushConsumer",
+    "LocalTransactionState", "Message", "MessageExt", "MessageModel", "MessageQueue", "MessageSelector",
+    "OffsetOption", "Producer", "PullConsumer", "PushConsumer", "ReplyMessage", "RequestTimeoutError", "SendResult",
+    "SendStatus", "SimpleConsumer", "SluiceError", "TransactionListener", "TransactionProducer",
+    "TransactionSendResult", "__version__", "create_reply_message",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

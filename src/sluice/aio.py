@@ -7,18 +7,28 @@ from typing import TYPE_CHECKING
 from sluice._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
-    from sluice.client.aio import Producer, PullConsumer, PushConsumer, SimpleConsumer, TransactionProducer
+    from sluice.client.aio import (
+        LitePushConsumer,
+        Producer,
+        PullConsumer,
+        PushConsumer,
+        SimpleConsumer,
+        TransactionProducer,
+    )
     from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, Message, SendResult, SendStatus
     from sluice.client.message_selector import MessageSelector
     from sluice.client.request_reply import ReplyMessage, RequestTimeoutError, create_reply_message
     from sluice.client.transaction import LocalTransactionState, TransactionListener, TransactionSendResult
+    from sluice.common.lite import OffsetOption
 
 _EXPORTS = {
     "ConsumeOrderlyStatus": "sluice.client.message",
     "ConsumeStatus": "sluice.client.message",
+    "LitePushConsumer": "sluice.client.aio",
     "LocalTransactionState": "sluice.client.transaction",
     "Message": "sluice.client.message",
     "MessageSelector": "sluice.client.message_selector",
+    "OffsetOption": "sluice.common.lite",
     "Producer": "sluice.client.aio",
     "PullConsumer": "sluice.client.aio",
     "PushConsumer": "sluice.client.aio",
@@ -33,8 +43,9 @@ _EXPORTS = {
     "create_reply_message": "sluice.client.request_reply",
 }
 __all__ = [
-    "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message", "MessageSelector", "Producer",
-    "PullConsumer", "PushConsumer", "ReplyMessage", "RequestTimeoutError", "SendResult", "SendStatus",
-    "SimpleConsumer", "TransactionListener", "TransactionProducer", "TransactionSendResult", "create_reply_message",
+    "ConsumeOrderlyStatus", "ConsumeStatus", "LitePushConsumer", "LocalTransactionState", "Message",
+    "MessageSelector", "OffsetOption", "Producer", "PullConsumer", "PushConsumer", "ReplyMessage",
+    "RequestTimeoutError", "SendResult", "SendStatus", "SimpleConsumer", "TransactionListener",
+    "TransactionProducer", "TransactionSendResult", "create_reply_message",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,6 +5,7 @@ status RocketMQ's proxy gives."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -100,3 +101,51 @@ def test_a_lite_groups_receive_pops_its_lite_topics_and_a_message_given_up_on_go
     empty_cluster.loop.run(go(), 90)
     broker = empty_cluster.brokers[0]
     assert broker.store.get_max_offset_in_queue(f"%DLQ%{GROUP}", 0) == 1
+
+
+def test_a_lite_consumers_subscriptions_go_when_its_telemetry_stream_is_cut(empty_cluster: Cluster) -> None:
+    """RocketMQ's proxy drops a lite push consumer's subscriptions when its stream is cancelled (the client's
+    process gone), not after they go unrenewed; a stream the client ends keeps them."""
+    setup(empty_cluster)
+    broker = empty_cluster.brokers[0]
+
+    def settings_command() -> Any:
+        cmd = pb.TelemetryCommand()
+        cmd.settings.client_type = 5  # LITE_PUSH_CONSUMER
+        cmd.settings.subscription.group.name = GROUP
+        cmd.settings.subscription.subscriptions.add().topic.name = PARENT
+        return cmd
+
+    async def go() -> None:
+        server, service, port = await serve(empty_cluster.namesrv_addr, "127.0.0.1", 0)
+        try:
+            for client, cut in (("lite-client-cut", True), ("lite-client-ends", False)):
+                meta = (("x-mq-client-id", client),)
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                    telemetry = ch.stream_stream(f"/{SERVICE}/Telemetry",
+                                                 request_serializer=lambda r: r.SerializeToString(),
+                                                 response_deserializer=pb.TelemetryCommand.FromString)
+                    sync = ch.unary_unary(f"/{SERVICE}/SyncLiteSubscription",
+                                          request_serializer=lambda r: r.SerializeToString(),
+                                          response_deserializer=pb.SyncLiteSubscriptionResponse.FromString)
+                    call = telemetry(metadata=meta)
+                    await call.write(settings_command())
+                    assert (await call.read()).status.code == CODE["OK"]
+                    req = pb.SyncLiteSubscriptionRequest(action=0, topic=pb.Resource(name=PARENT),
+                                                         group=pb.Resource(name=GROUP), lite_topic_set=["gamma"])
+                    assert (await sync(req, metadata=meta, timeout=10)).status.code == CODE["OK"]
+                    assert client in broker.lite.registry.clients
+                    if cut:
+                        call.cancel()
+                    else:
+                        await call.done_writing()
+                        while await call.read() is not grpc.aio.EOF:
+                            pass
+                async with asyncio.timeout(10):
+                    while cut and client in broker.lite.registry.clients:
+                        await asyncio.sleep(0.05)
+                assert (client in broker.lite.registry.clients) is not cut
+        finally:
+            await stop(server, service)
+
+    empty_cluster.loop.run(go(), 60)

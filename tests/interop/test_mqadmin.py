@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from sluice import ConsumeStatus
-from sluice.aio import Producer, PushConsumer
+from sluice import ConsumeStatus, OffsetOption
+from sluice.aio import LitePushConsumer, Producer, PushConsumer
+from sluice.client.admin import Admin
 from sluice.client.message import Message
+from sluice.common.lite import POLICY_MIN
+from sluice.common.message import MessageExt
 from tests.broker_process import free_port_with_fast_channel
 from tests.conftest import Cluster
 from tests.interop.java_clients import JavaBuild
@@ -261,3 +264,61 @@ def test_mqadmin_with_the_vip_channel_on_is_served_on_the_brokers_fast_channel(e
         assert not failed, failed
     finally:
         session.close()
+
+
+def test_mqadmin_lite_commands_show_the_lite_topics_a_sluice_consumer_reads(empty_cluster: Cluster,
+                                                                           mqadmin: MqAdmin) -> None:
+    """mqadmin 5.5's lite commands (getBrokerLiteInfo, getLiteTopicInfo, getLiteClientInfo, getLiteGroupInfo,
+    triggerLiteDispatch) while Sluice's lite push consumer reads two lite topics and one lags."""
+    broker = empty_cluster.start_broker("broker-a", store_enable_lmq=True, store_enable_multi_dispatch=True)
+    empty_cluster.create_topic("ops-lite", 2, attributes="+message.type=LITE,+lite.topic.expiration=60")
+    ns, addr = empty_cluster.namesrv_addr, broker.broker_addr
+    gate = threading.Event()
+
+    def listener(m: MessageExt) -> None:
+        if m.body == b"slow-0":  # (held: lite topic "slow" lags while the commands run)
+            gate.wait(60)
+
+    async def run() -> dict[str, str]:
+        async with Admin(ns) as admin:
+            await admin.update_group("ops-lite-g", attributes="+lite.bind.topic=ops-lite")
+        async with Producer("ops-lite-pg", ns) as producer:
+            for i in range(7):
+                await producer.send(Message("ops-lite", f"slow-{i}".encode(), lite_topic="slow"))
+            consumer = LitePushConsumer("ops-lite-g", ns, bind_topic="ops-lite")
+            consumer.register_listener(listener)
+            await consumer.start()
+            try:
+                await consumer.subscribe_lite("slow", "quick", offset=OffsetOption("POLICY", POLICY_MIN))
+                cid = consumer.client.client_id
+                return {name: await asyncio.to_thread(mqadmin, *args) for name, args in (
+                    ("getBrokerLiteInfo", ("getBrokerLiteInfo", "-n", ns, "-b", addr, "-d")),
+                    ("getLiteTopicInfo", ("getLiteTopicInfo", "-n", ns, "-p", "ops-lite", "-l", "slow", "-s")),
+                    ("getLiteClientInfo", ("getLiteClientInfo", "-n", ns, "-p", "ops-lite", "-g", "ops-lite-g",
+                                           "-c", cid, "-s")),
+                    ("getLiteGroupInfo", ("getLiteGroupInfo", "-n", ns, "-p", "ops-lite", "-g", "ops-lite-g",
+                                          "-k", "5")),
+                    ("getLiteGroupInfo -l", ("getLiteGroupInfo", "-n", ns, "-p", "ops-lite", "-g", "ops-lite-g",
+                                             "-l", "slow")),
+                    ("triggerLiteDispatch", ("triggerLiteDispatch", "-n", ns, "-p", "ops-lite", "-g",
+                                             "ops-lite-g")))} | {"cid": cid}
+            finally:
+                gate.set()
+                await consumer.shutdown()
+
+    outs = asyncio.run(run())
+    cid = outs.pop("cid")
+    checks: dict[str, Check] = {
+        "getBrokerLiteInfo": lambda o: re.search(rf"^{re.escape(addr)}\s+default\s+20000\s+1\s+2\s", o, re.M)
+        is not None and 'Topic Meta: {"ops-lite":60}' in o and 'Group Meta: {"ops-lite":["ops-lite-g"]}' in o,
+        "getLiteTopicInfo": lambda o: "Lite Topic Info: [ops-lite] [slow] [%LMQ%$ops-lite$slow]" in o
+        and re.search(r"^broker-a\s+0\s+7\s+\d{4}-\d\d-\d\d [\d:,]+\s+true\s+1\s*$", o, re.M) is not None
+        and f"[{cid}@ops-lite-g]" in o,
+        "getLiteClientInfo": lambda o: re.search(r"^broker-a\s+2\s+\d{4}-", o, re.M) is not None
+        and "Lite Topics: [%LMQ%$ops-lite$quick, %LMQ%$ops-lite$slow]" in o,
+        "getLiteGroupInfo": lambda o: "Total Lag Count: 7" in o and len(re.findall(r"^1\s+slow\s+7\s", o, re.M)) == 2,
+        "getLiteGroupInfo -l": lambda o: re.search(r"^broker-a\s+7\s+0\s+7\s", o, re.M) is not None,
+        "triggerLiteDispatch": lambda o: re.search(r"^broker-a\s+dispatched", o, re.M) is not None,
+    }
+    failed = {name: out[-1500:] for name, out in outs.items() if not (checks[name](out) and _no_error(out))}
+    assert not failed, failed

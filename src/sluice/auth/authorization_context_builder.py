@@ -104,6 +104,12 @@ _ANNOTATED: dict[int, tuple[bool, tuple[Action, ...], tuple[tuple[str, ResourceT
     # (beyond RocketMQ, which leaves them unchecked: a lite pop and a lite ack read as a pop and an ack do)
     200070: (False, (S,), (("consumerGroup", GR, ""), ("topic", T, ""))),  # POP_LITE_MESSAGE
     200072: (False, (S,), (("consumerGroup", GR, ""), ("topic", T, ""))),  # ACK_LITE_MESSAGE
+    # The lite admin requests by the topic and group they name (GET_BROKER_LITE_INFO: Get on the cluster)
+    200075: (False, (G,), (("topic", T, ""),)),  # GET_PARENT_TOPIC_INFO
+    200076: (False, (G,), (("parentTopic", T, ""),)),  # GET_LITE_TOPIC_INFO
+    200077: (False, (G,), (("parentTopic", T, ""), ("group", GR, ""))),  # GET_LITE_CLIENT_INFO
+    200078: (False, (G,), (("group", GR, ""),)),  # GET_LITE_GROUP_INFO
+    200079: (False, (U,), (("group", GR, ""),)),  # TRIGGER_LITE_DISPATCH
 }
 
 # Beyond RocketMQ: codes it leaves unchecked that change something (Update on the cluster); every other one it

@@ -61,13 +61,14 @@ from sluice.common.message import host_to_bytes
 from sluice.common.metrics_exporter import MetricsExporter
 from sluice.common.naming import SCHEDULE_TOPIC, reply_topic
 from sluice.common.service import AsyncService
-from sluice.common.structs import TopicConfig
+from sluice.common.structs import TopicConfig, TopicRouteData
 from sluice.common.sysflag import PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
 from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.dispatcher import RequestDispatcher, RestrictedDispatcher
+from sluice.remoting.errors import RemotingError
 from sluice.remoting.rpc_latency import RpcLatency
 from sluice.remoting.server import RemotingServer
 from sluice.remoting.tls import bind_socket, inner_client_tls, server_tls
@@ -372,7 +373,7 @@ class BrokerController(AsyncService):
         pop = PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic,
                                   self.pop_revive, self.pop_polling, self.order_info, self.swapped_out)
         ack = AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info)
-        self.lite = LiteTopics(c, store, topics, groups, self.order_info, pop, self.pop_revive)
+        self.lite = LiteTopics(c, store, topics, groups, self.order_info, pop, self.pop_revive, self._topic_route)
         ack.lite_bind_topic = self.lite.bind_topic
         ack.on_lite_settled = self.lite.settled
         ack.on_lite_invisible = self.lite.invisible_until
@@ -401,6 +402,17 @@ class BrokerController(AsyncService):
         if not self.role.is_master:
             for code in SLAVE_REFUSED:
                 self.dispatcher.handlers[int(code)] = self._refuse_on_slave
+
+    async def _topic_route(self, topic: str) -> TopicRouteData | None:
+        """``topic``'s route from the first name server that answers (None: none knows it, or none answers)."""
+        for addr in self.config.namesrv_addrs:
+            try:
+                route = await self.outer_api.get_topic_route(addr, topic)
+            except (RemotingError, ValueError) as exc:
+                log.debug("route of %s from %s: %s", topic, addr, exc)
+                continue
+            return None if route is None else TopicRouteData.from_json(route)
+        return None
 
     async def _start_fast_channel(self) -> None:
         c = self.config

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from sluice._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
+    from sluice.client.lite_push_consumer import LitePushConsumer
     from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus, Message, SendResult, SendStatus
     from sluice.client.producer import Producer
     from sluice.client.pull_consumer import PullConsumer
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (sluice._lazy)
 _EXPORTS = {
     "ConsumeOrderlyStatus": "sluice.client.message",
     "ConsumeStatus": "sluice.client.message",
+    "LitePushConsumer": "sluice.client.lite_push_consumer",
     "LocalTransactionState": "sluice.client.transaction",
     "Message": "sluice.client.message",
     "Producer": "sluice.client.producer",
@@ -35,8 +37,8 @@ _EXPORTS = {
     "TransactionSendResult": "sluice.client.transaction",
 }
 __all__ = [
-    "ConsumeOrderlyStatus", "ConsumeStatus", "LocalTransactionState", "Message", "Producer", "PullConsumer",
-    "PushConsumer", "SendResult", "SendStatus", "SimpleConsumer", "TransactionListener", "TransactionProducer",
-    "TransactionSendResult",
+    "ConsumeOrderlyStatus", "ConsumeStatus", "LitePushConsumer", "LocalTransactionState", "Message", "Producer",
+    "PullConsumer", "PushConsumer", "SendResult", "SendStatus", "SimpleConsumer", "TransactionListener",
+    "TransactionProducer", "TransactionSendResult",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -514,6 +514,74 @@ class Admin:
                for name, table in zip(addrs, tables, strict=True) for e in table]
         return sorted(out, key=lambda q: (q.broker_name, q.queue_id))
 
+    # == lite topics (RocketMQ 5.5) =================================================================
+    async def broker_lite_info(self, broker: str) -> dict[str, Any]:
+        """GET_BROKER_LITE_INFO of ``broker`` (a name or host:port): its light queues (``currentLmqNum`` of
+        ``maxLmqNum``), lite subscriptions, events waiting, and its lite parent topics (``topicMeta``: expiration
+        in minutes) with the groups bound to each (``groupMeta``)."""
+        return await self._lite(await self._broker_addr(broker), RequestCode.GET_BROKER_LITE_INFO, {})
+
+    async def parent_topic_info(self, topic: str) -> dict[str, dict[str, Any]]:
+        """Broker name → GET_PARENT_TOPIC_INFO of the lite parent ``topic``: its lite topics there
+        (``liteTopicCount``), expiration (``ttl``) and bound groups."""
+        return await self._lite_per_broker(topic, RequestCode.GET_PARENT_TOPIC_INFO, {"topic": topic})
+
+    async def lite_topic_info(self, parent: str, lite_topic: str) -> dict[str, dict[str, Any]]:
+        """Broker name → GET_LITE_TOPIC_INFO: the lite topic's offsets there (``topicOffset``), who reads it
+        (``subscriber``: client id and group) and whether that broker is where its messages are sent
+        (``shardingToBroker``)."""
+        return await self._lite_per_broker(parent, RequestCode.GET_LITE_TOPIC_INFO,
+                                           {"parentTopic": parent, "liteTopic": lite_topic})
+
+    async def lite_client_info(self, parent: str, group: str, client_id: str,
+                               max_count: int = 1000) -> dict[str, dict[str, Any]]:
+        """Broker name → GET_LITE_CLIENT_INFO: the lite topics ``client_id`` of ``group`` reads there (their
+        light-queue names, at most ``max_count``; ``liteTopicCount`` -1: it holds no subscription there) and when
+        its pops last looked (``lastAccessTime``)."""
+        return await self._lite_per_broker(parent, RequestCode.GET_LITE_CLIENT_INFO,
+                                           {"parentTopic": parent, "group": group, "clientId": client_id,
+                                            "maxCount": str(max_count)})
+
+    async def lite_group_info(self, parent: str, group: str, lite_topic: str = "",
+                              top_k: int = 20) -> dict[str, dict[str, Any]]:
+        """Broker name → GET_LITE_GROUP_INFO: the group's lag in ``lite_topic`` (``liteTopicOffsetWrapper``), or
+        over all its lite topics (``totalLagCount``, the oldest message not consumed, and the ``top_k`` lite topics
+        with most messages waiting, ``lagCountTopK``, and with the oldest, ``lagTimestampTopK``)."""
+        ext = {"group": group, "topK": str(top_k)}
+        if lite_topic:
+            ext["liteTopic"] = lite_topic
+        return await self._lite_per_broker(parent, RequestCode.GET_LITE_GROUP_INFO, ext)
+
+    async def trigger_lite_dispatch(self, parent: str, group: str, client_id: str = "") -> list[str]:
+        """TRIGGER_LITE_DISPATCH on every broker of ``parent``: each offers the group's readers (``client_id``
+        only, when given) again every lite topic holding messages the group has not had; the brokers asked."""
+        ext = {"group": group}
+        if client_id:
+            ext["clientId"] = client_id
+        addrs = await self._lite_brokers(parent)
+        await self._gather(self.api.invoke_ok(a, RequestCode.TRIGGER_LITE_DISPATCH, ext) for a in addrs.values())
+        return list(addrs)
+
+    async def _lite_brokers(self, parent: str) -> dict[str, str]:
+        route = await self.topic_route(parent)
+        return {b.broker_name: b.master_addr for b in sorted(route.broker_datas, key=lambda b: b.broker_name)
+                if b.master_addr}
+
+    async def _lite_per_broker(self, parent: str, code: int, ext: dict[str, str]) -> dict[str, dict[str, Any]]:
+        addrs = await self._lite_brokers(parent)
+        answers = await self._gather(self._lite(a, code, ext) for a in addrs.values())
+        return dict(zip(addrs, answers, strict=True))
+
+    async def _lite(self, addr: str, code: int, ext: dict[str, str]) -> dict[str, Any]:
+        resp = await self.api.invoke_ok(addr, code, ext)
+        try:
+            data = fastjson.loads(bytes(resp.body or b"{}"))
+        except ValueError as exc:
+            raise AdminError(f"broker {addr} answered with a malformed body: {exc}") from None
+        if not isinstance(data, dict):
+            raise AdminError(f"broker {addr} answered with a malformed body")
+        return data
+
     # == consumer groups ============================================================================
     async def list_groups(self) -> list[GroupInfo]:
         """Every subscription group the brokers hold, with the clients online now."""

@@ -15,7 +15,7 @@ from sluice.client.message import Message
 from sluice.common.backoff import RNG
 from sluice.common.config import ClientConfig
 from sluice.common.errors import ClientError
-from sluice.common.hashing import java_string_hash
+from sluice.common.hashing import select_by_hash
 from sluice.common.naming import AUTO_CREATE_TOPIC_KEY_TOPIC
 from sluice.common.structs import MessageQueue, TopicRouteData, perm_writeable
 from sluice.remoting.errors import RemotingError
@@ -35,13 +35,6 @@ QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 class TopicPublishInfo:
     queues: list[MessageQueue]
     via_default_topic: bool  # no route yet: sending through TBW102 makes the broker create the topic
-
-
-def select_by_hash(queues: list[MessageQueue], key: str) -> MessageQueue:
-    """Same key → same queue (RocketMQ SelectMessageQueueByHash over Java's String.hashCode)."""
-    h = java_string_hash(key)
-    index = abs(h - int(h / len(queues)) * len(queues))  # Java's truncating remainder, then abs
-    return queues[index]
 
 
 class QueueRouter:

@@ -7,9 +7,10 @@ needs numpy, so numpy is imported there, on first use, and ``import sluice`` nev
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from functools import lru_cache
 from operator import mul
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,6 +40,17 @@ def java_string_hash(s: str) -> int:
         _pow31_mod(n)
     h: int = sum(map(mul, units, _POW31_MOD[len(_POW31_MOD) - n :])) & _MASK32
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+T = TypeVar("T")
+
+
+def select_by_hash(queues: Sequence[T], key: str) -> T:
+    """Same key → same queue (RocketMQ's SelectMessageQueueByHash over Java's String.hashCode): where a producer
+    sends a message group's or a lite topic's messages, and so which broker holds a lite topic."""
+    h = java_string_hash(key)
+    index = abs(h - int(h / len(queues)) * len(queues))  # Java's truncating remainder, then abs
+    return queues[index]
 
 
 @lru_cache(maxsize=65536)

@@ -10,6 +10,7 @@ from functools import lru_cache
 from sluice.common.properties import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_PRIORITY,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -199,6 +200,11 @@ class MessageExt(_PropertyAccessors):
             return None
         value = int(raw)
         return value if value < 2**31 else None
+
+    @property
+    def lite_topic(self) -> str | None:
+        """The lite topic the message was sent to (RocketMQ 5.5), None when it was sent to none."""
+        return self._property(PROPERTY_LITE_TOPIC) or None
 
     @property
     def offset_msg_id(self) -> str:

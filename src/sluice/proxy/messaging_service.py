@@ -108,6 +108,7 @@ LARGE_BATCH = 1 << 20  # bodies of a receive from which its frames are built off
 LITE_PUSH_CONSUMER = 5  # ClientType
 CLIENT_TYPES = 100_000  # clients whose types (from their settings) the front keeps
 MAX_LITE_TOPICS_PER_SYNC = 10_000
+TELEMETRY_END_GRACE = 0.5  # (s) a stream whose requests ended is held this long: a cancel shows within it
 LITE_ACTIONS = ("PARTIAL_ADD", "PARTIAL_REMOVE", "COMPLETE_ADD", "COMPLETE_REMOVE")
 _OFFSET_TYPES = {"policy": "POLICY", "offset": "OFFSET", "tail_n": "TAIL_N", "timestamp": "TIMESTAMP"}
 RELEASE_TIMEOUT_MS = 3_000
@@ -339,18 +340,25 @@ class MessagingService:
 
     async def NotifyClientTermination(self, req: Any, context: Any) -> Any:  # noqa: N802
         client_id = _client_id(context)
-        if client_id and self._client_types.get(client_id) == LITE_PUSH_CONSUMER:
-            bound = self._lite_bind_topics.get(client_id)
-            if bound is None or bound[1] != req.group.name:  # (only the client's own group ends its subscription)
-                return pb.NotifyClientTerminationResponse(status=status("OK"))
-            del self._lite_bind_topics[client_id]
-            self._client_types.pop(client_id, None)
-            self._lite_streams.pop(client_id, None)
-            entry = {"action": "COMPLETE_REMOVE", "clientId": client_id, "group": bound[1], "topic": bound[0],
-                     "liteTopicSet": [], "version": 0}
-            for addr in self.client.master_addrs():
-                self._spawn(self._lite_ctl_quietly(addr, entry))
+        bound = self._lite_bind_topics.get(client_id) if client_id else None
+        if bound is not None and bound[1] == req.group.name:  # (only the client's own group ends its subscription)
+            self._offline_lite(client_id)
         return pb.NotifyClientTerminationResponse(status=status("OK"))
+
+    def _offline_lite(self, client_id: str) -> None:
+        """A lite push consumer is gone: its subscriptions are dropped on every master (RocketMQ's
+        offlineClientLiteSubscription), so its lite topics go to the group's other readers at once."""
+        if self._client_types.get(client_id) != LITE_PUSH_CONSUMER:
+            return
+        bound = self._lite_bind_topics.pop(client_id, None)
+        self._client_types.pop(client_id, None)
+        self._lite_streams.pop(client_id, None)
+        if bound is None:
+            return
+        entry = {"action": "COMPLETE_REMOVE", "clientId": client_id, "group": bound[1], "topic": bound[0],
+                 "liteTopicSet": [], "version": 0}
+        for addr in self.client.master_addrs():
+            self._spawn(self._lite_ctl_quietly(addr, entry))
 
     # == lite topics =================================================================================
     async def SyncLiteSubscription(self, req: Any, context: Any) -> Any:  # noqa: N802
@@ -462,12 +470,24 @@ class MessagingService:
                 await out.put(None)
 
         reader = asyncio.get_running_loop().create_task(read())
+        cut = False
         try:
             while (cmd := await out.get()) is not None:
                 yield cmd
+            # The requests ended: the client closed its side, or the call was cancelled, which grpc reports a
+            # moment after ending the requests (the call is then cancelled here).
+            await asyncio.sleep(TELEMETRY_END_GRACE)
+        except (asyncio.CancelledError, GeneratorExit):
+            cut = True
+            raise
         finally:
             reader.cancel()
             self._unregister_producer(out)
+            if cut and client_id and self._lite_streams.get(client_id) is out:
+                # RocketMQ drops a lite push consumer's subscriptions when its stream is cancelled or cut (its
+                # handleGrpcCancel), rather than once they go unrenewed; a stream the client ends keeps them.
+                log.info("lite push consumer %s's stream was cut: its lite subscriptions are dropped", client_id)
+                self._offline_lite(client_id)
             if client_id and self._lite_streams.get(client_id) is out:
                 del self._lite_streams[client_id]
 

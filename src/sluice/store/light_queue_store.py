@@ -191,10 +191,15 @@ class LightQueueStore:
         if not prefix:
             rows = self.reader().execute("SELECT name FROM queues ORDER BY name").fetchall()
         else:
-            high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
             rows = self.reader().execute("SELECT name FROM queues WHERE name >= ? AND name < ? ORDER BY name",
-                                         (prefix, high)).fetchall()
+                                         (prefix, _after(prefix))).fetchall()
         return [r[0] for r in rows]
+
+    def count_names(self, prefix: str) -> int:
+        """How many queues kept have names starting with ``prefix`` (read from the name index, not listed)."""
+        row = self.reader().execute("SELECT count(*) FROM queues WHERE name >= ? AND name < ?",
+                                    (prefix, _after(prefix))).fetchone()
+        return int(row[0])
 
     # -- writing (the dispatcher, on the store thread) -------------------------------------------------
     def put(self, entries: Iterable[tuple[str, int, int, int, int]]) -> dict[str, int]:
@@ -306,6 +311,11 @@ class LightQueueStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _after(prefix: str) -> str:
+    """The least text greater than every text starting with ``prefix``."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 __all__ = ["LightQueue", "LightQueueStore"]

@@ -397,6 +397,18 @@ class MessageStore:
             names.update(light.names(prefix))
         return sorted(names)
 
+    def light_queue_count(self, prefix: str) -> int:
+        """How many light queues kept have names starting with ``prefix`` (a long prefix: not listed)."""
+        n = sum(1 for t, _ in self.dispatcher.consume_queues if is_lmq(t) and t.startswith(prefix))
+        light = self.dispatcher.light
+        return n + (light.count_names(prefix) if light is not None else 0)
+
+    def consume_queue_topic_count(self) -> int:
+        """How many topics have consume queues, light queues included (RocketMQ's consumeQueueTable size)."""
+        topics = {t for t, _ in self.dispatcher.consume_queues}
+        light = self.dispatcher.light
+        return len(topics) + (light.count if light is not None else 0)
+
     def lmq_queue_count(self) -> int:
         """How many light queues (``%LMQ%...``) have a consume queue."""
         return self.dispatcher.lmq_count

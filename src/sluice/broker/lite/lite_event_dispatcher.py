@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 
 from sluice.broker.lite.lite_subscription_registry import LiteSubscriptionRegistry
@@ -32,6 +33,7 @@ class LiteEventDispatcher:
         self.backlog = backlog  # (group, lmq) → messages the group has not had
         self.wake = wake  # client id → its waiting pop looks again
         self.events: dict[str, dict[str, None]] = {}  # client id → lmqs, oldest first
+        self.last_access: dict[str, int] = {}  # client id → when its pop last took its events (ms; subscribers')
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (group, lmq) → offered again then
         registry.on_register = self._registered
         registry.on_unregister = self._unregistered
@@ -44,6 +46,8 @@ class LiteEventDispatcher:
 
     def take(self, client_id: str) -> list[str]:
         """The lite topics ``client_id`` should look at, taken (a pop puts back what it did not get to)."""
+        if client_id in self.registry.clients:
+            self.last_access[client_id] = int(time.time() * 1000)
         events = self.events.pop(client_id, None)
         return list(events) if events else []
 
@@ -137,5 +141,6 @@ class LiteEventDispatcher:
 
     def _removed(self, client_id: str, group: str) -> None:
         """A client gone: what it was told of goes to the group's other readers."""
+        self.last_access.pop(client_id, None)
         for lmq in self.events.pop(client_id, None) or ():
             self.dispatch(lmq, group, exclude=client_id)

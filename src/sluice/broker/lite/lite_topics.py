@@ -1,6 +1,7 @@
 """The broker's lite topics put together: the subscription registry, the event dispatcher, the held lite pops,
-the lifecycle, and the processors of POP_LITE_MESSAGE and LITE_SUBSCRIPTION_CTL, given only what they use of the
-broker (its store, topic and group tables, order state and pops)."""
+the lifecycle, and the processors of POP_LITE_MESSAGE, LITE_SUBSCRIPTION_CTL and the lite admin requests, given
+only what they use of the broker (its store, topic and group tables, order state, pops and the name servers'
+routes)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sluice.broker.lite.lite_lifecycle_manager import LiteLifecycleManager, Lite
 from sluice.broker.lite.lite_subscription_registry import LiteGroupSettings, LiteSubscriptionRegistry
 from sluice.broker.pop.pop_lite_message_processor import PopLiteMessageProcessor
 from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
+from sluice.broker.processors.lite_manager_processor import LiteManagerProcessor, RouteOf
 from sluice.broker.processors.lite_subscription_ctl_processor import LiteSubscriptionCtlProcessor
 from sluice.common.lite import POLICY_MAX, OffsetOption, is_lite_queue
 from sluice.remoting.codes import RequestCode
@@ -35,7 +37,7 @@ DEFAULT_MAX_EVENTS = 400  # lite.sub.client.max.event.cnt's default
 class LiteTopics:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, order_info: ConsumerOrderInfoManager, pop: PopMessageProcessor,
-                 pop_revive: PopReviveService) -> None:
+                 pop_revive: PopReviveService, route_of: RouteOf) -> None:
         self.store = store
         self.groups = groups
         self.order_info = order_info
@@ -51,7 +53,9 @@ class LiteTopics:
                                               order_info.remove_topics)
         self.processors = (PopLiteMessageProcessor(config, topics, groups, pop, pop_revive, self.events,
                                                    self.polling),
-                           LiteSubscriptionCtlProcessor(self.registry, groups))
+                           LiteSubscriptionCtlProcessor(self.registry, groups),
+                           LiteManagerProcessor(config, store, topics, groups, self.registry, self.events, order_info,
+                                                route_of))
 
     def start(self) -> None:
         self.store.arrival_listeners.append(self.on_arrival)

@@ -34,6 +34,13 @@ from sluice.remoting.headers.consumer import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
+from sluice.remoting.headers.lite import (
+    GetLiteClientInfoRequestHeader,
+    GetLiteGroupInfoRequestHeader,
+    GetLiteTopicInfoRequestHeader,
+    GetParentTopicInfoRequestHeader,
+    TriggerLiteDispatchRequestHeader,
+)
 from sluice.remoting.headers.pop import (
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
@@ -100,6 +107,11 @@ DECODERS: dict[int, Callable[[Mapping[str, str]], RequestHeader]] = {
     RequestCode.POLLING_INFO: PollingInfoRequestHeader.decode,
     RequestCode.POP_LITE_MESSAGE: PopLiteMessageRequestHeader.decode,
     RequestCode.NOTIFY_UNSUBSCRIBE_LITE: NotifyUnsubscribeLiteRequestHeader.decode,
+    RequestCode.GET_PARENT_TOPIC_INFO: GetParentTopicInfoRequestHeader.decode,
+    RequestCode.GET_LITE_TOPIC_INFO: GetLiteTopicInfoRequestHeader.decode,
+    RequestCode.GET_LITE_CLIENT_INFO: GetLiteClientInfoRequestHeader.decode,
+    RequestCode.GET_LITE_GROUP_INFO: GetLiteGroupInfoRequestHeader.decode,
+    RequestCode.TRIGGER_LITE_DISPATCH: TriggerLiteDispatchRequestHeader.decode,
     RequestCode.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader.decode,
     RequestCode.DELETE_TOPIC_IN_BROKER: DeleteTopicRequestHeader.decode,
     RequestCode.GET_TOPIC_CONFIG: GetTopicConfigRequestHeader.decode,
@@ -128,7 +140,9 @@ __all__ = [
     "CreateTopicRequestHeader", "DeleteSubscriptionGroupRequestHeader", "DeleteTopicRequestHeader",
     "GetConsumeStatsInBrokerHeader", "GetConsumerRunningInfoRequestHeader", "GetProducerConnectionListRequestHeader",
     "EndTransactionRequestHeader", "GetConsumeStatsRequestHeader", "GetConsumerConnectionListRequestHeader",
-    "GetConsumerListByGroupRequestHeader", "GetEarliestMsgStoretimeRequestHeader", "GetMaxOffsetRequestHeader",
+    "GetConsumerListByGroupRequestHeader", "GetEarliestMsgStoretimeRequestHeader", "GetLiteClientInfoRequestHeader",
+    "GetLiteGroupInfoRequestHeader", "GetLiteTopicInfoRequestHeader", "GetMaxOffsetRequestHeader",
+    "GetParentTopicInfoRequestHeader", "TriggerLiteDispatchRequestHeader",
     "GetMinOffsetRequestHeader", "GetTopicConfigRequestHeader", "GetTopicStatsInfoRequestHeader",
     "NotificationRequestHeader", "NotifyUnsubscribeLiteRequestHeader", "PeekMessageRequestHeader",
     "PopLiteMessageRequestHeader", "PollingInfoRequestHeader", "PopMessageRequestHeader",
