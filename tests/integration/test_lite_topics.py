@@ -372,3 +372,23 @@ def test_with_acl_on_lite_subscriptions_and_pops_need_sub_on_the_parent_and_the_
 
     empty_cluster.loop.run(setup(), 60)
     empty_cluster.loop.run(go(), 60)
+
+
+def test_the_periodic_check_deletes_idle_lite_topics_by_their_parents_expiration_and_orphans(
+        empty_cluster: Cluster) -> None:
+    """The check finds idle lite topics by the store's index of last store times (not by walking them all):
+    at a clock 61 s on, the lite topics of a parent expiring after 1 minute go, a 60-minute parent's stay, and
+    every lite topic of a deleted parent goes whatever its age."""
+    broker = lite_cluster(empty_cluster, min_lite_ttl=0)
+    empty_cluster.create_topic("long-lived", 1, attributes="+message.type=LITE,+lite.topic.expiration=60")
+    empty_cluster.create_topic("doomed", 1, attributes="+message.type=LITE,+lite.topic.expiration=60")
+    lifecycle = broker.lite.lifecycle  # type: ignore[union-attr]
+    with Producer("lite-pg", namesrv=empty_cluster.namesrv_addr) as p:
+        for parent, lites in ((PARENT, ("ann", "bea", "cid")), ("long-lived", ("dan",)), ("doomed", ("eve", "fay"))):
+            for lite in lites:
+                p.send(Message(parent, b"x", lite_topic=lite))
+    assert empty_cluster.loop.run(lifecycle.clean_expired(lifecycle_now()), 30) == 0  # (nothing idle yet)
+    broker.topic_config_manager.delete("doomed")
+    assert empty_cluster.loop.run(lifecycle.clean_expired(lifecycle_now() + 61_000), 30) == 5
+    left = broker.store.light_queue_names("%LMQ%$")
+    assert left == [to_lmq_name("long-lived", "dan")]

@@ -53,16 +53,16 @@ def test_thousands_of_light_queues_keep_no_file_or_object_each_and_go_on_after_a
 def test_entries_past_the_logs_end_are_cut_and_the_queue_goes_on_from_there(tmp_path) -> None:
     store = LightQueueStore(str(tmp_path)).open()
     try:
-        store.put([("%LMQ%a", 0, 100, 50, 0), ("%LMQ%a", 1, 150, 50, 0), ("%LMQ%b", 0, 150, 50, 0),
-                   ("%LMQ%a", 2, 200, 50, 0)])
-        assert store.put([("%LMQ%a", 1, 999, 1, 0)]) == {}  # an entry a queue has is kept as it is
+        store.put([("%LMQ%a", 0, 100, 50, 0, 1_000), ("%LMQ%a", 1, 150, 50, 0, 1_000),
+                   ("%LMQ%b", 0, 150, 50, 0, 1_000), ("%LMQ%a", 2, 200, 50, 0, 1_000)])
+        assert store.put([("%LMQ%a", 1, 999, 1, 0, 1_000)]) == {}  # an entry a queue has is kept as it is
         a = store.find("%LMQ%a")
         assert a is not None and a.get_entry(1) == (150, 50, 0)
         assert store.truncate_from(150) == 3
         b = store.find("%LMQ%b")
         assert b is not None
         assert (a.min_offset, a.max_offset, b.min_offset, b.max_offset) == (0, 1, 0, 0)
-        assert store.put([("%LMQ%a", 1, 150, 60, 0)]) == {"%LMQ%a": 2}
+        assert store.put([("%LMQ%a", 1, 150, 60, 0, 1_000)]) == {"%LMQ%a": 2}
         assert a.get_entries(0, 10).tolist() == [(100, 50, 0), (150, 60, 0)]
         # retention: what is gone from the log leaves the queue; its end stays
         assert store.delete_below(150) == 1
@@ -88,3 +88,29 @@ def test_a_batch_sent_to_a_light_queue_takes_the_offsets_after_its_last_message(
         assert [m.body for m in read_queue(s, "%LMQ%x", 0)] == [b"p0", b"p1", b"p2", b"b0", b"b1", b"after"]
     finally:
         s.shutdown()
+
+
+def test_idle_queues_are_found_by_their_last_store_time_and_an_older_stores_queues_as_not_known(tmp_path) -> None:
+    import sqlite3
+
+    root = tmp_path / "lightqueue"
+    root.mkdir()
+    old = sqlite3.connect(root / "lmq.db")  # (the schema before last store times were kept)
+    old.executescript("CREATE TABLE queues (qid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, next INTEGER NOT NULL);"
+                      "INSERT INTO queues (name, next) VALUES ('%LMQ%$p$old', 1);")
+    old.commit()
+    old.close()
+    store = LightQueueStore(str(tmp_path)).open()
+    try:
+        store.put([("%LMQ%$p$a", 0, 100, 50, 0, 1_000), ("%LMQ%$p$a", 1, 150, 50, 0, 5_000),
+                   ("%LMQ%$p$b", 0, 200, 50, 0, 2_000), ("%LMQ%$q$c", 0, 250, 50, 0, 10)])
+        assert store.idle("%LMQ%$p$", 3_000, 10) == [("%LMQ%$p$old", 0), ("%LMQ%$p$b", 2_000)]
+        assert store.idle("%LMQ%$p$", 6_000, 1) == [("%LMQ%$p$old", 0)]
+        store.set_last("%LMQ%$p$old", 4_000)
+        assert store.idle("%LMQ%$p$", 6_000, 10) == [("%LMQ%$p$b", 2_000), ("%LMQ%$p$old", 4_000),
+                                                     ("%LMQ%$p$a", 5_000)]
+        assert store.first_after("%LMQ%$", "%LMQ%$") == "%LMQ%$p$a"
+        assert store.first_after("%LMQ%$p%", "%LMQ%$") == "%LMQ%$q$c"
+        assert store.first_after("%LMQ%$q%", "%LMQ%$") is None
+    finally:
+        store.close()

@@ -39,7 +39,7 @@ from sluice.store.commit_log import (
 )
 from sluice.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
 from sluice.store.index_file import IndexService
-from sluice.store.light_queue_store import LightQueue, LightQueueStore
+from sluice.store.light_queue_store import LightEntry, LightQueue, LightQueueStore
 from sluice.store.put_service import Job, PutService
 
 log = logging.getLogger(__name__)
@@ -385,7 +385,7 @@ class Dispatcher:
         return (self.light is not None and queue_id == LMQ_QUEUE_ID and is_lmq(name)
                 and (name, LMQ_QUEUE_ID) not in self.consume_queues)
 
-    def _put_light(self, rows: list[tuple[str, int, int, int, int]]) -> None:
+    def _put_light(self, rows: list[LightEntry]) -> None:
         """Light-queue entries, in one transaction; their arrivals noted, and their queues' next offsets left to
         the light store (the commit log's table keeps only what is not dispatched yet: bounded memory)."""
         assert self.light is not None
@@ -438,16 +438,16 @@ class Dispatcher:
         if not reqs:
             return
         by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
-        light: list[tuple[str, int, int, int, int]] = []
+        light: list[LightEntry] = []
         for r in reqs:
             if not no_queue_offset(r.sys_flag):
                 if self._in_light(r.topic, r.queue_id):
-                    light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code))
+                    light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code, r.store_timestamp))
                 else:
                     by_queue.setdefault((r.topic, r.queue_id), []).append(r)
             for name, offset in r.lmq:  # (its light queues: an entry in each, at its offset there)
                 if self._in_light(name):
-                    light.append((name, offset, r.phys_offset, r.size, r.tags_code))
+                    light.append((name, offset, r.phys_offset, r.size, r.tags_code, r.store_timestamp))
                 else:
                     by_queue.setdefault((name, LMQ_QUEUE_ID), []).append(
                         r._replace(topic=name, queue_id=LMQ_QUEUE_ID, queue_offset=offset, lmq=()))
@@ -489,7 +489,8 @@ class Dispatcher:
     def _dispatch_batch(self, d: BatchDispatch) -> None:
         """ConsumeQueue entries and index entries of a raw batch, each in one call (under the dispatch lock)."""
         if self._in_light(d.topic, d.queue_id):
-            self._put_light([(d.topic, d.first_queue_offset + i, int(off), int(size), int(tag)) for i, (off, size, tag)
+            self._put_light([(d.topic, d.first_queue_offset + i, int(off), int(size), int(tag), int(d.store_timestamp))
+                             for i, (off, size, tag)
                              in enumerate(zip(d.phys_offsets, d.sizes, d.tags_codes, strict=True))])
             if len(d.index_hashes):
                 self.index_service.put_hashes(d.index_hashes, d.phys_offsets[d.index_records], d.store_timestamp)
@@ -506,17 +507,17 @@ class Dispatcher:
         self._arrivals[(d.topic, d.queue_id)] = d.first_queue_offset + len(d.phys_offsets)
 
     def dispatch_one(self, r: DispatchRequest, index: bool = True) -> None:
-        light: list[tuple[str, int, int, int, int]] = []
+        light: list[LightEntry] = []
         if not no_queue_offset(r.sys_flag):
             if self._in_light(r.topic, r.queue_id):
-                light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code))
+                light.append((r.topic, r.queue_offset, r.phys_offset, r.size, r.tags_code, r.store_timestamp))
             else:
                 cq = self.find_consume_queue(r.topic, r.queue_id)
                 assert isinstance(cq, ConsumeQueue)
                 cq.put_entry(r.queue_offset, r.phys_offset, r.size, r.tags_code)
         for name, offset in r.lmq:  # (recovery: each light queue the record is in, from where it ends)
             if self._in_light(name):
-                light.append((name, offset, r.phys_offset, r.size, r.tags_code))
+                light.append((name, offset, r.phys_offset, r.size, r.tags_code, r.store_timestamp))
                 continue
             lcq = self.find_consume_queue(name, LMQ_QUEUE_ID)
             assert isinstance(lcq, ConsumeQueue)

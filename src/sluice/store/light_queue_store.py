@@ -29,12 +29,19 @@ from sluice.store.consume_queue import CQ_ENTRY_DTYPE, offset_by_time
 log = logging.getLogger(__name__)
 
 _SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS queues (qid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, next INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS queues (qid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, next INTEGER NOT NULL,
+                                   last INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS entries (qid INTEGER NOT NULL, off INTEGER NOT NULL, phys INTEGER NOT NULL,
                                     size INTEGER NOT NULL, tag INTEGER NOT NULL, PRIMARY KEY (qid, off))
                                     WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS entries_by_phys ON entries (phys);
 """
+# Each queue's last store time (ms; 0: not known, a store made before it was kept), indexed: the queues idle
+# since a time are found without walking them all (lite topics' expiry).
+_LAST_INDEX: Final = "CREATE INDEX IF NOT EXISTS queues_by_last_name ON queues (last, name)"
+
+# (name, queue offset, commit-log offset, size, tags code, store time in ms) of one entry
+LightEntry = tuple[str, int, int, int, int, int]
 _QID_CACHE: Final = 65_536  # names → queue ids of the queues used lately (a queue id never changes while it lives)
 # One light queue's entries read at a time at most (a pull asks for 32; a filtered one for up to 800).
 _MAX_READ: Final = 4_096
@@ -102,6 +109,9 @@ class LightQueueStore:
         os.makedirs(self.directory, exist_ok=True)
         db = self._connect()
         db.executescript(_SCHEMA)
+        if "last" not in {row[1] for row in db.execute("PRAGMA table_info(queues)")}:
+            db.execute("ALTER TABLE queues ADD COLUMN last INTEGER NOT NULL DEFAULT 0")
+        db.execute(_LAST_INDEX)
         self.count = db.execute("SELECT count(*) FROM queues").fetchone()[0]
         return self
 
@@ -195,6 +205,27 @@ class LightQueueStore:
                                          (prefix, _after(prefix))).fetchall()
         return [r[0] for r in rows]
 
+    def idle(self, prefix: str, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` queues whose names start with ``prefix`` and whose last entry was stored before
+        ``before_ms``, the longest idle first, each with that time (0: not known); read from the index of last
+        store times, so the cost follows what is idle, not how many queues there are."""
+        rows = self.reader().execute(
+            "SELECT name, last FROM queues INDEXED BY queues_by_last_name WHERE last < ? AND name >= ? AND name < ? "
+            "ORDER BY last, name LIMIT ?", (before_ms, prefix, _after(prefix), limit)).fetchall()
+        return [(r[0], int(r[1])) for r in rows]
+
+    def set_last(self, name: str, stored_ms: int) -> None:
+        """Note ``name``'s last store time where it was not known (a queue made by an older store)."""
+        db = self.reader()
+        db.execute("UPDATE queues SET last = ? WHERE name = ? AND last < ?", (stored_ms, name, stored_ms))
+
+    def first_after(self, name: str, prefix: str) -> str | None:
+        """The first queue name after ``name`` that starts with ``prefix`` (None: none): the parents of lite
+        topics are found a jump at a time, not by listing every queue."""
+        row = self.reader().execute("SELECT name FROM queues WHERE name > ? AND name < ? ORDER BY name LIMIT 1",
+                                    (name, _after(prefix))).fetchone()
+        return None if row is None else str(row[0])
+
     def count_names(self, prefix: str) -> int:
         """How many queues kept have names starting with ``prefix`` (read from the name index, not listed)."""
         row = self.reader().execute("SELECT count(*) FROM queues WHERE name >= ? AND name < ?",
@@ -202,18 +233,19 @@ class LightQueueStore:
         return int(row[0])
 
     # -- writing (the dispatcher, on the store thread) -------------------------------------------------
-    def put(self, entries: Iterable[tuple[str, int, int, int, int]]) -> dict[str, int]:
-        """Enter ``(name, queue offset, commit-log offset, size, tags code)`` rows in one transaction; an entry
-        a queue has already (its offset below the queue's next) is kept as it is. Returns each queue's next
-        offset after it, for the queues that took an entry."""
+    def put(self, entries: Iterable[LightEntry]) -> dict[str, int]:
+        """Enter ``(name, queue offset, commit-log offset, size, tags code, store time)`` rows in one
+        transaction; an entry a queue has already (its offset below the queue's next) is kept as it is. Returns
+        each queue's next offset after it, for the queues that took an entry."""
         db = self.reader()
         grown: dict[str, int] = {}
         made = 0
         db.execute("BEGIN IMMEDIATE")
         try:
             ends: dict[str, tuple[int, int]] = {}  # name → (qid, next)
+            lasts: dict[str, int] = {}
             rows = []
-            for name, off, phys, size, tag in entries:
+            for name, off, phys, size, tag, stored in entries:
                 known = ends.get(name)
                 if known is None:
                     row = db.execute("SELECT qid, next FROM queues WHERE name = ?", (name,)).fetchone()
@@ -229,9 +261,10 @@ class LightQueueStore:
                 rows.append((qid, off, phys, size, tag))
                 ends[name] = (qid, off + 1)
                 grown[name] = off + 1
+                lasts[name] = max(stored, lasts.get(name, 0))
             db.executemany("INSERT OR REPLACE INTO entries (qid, off, phys, size, tag) VALUES (?, ?, ?, ?, ?)", rows)
-            db.executemany("UPDATE queues SET next = ? WHERE qid = ?",
-                           [(ends[name][1], ends[name][0]) for name in grown])
+            db.executemany("UPDATE queues SET next = ?, last = max(last, ?) WHERE qid = ?",
+                           [(ends[name][1], lasts[name], ends[name][0]) for name in grown])
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -318,4 +351,4 @@ def _after(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-__all__ = ["LightQueue", "LightQueueStore"]
+__all__ = ["LightEntry", "LightQueue", "LightQueueStore"]

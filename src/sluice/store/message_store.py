@@ -397,6 +397,28 @@ class MessageStore:
             names.update(light.names(prefix))
         return sorted(names)
 
+    def file_light_queue_names(self, prefix: str) -> list[str]:
+        """The light queues of ``prefix`` kept in consume-queue files (made by a store before the shared one)."""
+        return sorted({t for t, _ in self.dispatcher.consume_queues if is_lmq(t) and t.startswith(prefix)})
+
+    def idle_light_queues(self, prefix: str, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` light queues of the shared store named ``prefix``... whose last message was stored
+        before ``before_ms`` (each with that time; 0: not known)."""
+        light = self.dispatcher.light
+        return [] if light is None else light.idle(prefix, before_ms, limit)
+
+    def note_light_queue_last(self, name: str, stored_ms: int) -> None:
+        light = self.dispatcher.light
+        if light is not None:
+            light.set_last(name, stored_ms)
+
+    def next_light_queue_name(self, name: str, prefix: str) -> str | None:
+        """The first light queue name after ``name`` starting with ``prefix`` (files' and the shared store's)."""
+        files = [t for t in self.file_light_queue_names(prefix) if t > name]
+        light = self.dispatcher.light
+        found = [*files[:1], *([n] if light is not None and (n := light.first_after(name, prefix)) else [])]
+        return min(found) if found else None
+
     def light_queue_count(self, prefix: str) -> int:
         """How many light queues kept have names starting with ``prefix`` (a long prefix: not listed)."""
         n = sum(1 for t, _ in self.dispatcher.consume_queues if is_lmq(t) and t.startswith(prefix))

@@ -16,34 +16,45 @@ from sluice.broker.lite.lite_event_dispatcher import LiteEventDispatcher
 from sluice.broker.lite.lite_subscription_registry import LiteSubscriptionRegistry
 from sluice.common.attributes import LITE_TOPIC_EXPIRATION
 from sluice.common.config import BrokerConfig
-from sluice.common.lite import LITE_TOPIC_PREFIX, parent_and_lite
+from sluice.common.lite import LITE_TOPIC_PREFIX, SEPARATOR, parent_and_lite
 from sluice.common.service import AsyncService
 from sluice.common.structs import TopicConfig
 
 log = logging.getLogger(__name__)
 
 DELETE_CHUNK = 1000  # lite topics looked at, or deleted, in one turn of the loop
+MAX_ROUNDS = 10_000  # chunks of one parent's expired lite topics deleted in one check (a bound, not a goal)
 
 
 class LiteStore:
     """What the lifecycle reads of the store, and how it deletes a light queue."""
 
     def __init__(self, names: Callable[[str], list[str]], max_offset: Callable[[str], int],
-                 store_time: Callable[[str, int], int], delete: Callable[[list[str]], object]) -> None:
+                 store_time: Callable[[str, int], int], delete: Callable[[list[str]], object],
+                 idle: Callable[[str, int, int], list[tuple[str, int]]] = lambda p, b, n: [],
+                 note_last: Callable[[str, int], None] = lambda q, t: None,
+                 next_name: Callable[[str, str], str | None] = lambda q, p: None,
+                 file_names: Callable[[str], list[str]] = lambda p: []) -> None:
         self.names = names  # prefix → the light queues the store keeps whose names start so, in order
         self.max_offset = max_offset  # lmq → its end
         self.store_time = store_time  # (lmq, offset) → when that message was stored (-1: unknown)
         self.delete = delete  # lmqs → (awaitable) deleted with their offsets
+        self.idle = idle  # (prefix, before ms, limit) → light queues last stored to before then (0: not known)
+        self.note_last = note_last  # (lmq, ms): its last store time, where the store did not know it
+        self.next_name = next_name  # (name, prefix) → the first light queue after name with that prefix
+        self.file_names = file_names  # prefix → the light queues kept in files (made by older stores)
 
 
 class LiteLifecycleManager(AsyncService):
     def __init__(self, config: BrokerConfig, store: LiteStore, topic_config: Callable[[str], TopicConfig | None],
                  registry: LiteSubscriptionRegistry, events: LiteEventDispatcher,
-                 forget_order: Callable[[list[str]], None]) -> None:
+                 forget_order: Callable[[list[str]], None],
+                 lite_parents: Callable[[], list[str]] = lambda: []) -> None:
         super().__init__()
         self.config = config
         self.store = store
         self.topic_config = topic_config
+        self.lite_parents = lite_parents  # the topics of message type LITE
         self.registry = registry
         self.events = events
         self.forget_order = forget_order  # lmqs → their order state goes (every group's)
@@ -80,20 +91,68 @@ class LiteLifecycleManager(AsyncService):
         idle = now_ms - max(last, 0)
         return idle >= self.config.min_lite_ttl and idle > minutes * 60_000
 
-    async def clean_expired(self) -> int:
-        """Delete the lite topics idle past their expiration; how many."""
+    async def clean_expired(self, now_ms: int | None = None) -> int:
+        """Delete the lite topics idle past their expiration, and those of parents deleted; how many. The
+        store's index of last store times finds the idle ones (the cost follows what expires, not how many lite
+        topics there are); the parents are found a jump at a time."""
         if (time.monotonic() - self.started) * 1000 < self.config.min_lite_ttl:
             return 0  # (right after a start: nothing could have been sent to them meanwhile)
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        n = 0
+        for parent in self.lite_parents():
+            tc = self.topic_config(parent)
+            minutes = LITE_TOPIC_EXPIRATION.value_of(tc.attributes) if tc is not None else -1
+            if minutes <= 0:
+                continue
+            before = now - max(self.config.min_lite_ttl, minutes * 60_000 + 1)
+            prefix = f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"
+            for _ in range(MAX_ROUNDS):
+                looked, gone = await asyncio.to_thread(self._idle_chunk, prefix, before, now)
+                if gone:
+                    await self.delete(gone)
+                    n += len(gone)
+                if looked < DELETE_CHUNK:
+                    break
+        orphans = await asyncio.to_thread(self._orphans)
+        for i in range(0, len(orphans), DELETE_CHUNK):  # (a bounded stall of the loop and the store at a time)
+            await self.delete(orphans[i:i + DELETE_CHUNK])
+        gone_already = set(orphans)
+        files = await asyncio.to_thread(
+            lambda: [q for q in self.store.file_names(LITE_TOPIC_PREFIX)
+                     if q not in gone_already and self.is_expired(q, now)])
+        if files:
+            await self.delete(files)
+        return n + len(orphans) + len(files)
+
+    def _idle_chunk(self, prefix: str, before_ms: int, now_ms: int) -> tuple[int, list[str]]:
+        """(a worker thread) A chunk of the lite topics of ``prefix`` stored to last before ``before_ms``: how
+        many were looked at, and those expired. One whose last store time the shared store did not know (made by
+        an older store) is read from its last message, and the time noted."""
+        found = self.store.idle(prefix, before_ms, DELETE_CHUNK)
         gone = []
-        for i, lmq in enumerate(self.lite_topics()):
-            if self.is_expired(lmq, now):
-                gone.append(lmq)
-            if i % DELETE_CHUNK == DELETE_CHUNK - 1:
-                await asyncio.sleep(0)
-        for i in range(0, len(gone), DELETE_CHUNK):  # (a bounded stall of the loop and the store at a time)
-            await self.delete(gone[i:i + DELETE_CHUNK])
-        return len(gone)
+        for lmq, last in found:
+            if last <= 0:
+                end = self.store.max_offset(lmq)
+                known = self.store.store_time(lmq, end - 1) if end > 0 else -1
+                if known > 0:
+                    self.store.note_last(lmq, known)
+                if not self.is_expired(lmq, now_ms):
+                    continue
+            gone.append(lmq)
+        return len(found), gone
+
+    def _orphans(self) -> list[str]:
+        """(a worker thread) The lite topics whose parent topic is gone."""
+        out: list[str] = []
+        name = LITE_TOPIC_PREFIX
+        while (nxt := self.store.next_name(name, LITE_TOPIC_PREFIX)) is not None:
+            pair = parent_and_lite(nxt)
+            parent_prefix = f"{LITE_TOPIC_PREFIX}{pair[0]}{SEPARATOR}" if pair else nxt
+            if pair is not None and self.topic_config(pair[0]) is None:
+                out += self.store.names(parent_prefix)
+            # (past every lite topic of this parent: the next name is another parent's)
+            name = parent_prefix[:-1] + chr(ord(parent_prefix[-1]) + 1) if pair else nxt
+        return out
 
     async def delete(self, lmqs: list[str], notify: bool = False) -> None:
         """Delete lite topics: nobody reads them any more (their readers told when ``notify``: RocketMQ does not

@@ -48,9 +48,12 @@ class LiteTopics:
         lite_store = LiteStore(store.light_queue_names,
                                lambda lmq: store.get_max_offset_in_queue(lmq, 0),
                                lambda lmq, off: store.get_message_store_timestamp(lmq, 0, off),
-                               lambda lmqs: store.on_store_thread(lambda: store.delete_topics(lmqs)))
-        self.lifecycle = LiteLifecycleManager(config, lite_store, topics.get, self.registry, self.events,
-                                              order_info.remove_topics)
+                               lambda lmqs: store.on_store_thread(lambda: store.delete_topics(lmqs)),
+                               store.idle_light_queues, store.note_light_queue_last, store.next_light_queue_name,
+                               store.file_light_queue_names)
+        self.lifecycle = LiteLifecycleManager(
+            config, lite_store, topics.get, self.registry, self.events, order_info.remove_topics,
+            lambda: [name for name, tc in topics.table.items() if tc.message_type == "LITE"])
         self.processors = (PopLiteMessageProcessor(config, topics, groups, pop, pop_revive, self.events,
                                                    self.polling),
                            LiteSubscriptionCtlProcessor(self.registry, groups),
