@@ -227,6 +227,7 @@ class MessagingService:
         self._lite_streams: dict[str, asyncio.Queue[Any]] = {}
         self._lite_bind_topics: dict[str, tuple[str, str]] = {}  # lite consumer → (bind topic, group), bounded
         self.client.on_unsubscribe_lite = self._notify_unsubscribe_lite
+        self.stopping = False
 
     async def start(self) -> None:
         await self.client.start()
@@ -474,6 +475,7 @@ class MessagingService:
         try:
             while (cmd := await out.get()) is not None:
                 yield cmd
+            self._unregister_producer(out)  # (no transaction check may wait in a stream nobody reads)
             # The requests ended: the client closed its side, or the call was cancelled, which grpc reports a
             # moment after ending the requests (the call is then cancelled here).
             await asyncio.sleep(TELEMETRY_END_GRACE)
@@ -483,7 +485,7 @@ class MessagingService:
         finally:
             reader.cancel()
             self._unregister_producer(out)
-            if cut and client_id and self._lite_streams.get(client_id) is out:
+            if cut and not self.stopping and client_id and self._lite_streams.get(client_id) is out:
                 # RocketMQ drops a lite push consumer's subscriptions when its stream is cancelled or cut (its
                 # handleGrpcCancel), rather than once they go unrenewed; a stream the client ends keeps them.
                 log.info("lite push consumer %s's stream was cut: its lite subscriptions are dropped", client_id)
@@ -1171,6 +1173,7 @@ async def serve(namesrv: str, host: str = "127.0.0.1", port: int = 8081, config:
 
 
 async def stop(server: grpc.aio.Server, service: MessagingService) -> None:
+    service.stopping = True  # (the streams the stop cancels are not clients gone: their subscriptions stay)
     if service.front is not None:
         service.front.stop_accepting()
     await server.stop(grace=1.0)  # (the calls in flight end through the front's open connections)

@@ -130,12 +130,12 @@ class LiteManagerProcessor:
                                 f"Subscription [{h.group}]-[{h.parent_topic}] not match.")
         sub = self.registry.clients.get(h.client_id)
         names: list[str] | None = None
-        count = -1  # (RocketMQ's: the client holds no lite subscription here)
-        if sub is not None and sub.group == h.group:
-            count = len(sub.lmqs)
+        count, last = -1, -1  # (RocketMQ's: the client holds no lite subscription here)
+        if sub is not None and sub.group == h.group:  # (another group's client is not shown: ACL named this one)
+            count, last = len(sub.lmqs), self.events.last_access.get(h.client_id, -1)
             names = sorted(sub.lmqs)[:min(h.max_count, MAX_RETURN_COUNT)]  # (light-queue names, as RocketMQ's)
         body = {"parentTopic": h.parent_topic, "group": h.group, "clientId": h.client_id,
-                "lastAccessTime": self.events.last_access.get(h.client_id, -1), "lastConsumeTime": 0,
+                "lastAccessTime": last, "lastConsumeTime": 0,
                 "liteTopicCount": count, "liteTopicSet": names}
         return _ok(req, body)
 
@@ -152,8 +152,9 @@ class LiteManagerProcessor:
                                 "earliestUnconsumedTimestamp": -1, "totalLagCount": 0}
         if not h.lite_topic:
             top_k = max(0, min(h.top_k, MAX_RETURN_COUNT))
-            body.update(await asyncio.to_thread(self._group_lag, h.group, self._lite_offsets(h.group, parent),
-                                                top_k))
+            table = list(self.store.consumer_offsets.offset_table.items())  # (a copy on the loop; read off it)
+            body.update(await asyncio.to_thread(
+                lambda: self._group_lag(h.group, _lite_offsets(table, h.group, parent), top_k)))
             return _ok(req, body)
         lmq, refused = self._lmq(req, parent, h.lite_topic)
         if lmq is None:
@@ -175,19 +176,6 @@ class LiteManagerProcessor:
 
         body.update(await asyncio.to_thread(one))
         return _ok(req, body)
-
-    def _lite_offsets(self, group: str, parent: str) -> list[tuple[str, int]]:
-        """The group's committed offsets in the lite topics of ``parent`` (a snapshot, taken on the loop)."""
-        suffix = f"{TOPIC_GROUP_SEPARATOR}{group}"
-        prefix = f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"
-        out = []
-        for key, queues in list(self.store.consumer_offsets.offset_table.items()):
-            if key.endswith(suffix) and key.startswith(prefix):
-                offset = queues.get(0)
-                lmq = key[:-len(suffix)]
-                if offset is not None and parent_and_lite(lmq) is not None:
-                    out.append((lmq, offset))
-        return out
 
     def _group_lag(self, group: str, offsets: list[tuple[str, int]], top_k: int) -> dict[str, Any]:
         """(a worker thread) The group's total lag, and the ``top_k`` lite topics with the most messages
@@ -212,7 +200,7 @@ class LiteManagerProcessor:
                 "lagTimestampTopK": [_lag_info(e) for e in by_time]}
 
     # == TRIGGER_LITE_DISPATCH =======================================================================
-    def trigger_lite_dispatch(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    async def trigger_lite_dispatch(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = TriggerLiteDispatchRequestHeader.decode(req.ext_fields)
         cfg = self.groups.table.get(h.group)  # (a query creates no group, as find would)
         if cfg is None:
@@ -225,6 +213,7 @@ class LiteManagerProcessor:
             sub = self.registry.clients.get(client_id)
             if sub is not None and sub.group == h.group:  # (a client of another group is not this group's)
                 offered += self.events.full_dispatch(client_id)
+                await asyncio.sleep(0)  # (a turn of the loop between clients: a group may have many)
         log.info("lite dispatch of group %s (%s) asked by %s: %d lite topic(s) offered", h.group,
                  h.client_id or "every client", conn.remote_addr, offered)
         return req.response(ResponseCode.SUCCESS)
@@ -269,6 +258,20 @@ class LiteManagerProcessor:
         if not queues:
             return True
         return select_by_hash(queues, lite_topic).broker_name == self.config.broker_name
+
+
+def _lite_offsets(table: list[tuple[str, dict[int, int]]], group: str, parent: str) -> list[tuple[str, int]]:
+    """The group's committed offsets in the lite topics of ``parent``, from a copy of the offset table."""
+    suffix = f"{TOPIC_GROUP_SEPARATOR}{group}"
+    prefix = f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"
+    out = []
+    for key, queues in table:
+        if key.endswith(suffix) and key.startswith(prefix):
+            offset = queues.get(0)
+            lmq = key[:-len(suffix)]
+            if offset is not None and parent_and_lite(lmq) is not None:
+                out.append((lmq, offset))
+    return out
 
 
 def _lag_info(entry: tuple[int, int, str]) -> dict[str, Any]:

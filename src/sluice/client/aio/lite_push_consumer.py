@@ -16,6 +16,7 @@ leaves ``lite_topics``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from typing import Any
 
 from sluice.auth.credentials import CredentialsLike
 from sluice.client.aio.simple_consumer import NACK_BACKOFF, receipt_of
-from sluice.client.message import ConsumeStatus
+from sluice.client.message import ConsumeOrderlyStatus, ConsumeStatus
 from sluice.client.message_selector import MessageSelector
 from sluice.client.mq_client import MQClientInstance, client_config
 from sluice.client.subscription import build_subscription
@@ -45,6 +46,8 @@ MAX_POP = 32  # messages one pop may hand out (the broker's bound)
 MAX_LITE_TOPICS_PER_REQUEST = 10_000  # the broker's bound on one subscription change
 
 Listener = Callable[[MessageExt], Any]
+_SUCCESS = (ConsumeStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
+_RETRY = (ConsumeStatus.RECONSUME_LATER, ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT)
 
 
 class LitePushConsumer:
@@ -87,10 +90,13 @@ class LitePushConsumer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pollers: dict[str, asyncio.Task[None]] = {}  # broker name → its pop loop
         self._running: set[asyncio.Task[None]] = set()  # messages with the listener or being settled
+        self._last_of: dict[str, asyncio.Task[None]] = {}  # lite topic → its last message's task (one at a time)
+        self._failed: set[str] = set()  # lite topics whose message failed: what follows it is given back
         self._reserved = 0  # slots of pops in flight
         self._space = asyncio.Event()
         self._lock = asyncio.Lock()  # one subscription change at a time (a sync sends the whole set)
         self.started = False
+        self._closed = False
 
     # == set-up ======================================================================================
     def register_listener(self, fn: Listener) -> Listener:
@@ -108,6 +114,8 @@ class LitePushConsumer:
     async def start(self) -> LitePushConsumer:
         if self.started:
             return self
+        if self._closed:
+            raise ClientError("a consumer that was shut down cannot start again: make a new one")
         if self._listener is None:
             raise ClientError("register_listener() first")
         self.client.consumers[self.group] = self
@@ -127,14 +135,16 @@ class LitePushConsumer:
         if not self.started:
             return
         self.started = False
+        self._closed = True
         for t in [*self._tasks, *self._pollers.values()]:
             t.cancel()
         await asyncio.gather(*self._tasks, *self._pollers.values(), return_exceptions=True)
         self._pollers.clear()
-        if self._running:
-            await asyncio.gather(*self._running, return_exceptions=True)
+        # At once: a pop still held on a broker must not take what arrives next (it would stay invisible).
         entry = self._entry("COMPLETE_REMOVE", [])
         await asyncio.gather(*(self._ctl_quietly(a, entry) for a in await self._masters(quiet=True)))
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
         await self.client.shutdown()
         self.client.consumers.pop(self.group, None)
         self._pool.shutdown(wait=False)
@@ -265,7 +275,8 @@ class LitePushConsumer:
             if addr is None:
                 await asyncio.sleep(1.0)
                 continue
-            n = min(free, MAX_POP)
+            # (each broker's loop a fair share of the slots: one that pops everything starves no other)
+            n = min(free, MAX_POP, max(1, self.max_in_flight // max(1, len(self._pollers))))
             self._reserved += n
             try:
                 msgs = await self.client.api.pop_lite_message(
@@ -280,28 +291,48 @@ class LitePushConsumer:
                 continue
             finally:
                 self._reserved -= n
+                self._space.set()  # (slots an empty pop held are free again for every loop)
             for m in msgs:
                 if self.namespace:
                     m.topic = unwrap(m.topic, self.namespace)
-                t = asyncio.get_running_loop().create_task(self._handle(m, addr))
+                lite = m.lite_topic or ""
+                t = asyncio.get_running_loop().create_task(self._handle(m, addr, self._last_of.get(lite)))
+                self._last_of[lite] = t
                 self._running.add(t)
-                t.add_done_callback(self._done)
+                t.add_done_callback(functools.partial(self._done, lite))
 
-    def _done(self, task: asyncio.Task[None]) -> None:
+    def _done(self, lite: str, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
+        if self._last_of.get(lite) is task:  # (the lite topic's last message handled: a next pop starts afresh)
+            del self._last_of[lite]
+            self._failed.discard(lite)
         self._space.set()
 
-    async def _handle(self, m: MessageExt, addr: str) -> None:
+    async def _handle(self, m: MessageExt, addr: str, before: asyncio.Task[None] | None) -> None:
+        """One message, after the one before it of its lite topic (a lite topic is consumed in order). After a
+        failure, what follows it in its lite topic is given back unread: the broker hands them out again after
+        the failed one, in order."""
         assert self._listener is not None
+        if before is not None:
+            await asyncio.wait([before])
+        lite = m.lite_topic or ""
         ok = False
-        try:
-            result = self._listener(m) if inspect.iscoroutinefunction(self._listener) else \
-                await asyncio.get_running_loop().run_in_executor(self._pool, self._listener, m)
-            if inspect.isawaitable(result):
-                result = await result
-            ok = result is None or result is True or result == ConsumeStatus.CONSUME_SUCCESS
-        except Exception as exc:
-            log.info("listener failed on %s (reconsumed %d times): %s", m.msg_id, m.reconsume_times, exc)
+        if lite in self._failed:
+            log.debug("%s follows a failed message of lite topic %s: given back", m.msg_id, lite)
+        else:
+            try:
+                result = self._listener(m) if inspect.iscoroutinefunction(self._listener) else \
+                    await asyncio.get_running_loop().run_in_executor(self._pool, self._listener, m)
+                if inspect.isawaitable(result):
+                    result = await result
+                ok = result is None or result is True or result in _SUCCESS
+                if not ok and result is not False and result not in _RETRY:
+                    log.warning("listener returned %r for %s: taken as a failure (return None or a "
+                                "ConsumeStatus)", result, m.msg_id)
+            except Exception as exc:
+                log.info("listener failed on %s (reconsumed %d times): %s", m.msg_id, m.reconsume_times, exc)
+            if not ok:
+                self._failed.add(lite)
         try:
             await self._settle(m, addr, ok)
         except (ClientError, RemotingError) as exc:
