@@ -116,15 +116,35 @@ class RocketMQNode:
         self._wait_output("broker", "boot success", deadline)
         asyncio.run(self._wait_routed(deadline))
         if self.proxy_settings is not None:
-            port = free_port()
-            self.proxy_endpoint = f"127.0.0.1:{port}"
-            config = {"rocketMQClusterName": self.cluster, "namesrvAddr": self.namesrv, "grpcServerPort": port,
-                      **self.proxy_settings}
-            (self.root / "rmq-proxy.json").write_text(json.dumps(config))
-            self.proxy_proc = self._spawn("proxy", "sluice.interop.ReferenceProxy", PROXY_JVM,
-                                          str(self.root / "rmq-proxy.json"))
-            self._wait_output("proxy", "reference proxy boot success", deadline)
+            self._start_proxy(self.proxy_settings, deadline)
         return self
+
+    def start_proxy(self, settings: dict[str, object], timeout: float = 120) -> str:
+        """RocketMQ's proxy (cluster mode) beside a node already running, for the gRPC clients of one module;
+        its endpoint. ``stop_proxy`` ends it."""
+        self._start_proxy(settings, time.monotonic() + timeout)
+        return self.proxy_endpoint
+
+    def _start_proxy(self, settings: dict[str, object], deadline: float) -> None:
+        port = free_port()
+        self.proxy_endpoint = f"127.0.0.1:{port}"
+        config = {"rocketMQClusterName": self.cluster, "namesrvAddr": self.namesrv, "grpcServerPort": port,
+                  **settings}
+        (self.root / "rmq-proxy.json").write_text(json.dumps(config))
+        self.proxy_proc = self._spawn("proxy", "sluice.interop.ReferenceProxy", PROXY_JVM,
+                                      str(self.root / "rmq-proxy.json"))
+        self._wait_output("proxy", "reference proxy boot success", deadline)
+
+    def stop_proxy(self, grace: float = 30) -> None:
+        proc, self.proxy_proc, self.proxy_endpoint = self.proxy_proc, None, ""
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
     def _spawn(self, name: str, main_class: str, jvm: tuple[str, ...], *args: str) -> subprocess.Popen[bytes]:
         home = self.root / "home" / name  # RocketMQ logs to $HOME/logs/rocketmqlogs

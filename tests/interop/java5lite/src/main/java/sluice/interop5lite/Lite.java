@@ -18,7 +18,7 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
  * event on stdout.
  *
  * <pre>
- *   Lite ENDPOINT produce PARENT LITE_TOPIC COUNT
+ *   Lite ENDPOINT produce PARENT LITE_TOPIC COUNT [LITE_TOPIC COUNT]...
  *   Lite ENDPOINT consume PARENT GROUP COUNT TIMEOUT_S LITE_TOPIC...   (a body ending in "-7" fails once)
  *   Lite ENDPOINT unsubscribe PARENT GROUP LITE_TOPIC TIMEOUT_S   (waits until the server unsubscribes it)
  * </pre>
@@ -60,16 +60,18 @@ public final class Lite {
         String mode = argv[1];
         String parent = argv[2];
         if (mode.equals("produce")) {
-            String lite = argv[3];
-            int count = Integer.parseInt(argv[4]);
             try (Producer producer = provider.newProducerBuilder().setClientConfiguration(config).setTopics(parent)
                 .build()) {
-                for (int i = 0; i < count; i++) {
-                    Message msg = provider.newMessageBuilder().setTopic(parent).setLiteTopic(lite)
-                        .setBody((lite + "-" + i).getBytes(StandardCharsets.UTF_8)).build();
-                    SendReceipt r = producer.send(msg);
-                    emit("{\"event\":\"sent\",\"body\":" + quote(lite + "-" + i) + ",\"message_id\":"
-                        + quote(r.getMessageId().toString()) + "}");
+                for (int arg = 3; arg + 1 < argv.length; arg += 2) {
+                    String lite = argv[arg];
+                    int count = Integer.parseInt(argv[arg + 1]);
+                    for (int i = 0; i < count; i++) {
+                        Message msg = provider.newMessageBuilder().setTopic(parent).setLiteTopic(lite)
+                            .setBody((lite + "-" + i).getBytes(StandardCharsets.UTF_8)).build();
+                        SendReceipt r = producer.send(msg);
+                        emit("{\"event\":\"sent\",\"body\":" + quote(lite + "-" + i) + ",\"message_id\":"
+                            + quote(r.getMessageId().toString()) + "}");
+                    }
                 }
             }
             return;
