@@ -88,9 +88,10 @@ class Client:
                                       lite_topic=m.properties[PROPERTY_LITE_TOPIC]).encode()
         return await self.api.invoke(self.addr, RequestCode.ACK_MESSAGE, ext, b"")
 
-    async def nack(self, resp: RemotingCommand, m: MessageExt) -> RemotingCommand:
+    async def nack(self, resp: RemotingCommand, m: MessageExt, suspend: bool = False) -> RemotingCommand:
         ext = ChangeInvisibleTimeRequestHeader(GROUP, PARENT, 0, _lmq_offset(m), _receipt(resp, m), 0,
-                                               lite_topic=m.properties[PROPERTY_LITE_TOPIC]).encode()
+                                               lite_topic=m.properties[PROPERTY_LITE_TOPIC],
+                                               suspend=suspend).encode()
         return await self.api.invoke(self.addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext, b"")
 
     async def close(self) -> None:
@@ -392,3 +393,29 @@ def test_the_periodic_check_deletes_idle_lite_topics_by_their_parents_expiration
     assert empty_cluster.loop.run(lifecycle.clean_expired(lifecycle_now() + 61_000), 30) == 5
     left = broker.store.light_queue_names("%LMQ%$")
     assert left == [to_lmq_name("long-lived", "dan")]
+
+
+def test_a_suspended_lite_pop_comes_back_whole_without_a_delivery_counted(empty_cluster: Cluster) -> None:
+    """``suspend`` (RocketMQ 5.5's ChangeInvisibleDuration.suspend): the lite topic's pop comes back from its first
+    message, and nobody's reconsume times grew; a plain nack counts the delivery."""
+    broker = lite_cluster(empty_cluster)
+
+    async def go() -> None:
+        c = Client(broker.broker_addr)
+        try:
+            for i in range(2):
+                await c.send("ivy", f"i-{i}".encode())
+            assert (await c.ctl("PARTIAL_ADD", "c1", ["ivy"])).code == ResponseCode.SUCCESS
+            resp, msgs = await c.pop("c1")
+            assert [m.body for m in msgs] == [b"i-0", b"i-1"]
+            assert (await c.nack(resp, msgs[1], suspend=True)).code == ResponseCode.SUCCESS
+            resp, again = await c.pop("c1", poll_ms=5_000)
+            assert [m.body for m in again] == [b"i-0", b"i-1"] and resp.ext_fields["orderCountInfo"] == "0;0"
+            assert (await c.ack(resp, again[1])).code == ResponseCode.SUCCESS
+            assert (await c.nack(resp, again[0])).code == ResponseCode.SUCCESS  # (counted)
+            resp, third = await c.pop("c1", poll_ms=5_000)
+            assert [m.body for m in third] == [b"i-0"] and resp.ext_fields["orderCountInfo"] == "1"
+        finally:
+            await c.close()
+
+    empty_cluster.loop.run(go(), 60)

@@ -420,3 +420,19 @@ def test_no_client_may_write_the_brokers_own_topics_such_as_the_revive_log(clust
     resp = exchange(addr, [forged])[forged.opaque]
     assert resp.code == ResponseCode.NO_PERMISSION and "forbidden" in resp.remark
     assert cluster.brokers[0].store.get_max_offset_in_queue("rmq_sys_REVIVE_LOG_DefaultCluster", 0) == 0
+
+
+def test_a_suspended_message_comes_back_without_a_delivery_counted(cluster):
+    """``suspend`` (RocketMQ 5.5): the message comes back with the reconsume times it had, even past the group's
+    retries (a suspension is not a failure); a plain nack counts one more."""
+    cluster.create_topic("PopSuspend", 1)
+    produce(cluster.namesrv_addr, "PopSuspend", 2)
+    c = consumer(cluster, "pop-suspend", "PopSuspend")
+    try:
+        suspended, nacked = sorted(receive_all(c, 2), key=lambda m: m.body)
+        c.change_invisible_duration(suspended, 0.3, suspend=True)
+        c.nack(nacked, 0.3)
+        back = {m.body: m.reconsume_times for m in receive_all(c, 2, timeout=30)}
+        assert back == {suspended.body: 0, nacked.body: 1}
+    finally:
+        c.shutdown()

@@ -131,6 +131,26 @@ class ConsumerOrderInfoManager(ConfigManager):
         self.writer.request()
         return info
 
+    def suspend(self, key: OrderKey, pop_time: int, offset: int, visible_at: int) -> OrderInfo | None:
+        """(RocketMQ 5.5's suspendQueue) The whole pop comes back at ``visible_at``, and none of its deliveries
+        counts: the queue is handed out again then, from its first unacknowledged message, reconsume times as
+        before the pop."""
+        info = self.table.get(key)
+        if info is None or info.pop_time != pop_time or offset not in info.offsets:
+            return None
+        if info.acked >> info.offsets.index(offset) & 1:
+            return None
+        with self._lock:
+            counts = self.counts.get(key)
+            if counts:
+                for off in info.offsets:
+                    if counts.get(off, 0) > 0:
+                        counts[off] -= 1
+            info.next_visible.clear()
+            info.invisible_time = visible_at - info.pop_time
+        self.writer.request()
+        return info
+
     def forget(self, key: OrderKey) -> None:
         with self._lock:
             self.table.pop(key, None)

@@ -454,11 +454,12 @@ class MQClientAPI:
 
     async def change_invisible_time(self, addr: str, group: str, topic: str, receipt: Receipt,
                                     invisible_ms: int, timeout_ms: int = 3_000,
-                                    lite_topic: str | None = None) -> Receipt:
-        """CHANGE_MESSAGE_INVISIBLETIME: the message stays invisible ``invisible_ms`` from now; its new receipt."""
+                                    lite_topic: str | None = None, suspend: bool = False) -> Receipt:
+        """CHANGE_MESSAGE_INVISIBLETIME: the message stays invisible ``invisible_ms`` from now (``suspend``: its
+        coming back is not counted as a delivery); its new receipt."""
         ext = ChangeInvisibleTimeRequestHeader(group, real_topic(receipt.retry, topic, group), receipt.queue_id,
                                                receipt.queue_offset, str(receipt), invisible_ms,
-                                               receipt.broker_name, lite_topic).encode()
+                                               receipt.broker_name, lite_topic, suspend).encode()
         resp = await self.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext, timeout_ms=timeout_ms)
         e = resp.ext_fields
         try:

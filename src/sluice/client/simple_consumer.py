@@ -34,8 +34,8 @@ class SimpleConsumer(_loop.SyncFacade[AsyncSimpleConsumer]):
     def ack_many(self, msgs: list[MessageExt]) -> None:
         _loop.run(self.aio.ack_many(msgs))
 
-    def change_invisible_duration(self, msg: MessageExt, duration: float) -> None:
-        _loop.run(self.aio.change_invisible_duration(msg, duration))
+    def change_invisible_duration(self, msg: MessageExt, duration: float, *, suspend: bool = False) -> None:
+        _loop.run(self.aio.change_invisible_duration(msg, duration, suspend=suspend))
 
     def nack(self, msg: MessageExt, delay: float | None = None) -> None:
         _loop.run(self.aio.nack(msg, delay))

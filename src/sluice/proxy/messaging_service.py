@@ -877,7 +877,8 @@ class MessagingService:
         addr = await self._addr_of(req.topic.name, receipt.broker_name)
         try:
             renewed = await self.client.api.change_invisible_time(addr, req.group.name, req.topic.name, receipt,
-                                                                  int(seconds * 1000), lite_topic=lite)
+                                                                  int(seconds * 1000), lite_topic=lite,
+                                                                  suspend=req.HasField("suspend") and req.suspend)
         except BrokerResponseError as exc:
             raise Refused("INVALID_RECEIPT_HANDLE" if exc.code in _STALE_RECEIPT else "INTERNAL_SERVER_ERROR",
                           exc.remark) from None

@@ -243,8 +243,9 @@ class AckMessageProcessor:
                 receipt = self._receipt(topic, queue_id, offset, h.extra_info, upper_inclusive=False)
             if receipt.orderly:
                 now = now_ms()
-                info = self.order_info.change_invisible((topic, group, queue_id), receipt.pop_time, offset,
-                                                     now + invisible)
+                key = (topic, group, queue_id)
+                info = self.order_info.suspend(key, receipt.pop_time, offset, now + invisible) if h.suspend else \
+                    self.order_info.change_invisible(key, receipt.pop_time, offset, now + invisible)
                 if info is None:
                     raise _expired(group, topic, queue_id, offset)
                 if h.lite_topic:  # offered again when it comes back
@@ -256,7 +257,8 @@ class AckMessageProcessor:
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
         now = self.pop_revive.next_pop_time()
-        new = CheckPoint(topic, group, queue_id, offset, now, invisible, self.config.broker_name, [0], old.revive_qid)
+        new = CheckPoint(topic, group, queue_id, offset, now, invisible, self.config.broker_name, [0], old.revive_qid,
+                         suspend=h.suspend)
         self.pop_revive.open(new)
         self.pop_revive.ack(old, offset)
         records = [self.pop_revive.checkpoint_record(new),

@@ -80,6 +80,7 @@ class CheckPoint:
     acked: int = 0
     revive_offset: int = -1  # where its record lies in its revive queue (a lower bound until written)
     revived: bool = False  # its unacknowledged messages were put back
+    suspend: bool = False  # (RocketMQ 5.5) its messages come back without a delivery counted
 
     @property
     def key(self) -> CheckPointKey:
@@ -106,13 +107,15 @@ class CheckPoint:
     def to_json(self) -> bytes:
         return orjson.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": 0,
                              "n": len(self.diffs), "q": self.queue_id, "t": self.topic, "c": self.group,
-                             "d": self.diffs, "bn": self.broker_name, "reviveTime": self.revive_time})
+                             "d": self.diffs, "bn": self.broker_name, "reviveTime": self.revive_time,
+                             "sp": self.suspend})
 
     @classmethod
     def from_json(cls, body: bytes, revive_qid: int, revive_offset: int) -> CheckPoint:
         d = orjson.loads(body)
         return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), int(d["it"]), str(d["bn"]),
-                   [int(x) for x in d["d"]], revive_qid, int(d.get("bm", 0)), revive_offset)
+                   [int(x) for x in d["d"]], revive_qid, int(d.get("bm", 0)), revive_offset,
+                   suspend=bool(d.get("sp", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,13 +422,13 @@ class PopReviveService(AsyncService):
             props[PROPERTY_FIRST_POP_TIME] = str(ck.pop_time)
         sub = self.subscription_group_manager.find(ck.group)
         max_times = sub.retry_max_times if sub is not None else self.config.max_reconsume_times
-        if msg.reconsume_times >= max_times:
+        if msg.reconsume_times >= max_times and not ck.suspend:  # (a suspended delivery is not a failed one)
             topic = dlq_topic(ck.group)
         else:
             topic = retry
         self.ensure_system_topic(topic, 1, PERM_READ | PERM_WRITE)
         return MessageExtBrokerInner(topic, msg.body, 0, msg.flag, props, msg.sys_flag, msg.born_timestamp,
-                                     msg.born_host, self.broker_addr, msg.reconsume_times + 1)
+                                     msg.born_host, self.broker_addr, msg.reconsume_times + (0 if ck.suspend else 1))
 
     def _commit_revive_offsets(self) -> None:
         """Each revive queue's committed offset: its oldest record of a checkpoint not settled (the end when

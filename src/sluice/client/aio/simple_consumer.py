@@ -251,15 +251,16 @@ class SimpleConsumer:
             except RemotingError as exc:
                 raise ClientError(f"broker {addr}: {exc}") from exc
 
-    async def change_invisible_duration(self, msg: MessageExt, duration: float) -> None:
+    async def change_invisible_duration(self, msg: MessageExt, duration: float, *, suspend: bool = False) -> None:
         """The message stays invisible ``duration`` seconds from now (then comes back unless settled); its
-        receipt handle is renewed in place."""
+        receipt handle is renewed in place. ``suspend`` (RocketMQ 5.5): its coming back is not counted as a
+        delivery (``reconsume_times`` stays; it cannot be dead-lettered by it)."""
         _check_duration("duration", duration)
         r = receipt_of(msg)
         try:
             renewed = await self.client.api.change_invisible_time(self._addr_of(r), self.group,
                                                                   wrap(self.namespace, msg.topic), r,
-                                                                  int(duration * 1000))
+                                                                  int(duration * 1000), suspend=suspend)
         except RemotingError as exc:
             raise ClientError(f"broker {r.broker_name}: {exc}") from exc
         msg.properties[PROPERTY_POP_CK] = str(renewed)

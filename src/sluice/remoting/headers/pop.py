@@ -88,15 +88,17 @@ class AckMessageRequestHeader(RequestHeader):
 
 
 class ChangeInvisibleTimeRequestHeader(RequestHeader):
-    """CHANGE_MESSAGE_INVISIBLETIME: a popped message stays invisible ``invisible_time`` ms from now."""
+    """CHANGE_MESSAGE_INVISIBLETIME: a popped message stays invisible ``invisible_time`` ms from now; ``suspend``
+    (RocketMQ 5.5): its coming back then is not counted as a delivery (its reconsume times stay)."""
 
     __slots__ = ("consumer_group", "topic", "queue_id", "offset", "extra_info", "invisible_time", "broker_name",
-                 "lite_topic")
+                 "lite_topic", "suspend")
     TOPIC_FIELD = "topic"
     GROUP_FIELD = "consumer_group"
 
     def __init__(self, consumer_group: str, topic: str, queue_id: int, offset: int, extra_info: str,
-                 invisible_time: int, broker_name: str | None = None, lite_topic: str | None = None) -> None:
+                 invisible_time: int, broker_name: str | None = None, lite_topic: str | None = None,
+                 suspend: bool = False) -> None:
         self.consumer_group = consumer_group
         self.topic = topic
         self.queue_id = queue_id
@@ -105,12 +107,13 @@ class ChangeInvisibleTimeRequestHeader(RequestHeader):
         self.invisible_time = invisible_time
         self.broker_name = broker_name
         self.lite_topic = lite_topic  # a lite topic's message: ``topic`` is its parent
+        self.suspend = suspend
 
     @classmethod
     def decode(cls, ext: Mapping[str, str]) -> ChangeInvisibleTimeRequestHeader:
         return cls(field_str(ext, "consumerGroup"), field_str(ext, "topic"), field_int(ext, "queueId"),
                    field_int(ext, "offset"), field_str(ext, "extraInfo"), field_int(ext, "invisibleTime"),
-                   ext.get("bname"), ext.get("liteTopic") or None)
+                   ext.get("bname"), ext.get("liteTopic") or None, field_bool(ext, "suspend"))
 
     def encode(self) -> dict[str, str]:
         ext = {"consumerGroup": self.consumer_group, "topic": self.topic, "queueId": str(self.queue_id),
@@ -119,6 +122,8 @@ class ChangeInvisibleTimeRequestHeader(RequestHeader):
             ext["bname"] = self.broker_name
         if self.lite_topic:
             ext["liteTopic"] = self.lite_topic
+        if self.suspend:
+            ext["suspend"] = "true"
         return ext
 
 
