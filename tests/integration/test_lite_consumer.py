@@ -225,3 +225,37 @@ def test_the_lite_admin_requests_say_what_the_broker_holds(empty_cluster: Cluste
     assert answers[0] == (ResponseCode.INVALID_PARAMETER, "Topic [plain] type not match.")
     assert answers[1][0] == ResponseCode.INVALID_PARAMETER and "alphanumeric" in answers[1][1]
     assert answers[2:] == [(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "Group [no-such-group] not exist.")] * 3
+
+
+def test_a_wildcard_groups_consumer_reads_every_lite_topic_naming_none(empty_cluster: Cluster) -> None:
+    """``lite.sub.wildcard`` (RocketMQ 5.5): the group's consumers read every lite topic of the parent, those that
+    held messages before they came and those made after; naming one is refused."""
+    broker = lite_cluster(empty_cluster)
+    ns = empty_cluster.namesrv_addr
+
+    async def wildcard_group() -> None:
+        async with Admin(ns) as admin:
+            await admin.update_group("everything", attributes=f"+lite.bind.topic={PARENT},+lite.sub.wildcard=true")
+
+    empty_cluster.loop.run(wildcard_group())
+    send(ns, "old-1", 3)
+    seen = Seen()
+    c = LitePushConsumer("everything", namesrv=ns, bind_topic=PARENT)
+    c.register_listener(seen)
+    c.start()
+    try:
+        with pytest.raises(BrokerResponseError) as refused:
+            c.subscribe_lite("old-1")
+        assert refused.value.code == ResponseCode.ILLEGAL_OPERATION and "not supported" in (refused.value.remark or "")
+        wait_until(lambda: seen.count() == 3, 30, "the messages sent before the consumer came")
+        send(ns, "new-1", 2)
+        send(ns, "new-2", 2)
+        wait_until(lambda: seen.count() == 7, 30, "the messages of lite topics made since")
+        assert seen.by_lite == {"old-1": [b"old-1-0", b"old-1-1", b"old-1-2"], "new-1": [b"new-1-0", b"new-1-1"],
+                                "new-2": [b"new-2-0", b"new-2-1"]}
+        client_id = c.aio.client.client_id
+        readers = broker.lite.registry.subscribers(to_lmq_name(PARENT, "new-2"))  # type: ignore[union-attr]
+        assert readers == {"everything": [client_id]}
+    finally:
+        c.shutdown()
+    assert broker.lite.registry.wildcard == {}  # type: ignore[union-attr]  (its last reader gone)

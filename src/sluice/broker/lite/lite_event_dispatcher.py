@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from sluice.broker.lite.lite_subscription_registry import LiteSubscriptionRegistry
+from sluice.common.lite import parent_and_lite
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,11 @@ Backlog = Callable[[str, str], bool]
 
 class LiteEventDispatcher:
     def __init__(self, registry: LiteSubscriptionRegistry, max_events: Callable[[str], int], backlog: Backlog,
-                 wake: Callable[[str], None]) -> None:
+                 wake: Callable[[str], None], lite_topics_of: Callable[[str], list[str]] = lambda p: []) -> None:
         self.registry = registry
+        self.lite_topics_of = lite_topics_of  # parent → the light queues of its lite topics (a store listing)
+        self._wildcard_due: set[tuple[str, str]] = set()  # (parent, group): a wildcard group's full dispatch
+        self._tasks: set[asyncio.Task[int]] = set()
         self.max_events = max_events  # group → its clients' event bound
         self.backlog = backlog  # (group, lmq) → messages the group has not had
         self.wake = wake  # client id → its waiting pop looks again
@@ -90,22 +94,40 @@ class LiteEventDispatcher:
 
     async def scan(self, chunk: int = 1000) -> int:
         """A full dispatch to every client (a bounded turn at a time): whatever an event was missed for is
-        offered again; how many offered."""
+        offered again; how many offered. A wildcard group's (which lists its parent's lite topics) only when an
+        event found none of its readers with room."""
         n = 0
         done = 0
         for client_id in list(self.registry.clients):
             sub = self.registry.clients.get(client_id)
-            n += self.full_dispatch(client_id)
+            if self.registry.wildcard_of(client_id) is None:
+                n += self.full_dispatch(client_id)
             done += len(sub.lmqs) if sub is not None else 0
             if done >= chunk:
                 done = 0
                 await asyncio.sleep(0)
+        due, self._wildcard_due = self._wildcard_due, set()
+        for parent, group in sorted(due):
+            n += await self.wildcard_dispatch(parent, group)
         return n
+
+    async def wildcard_dispatch(self, parent: str, group: str, chunk: int = 1000) -> int:
+        """Every lite topic of ``parent`` holding messages ``group`` has not had, offered to the group's readers
+        (a wildcard group's full dispatch: the listing and the backlog reads off the loop); how many."""
+        backlog = self.backlog
+        lmqs = await asyncio.to_thread(lambda: [q for q in self.lite_topics_of(parent) if backlog(group, q)])
+        for i, lmq in enumerate(lmqs):
+            self.dispatch(lmq, group)
+            if i % chunk == chunk - 1:
+                await asyncio.sleep(0)
+        return len(lmqs)
 
     def close(self) -> None:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for t in self._tasks:
+            t.cancel()
 
     # == inside ======================================================================================
     def _offer_one(self, lmq: str, group: str, clients: list[str], exclude: str | None) -> None:
@@ -120,6 +142,9 @@ class LiteEventDispatcher:
                 return
         log.info("lite topic %s of group %s: every reader's event set is full; the next full dispatch offers it",
                  lmq, group)
+        pair = parent_and_lite(lmq)
+        if pair is not None and group in self.registry.wildcard.get(pair[0], ()):
+            self._wildcard_due.add((pair[0], group))
 
     def _offer(self, client_id: str, group: str, lmq: str) -> bool:
         events = self.events.setdefault(client_id, {})
@@ -131,6 +156,12 @@ class LiteEventDispatcher:
         return True
 
     def _registered(self, client_id: str, group: str, lmq: str) -> None:
+        parent = self.registry.wildcard_of(client_id)
+        if parent is not None:  # (a wildcard group's new reader: what waits in every lite topic is offered)
+            t = asyncio.get_running_loop().create_task(self.wildcard_dispatch(parent, group))
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+            return
         if self.backlog(group, lmq) and self._offer(client_id, group, lmq):
             self.wake(client_id)
 

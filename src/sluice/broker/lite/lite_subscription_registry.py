@@ -22,6 +22,11 @@ from sluice.remoting.connection import Connection
 log = logging.getLogger(__name__)
 
 
+def wildcard_key(topic: str, group: str) -> str:
+    """What a wildcard group's readers subscribe to (RocketMQ's mock queue name): no lite topic is named so."""
+    return f"{topic}@{group}"
+
+
 class LiteQuotaError(Exception):
     """The broker holds as many lite subscriptions as it may (LITE_SUBSCRIPTION_QUOTA_EXCEEDED)."""
 
@@ -42,6 +47,7 @@ class LiteGroupSettings:
     exclusive: bool = False  # lite.sub.model=Exclusive
     reset_on_exclusive: bool = False  # lite.sub.reset.offset.exclusive
     reset_on_unsubscribe: bool = False  # lite.sub.reset.offset.unsubscribe
+    wildcard: bool = False  # lite.sub.wildcard: its readers read every lite topic of the parent, naming none
 
 
 class LiteSubscriptionRegistry:
@@ -55,6 +61,7 @@ class LiteSubscriptionRegistry:
         self.clients: dict[str, LiteSubscription] = {}
         self.by_lmq: dict[str, dict[str, set[str]]] = {}  # lmq → group → client ids
         self.active = 0  # (client, lite topic) pairs
+        self.wildcard: dict[str, set[str]] = {}  # parent → its wildcard groups with readers
         # Told of each (client id, group, lmq) subscribed / unsubscribed, and of a client gone (the dispatcher).
         self.on_register: Callable[[str, str, str], None] = lambda c, g, q: None
         self.on_unregister: Callable[[str, str, str], None] = lambda c, g, q: None
@@ -63,8 +70,10 @@ class LiteSubscriptionRegistry:
     # == the client's actions ========================================================================
     def add_partial(self, client_id: str, group: str, topic: str, lmqs: Iterable[str],
                     offset: OffsetOption | None, conn: Connection | None) -> None:
-        sub = self._subscription(client_id, group, topic, conn)
         settings = self.group_settings(group)
+        if settings.wildcard:
+            raise PermissionError("subscribe lite operation is not supported for this group (lite.sub.wildcard)")
+        sub = self._subscription(client_id, group, topic, conn)
         for lmq in lmqs:
             if lmq in sub.lmqs:
                 if offset is not None:
@@ -90,9 +99,14 @@ class LiteSubscriptionRegistry:
 
     def add_complete(self, client_id: str, group: str, topic: str, lmqs: Iterable[str],
                      conn: Connection | None) -> None:
-        """The client's whole set: what it no longer names is dropped, what it newly names added."""
+        """The client's whole set: what it no longer names is dropped, what it newly names added. A wildcard
+        group's client names nothing: it reads every lite topic of the parent (RocketMQ's mock queue
+        ``<parent>@<group>`` stands for them)."""
         sub = self._subscription(client_id, group, topic, conn)
         wanted = set(lmqs)
+        if self.group_settings(group).wildcard:
+            wanted = {wildcard_key(topic, group)}
+            self.wildcard.setdefault(topic, set()).add(group)
         for lmq in sub.lmqs - wanted:
             self._remove(sub, client_id, lmq)
         for lmq in wanted - sub.lmqs:
@@ -113,14 +127,25 @@ class LiteSubscriptionRegistry:
 
     # == the broker's ================================================================================
     def subscribers(self, lmq: str, group: str | None = None) -> dict[str, list[str]]:
-        """The clients reading ``lmq``, by group (only ``group``'s when given)."""
+        """The clients reading ``lmq``, by group (only ``group``'s when given): its subscribers, and the readers
+        of the wildcard groups of its parent."""
         groups = self.by_lmq.get(lmq)
-        if not groups:
-            return {}
-        if group is not None:
-            clients = groups.get(group)
-            return {group: sorted(clients)} if clients else {}
-        return {g: sorted(c) for g, c in groups.items()}
+        out = {g: sorted(c) for g, c in groups.items() if group is None or g == group} if groups else {}
+        if self.wildcard:
+            pair = parent_and_lite(lmq)
+            for g in self.wildcard.get(pair[0], ()) if pair else ():
+                if group is None or g == group:
+                    clients = self.by_lmq.get(wildcard_key(pair[0], g), {}).get(g)  # type: ignore[index]
+                    if clients:
+                        out[g] = sorted(clients)
+        return {g: c for g, c in out.items() if c}
+
+    def wildcard_of(self, client_id: str) -> str | None:
+        """The parent whose every lite topic ``client_id`` reads (None: it is no wildcard group's reader)."""
+        sub = self.clients.get(client_id)
+        if sub is None or wildcard_key(sub.topic, sub.group) not in sub.lmqs:
+            return None
+        return sub.topic
 
     def clean(self, lmq: str, notify: bool) -> None:
         """``lmq`` is gone (its lite topic expired): nobody reads it any more; each reader told when ``notify``."""
@@ -200,6 +225,13 @@ class LiteSubscriptionRegistry:
             del groups[group]  # type: ignore[union-attr]
             if not groups:
                 del self.by_lmq[lmq]
+            topic, at, wild_group = lmq.rpartition("@")
+            if at and parent_and_lite(lmq) is None and wild_group == group:  # (a wildcard group's last reader)
+                left = self.wildcard.get(topic)
+                if left is not None:
+                    left.discard(group)
+                    if not left:
+                        del self.wildcard[topic]
         self.on_unregister(client_id, group, lmq)
 
     def _exclude(self, client_id: str, group: str, lmq: str) -> bool:

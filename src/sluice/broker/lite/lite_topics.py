@@ -16,7 +16,7 @@ from sluice.broker.pop.pop_lite_message_processor import PopLiteMessageProcessor
 from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
 from sluice.broker.processors.lite_manager_processor import LiteManagerProcessor, RouteOf
 from sluice.broker.processors.lite_subscription_ctl_processor import LiteSubscriptionCtlProcessor
-from sluice.common.lite import POLICY_MAX, OffsetOption, is_lite_queue
+from sluice.common.lite import LITE_TOPIC_PREFIX, POLICY_MAX, SEPARATOR, OffsetOption, is_lite_queue
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -44,7 +44,9 @@ class LiteTopics:
         self.polling = PopLongPollingService(config.max_pop_polling_size, config.pop_polling_size)
         self.registry = LiteSubscriptionRegistry(config.max_lite_subscription_count, self._group_settings,
                                                  self._reset_offset, _notify_unsubscribe)
-        self.events = LiteEventDispatcher(self.registry, self._max_events, self.backlog, self._wake)
+        self.events = LiteEventDispatcher(
+            self.registry, self._max_events, self.backlog, self._wake,
+            lambda parent: store.light_queue_names(f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"))
         lite_store = LiteStore(store.light_queue_names,
                                lambda lmq: store.get_max_offset_in_queue(lmq, 0),
                                lambda lmq, off: store.get_message_store_timestamp(lmq, 0, off),
@@ -103,7 +105,8 @@ class LiteTopics:
         if cfg is None:
             return LiteGroupSettings()
         return LiteGroupSettings(cfg.lite_exclusive, cfg.lite_flag("lite.sub.reset.offset.exclusive"),
-                                 cfg.lite_flag("lite.sub.reset.offset.unsubscribe"))
+                                 cfg.lite_flag("lite.sub.reset.offset.unsubscribe"),
+                                 "lite.sub.wildcard" in cfg.attributes)  # (present: RocketMQ's test)
 
     def _max_events(self, group: str) -> int:
         cfg = self.groups.find(group)

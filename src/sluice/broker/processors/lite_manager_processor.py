@@ -209,6 +209,9 @@ class LiteManagerProcessor:
             return req.response(ResponseCode.INVALID_PARAMETER, f"Group [{h.group}] is not a LITE group.")
         clients = [h.client_id] if h.client_id else self.registry.clients_of(h.group)
         offered = 0
+        if h.group in self.registry.wildcard.get(cfg.lite_bind_topic, ()):  # (a wildcard group: by its parent)
+            offered = await self.events.wildcard_dispatch(cfg.lite_bind_topic, h.group)
+            clients = []
         for client_id in clients:
             sub = self.registry.clients.get(client_id)
             if sub is not None and sub.group == h.group:  # (a client of another group is not this group's)
