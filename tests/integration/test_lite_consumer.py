@@ -5,6 +5,7 @@ answers say about each."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import defaultdict
@@ -19,6 +20,8 @@ from sluice.common.message import MessageExt
 from sluice.remoting.codes import ResponseCode
 from tests.conftest import Cluster
 from tests.integration.helpers import wait_until
+from tests.integration.test_cli import ok
+from tests.integration.test_cli import sluice as sluice_cli
 from tests.integration.test_lite_topics import GROUP, PARENT, lite_cluster
 
 
@@ -152,7 +155,8 @@ def test_bad_lite_consumer_arguments_are_refused_saying_why(empty_cluster: Clust
     assert refused.value.code == ResponseCode.ILLEGAL_OPERATION
 
 
-def test_the_lite_admin_requests_say_what_the_broker_holds(empty_cluster: Cluster) -> None:
+def test_the_lite_admin_requests_say_what_the_broker_holds(empty_cluster: Cluster,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     broker = lite_cluster(empty_cluster)
     ns = empty_cluster.namesrv_addr
     empty_cluster.create_topic("plain", 1)
@@ -204,6 +208,20 @@ def test_the_lite_admin_requests_say_what_the_broker_holds(empty_cluster: Cluste
         one = got["one"]["broker-a"]
         assert one["totalLagCount"] == 30 and one["liteTopicOffsetWrapper"]["brokerOffset"] == 30
         assert got["dispatched"] == ["broker-a"]
+        # The same through the CLI, as an operator reads it.
+        cli = {verb: ok(capsys, "lite", *args, "--namesrv", ns) for verb, args in (
+            ("broker", ("broker", "broker-a")), ("topic", ("topic", PARENT, "frank")),
+            ("group", ("group", PARENT, GROUP)), ("client", ("client", PARENT, GROUP, client_id)),
+            ("dispatch", ("dispatch", PARENT, GROUP)))}
+        assert re.search(r"^\s*2\s+\d+\s+2\s", cli["broker"], re.M) and re.search(rf"^{PARENT}\s+1\s+{GROUP}",
+                                                                               cli["broker"], re.M)
+        assert re.search(rf"^broker-a\s+0\s+30\s+\S.*yes\s+{re.escape(client_id)} \({GROUP}\)", cli["topic"], re.M)
+        assert re.search(r"^broker-a\s+30\s", cli["group"], re.M) and re.search(r"^frank\s+broker-a\s+30\s",
+                                                                                 cli["group"], re.M)
+        assert re.search(r"^broker-a\s+2\s", cli["client"], re.M) and to_lmq_name(PARENT, "gus") in cli["client"]
+        assert "offered again to its readers on broker-a" in cli["dispatch"]
+        rc, _, err = sluice_cli(capsys, "lite", "group", PARENT, "no-such-group", "--namesrv", ns)
+        assert rc != 0 and "Group [no-such-group] not exist." in err
     finally:
         gate.set()
         c.shutdown()

@@ -101,6 +101,8 @@ class Program:
             self.proc.wait(10)
 
 
+# The FIFO group's run is tests/reference/test_lite_topics.py's Sluice side (compared with RocketMQ's there).
+@pytest.mark.parametrize("fifo", [False], ids=["concurrent"])
 def test_a_java_lite_push_consumer_gets_its_lite_topics_in_order_and_nothing_else(
         lite_front: str, java5lite: JavaBuild, tmp_path: Path, fifo: bool) -> None:
     sent = Program(java5lite, tmp_path, lite_front, "produce", PARENT, "chat-1", "10", "chat-2", "10", "chat-3",

@@ -33,7 +33,7 @@ from sluice.common.attributes import TOPIC_MESSAGE_TYPES
 from sluice.common.namespace import namespace_of, unwrap
 from sluice.common.structs import perm_to_string
 
-ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq", "producer")
+ADMIN_COMMANDS = ("topic", "group", "msg", "cluster", "user", "acl", "dlq", "producer", "lite")
 
 
 @command
@@ -409,3 +409,6 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     from sluice.cli.dlq_commands import add_dlq_commands
 
     add_dlq_commands(sub, verb)
+    from sluice.cli.lite_commands import add_lite_commands
+
+    add_lite_commands(sub, verb)
