@@ -419,3 +419,26 @@ def test_a_suspended_lite_pop_comes_back_whole_without_a_delivery_counted(empty_
             await c.close()
 
     empty_cluster.loop.run(go(), 60)
+
+
+def test_the_expiry_check_gets_past_lite_topics_whose_last_store_time_is_not_known(empty_cluster: Cluster) -> None:
+    """Queues made by an older store know no last store time (0): the check reads it, or notes one for an empty
+    queue, so that more than a chunk of them never keeps it from the idle lite topics behind them."""
+    broker = lite_cluster(empty_cluster, min_lite_ttl=0)
+    light = broker.store.dispatcher.light
+    assert light is not None
+    with Producer("lite-pg", namesrv=empty_cluster.namesrv_addr) as p:
+        p.send(Message(PARENT, b"x", lite_topic="really-idle"))
+    for i in range(1_200):  # (more than a chunk: 1,000)
+        light.create(to_lmq_name(PARENT, f"empty-{i}"))  # (next 0, last 0: as an older store's)
+    lifecycle = broker.lite.lifecycle  # type: ignore[union-attr]
+    calls: list[object] = []
+    idle = lifecycle.store.idle
+    lifecycle.store.idle = lambda *a: (calls.append(a), idle(*a))[1]  # type: ignore[method-assign]
+    assert empty_cluster.loop.run(lifecycle.clean_expired(lifecycle_now() + 61_000), 60) == 1
+    left = broker.store.light_queue_names(f"%LMQ%${PARENT}$")
+    assert to_lmq_name(PARENT, "really-idle") not in left and len(left) == 1_200
+    assert len(calls) <= 4  # (each chunk deleted or noted: the rounds end)
+    calls.clear()
+    assert empty_cluster.loop.run(lifecycle.clean_expired(lifecycle_now() + 61_000), 60) == 0
+    assert len(calls) == 1  # (noted: not looked at again before their expiration)

@@ -104,10 +104,12 @@ def test_idle_queues_are_found_by_their_last_store_time_and_an_older_stores_queu
     try:
         store.put([("%LMQ%$p$a", 0, 100, 50, 0, 1_000), ("%LMQ%$p$a", 1, 150, 50, 0, 5_000),
                    ("%LMQ%$p$b", 0, 200, 50, 0, 2_000), ("%LMQ%$q$c", 0, 250, 50, 0, 10)])
-        assert store.idle("%LMQ%$p$", 3_000, 10) == [("%LMQ%$p$old", 0), ("%LMQ%$p$b", 2_000)]
-        assert store.idle("%LMQ%$p$", 6_000, 1) == [("%LMQ%$p$old", 0)]
-        store.set_last("%LMQ%$p$old", 4_000)
-        assert store.idle("%LMQ%$p$", 6_000, 10) == [("%LMQ%$p$b", 2_000), ("%LMQ%$p$old", 4_000),
+        # (the older queue's parent read from its name)
+        assert store.idle("p", 3_000, 10) == [("%LMQ%$p$old", 0), ("%LMQ%$p$b", 2_000)]
+        assert store.idle("p", 6_000, 1) == [("%LMQ%$p$old", 0)]
+        assert store.idle("q", 6_000, 10) == [("%LMQ%$q$c", 10)]
+        store.set_last([("%LMQ%$p$old", 4_000)])
+        assert store.idle("p", 6_000, 10) == [("%LMQ%$p$b", 2_000), ("%LMQ%$p$old", 4_000),
                                                      ("%LMQ%$p$a", 5_000)]
         assert store.first_after("%LMQ%$", "%LMQ%$") == "%LMQ%$p$a"
         assert store.first_after("%LMQ%$p%", "%LMQ%$") == "%LMQ%$q$c"

@@ -23,6 +23,7 @@ from typing import Final
 
 import numpy as np
 
+from sluice.common.lite import parent_and_lite
 from sluice.common.naming import LMQ_QUEUE_ID
 from sluice.store.consume_queue import CQ_ENTRY_DTYPE, offset_by_time
 
@@ -30,15 +31,20 @@ log = logging.getLogger(__name__)
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS queues (qid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, next INTEGER NOT NULL,
-                                   last INTEGER NOT NULL DEFAULT 0);
+                                   last INTEGER NOT NULL DEFAULT 0, parent TEXT);
 CREATE TABLE IF NOT EXISTS entries (qid INTEGER NOT NULL, off INTEGER NOT NULL, phys INTEGER NOT NULL,
                                     size INTEGER NOT NULL, tag INTEGER NOT NULL, PRIMARY KEY (qid, off))
                                     WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS entries_by_phys ON entries (phys);
 """
-# Each queue's last store time (ms; 0: not known, a store made before it was kept), indexed: the queues idle
-# since a time are found without walking them all (lite topics' expiry).
-_LAST_INDEX: Final = "CREATE INDEX IF NOT EXISTS queues_by_last_name ON queues (last, name)"
+# Each lite topic's queue's parent topic and last store time (ms; 0: not known, a store made before it was kept),
+# indexed together: a parent's queues idle since a time are found without walking them, or other parents' (the
+# lite topics' expiry).
+_LAST_INDEX: Final = ("CREATE INDEX IF NOT EXISTS queues_by_parent_last ON queues (parent, last) "
+                      "WHERE parent IS NOT NULL")
+# An older store's lite topics' parents, from their names (%LMQ%$<parent>$<lite topic>).
+_PARENTS: Final = ("UPDATE queues SET parent = substr(name, 7, instr(substr(name, 7), '$') - 1) "
+                   "WHERE parent IS NULL AND substr(name, 1, 6) = '%LMQ%$' AND instr(substr(name, 7), '$') > 1")
 
 # (name, queue offset, commit-log offset, size, tags code, store time in ms) of one entry
 LightEntry = tuple[str, int, int, int, int, int]
@@ -109,8 +115,13 @@ class LightQueueStore:
         os.makedirs(self.directory, exist_ok=True)
         db = self._connect()
         db.executescript(_SCHEMA)
-        if "last" not in {row[1] for row in db.execute("PRAGMA table_info(queues)")}:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(queues)")}
+        if "last" not in columns:
             db.execute("ALTER TABLE queues ADD COLUMN last INTEGER NOT NULL DEFAULT 0")
+        if "parent" not in columns:
+            db.execute("ALTER TABLE queues ADD COLUMN parent TEXT")
+            db.execute(_PARENTS)
+        db.execute("DROP INDEX IF EXISTS queues_by_last_name")  # (an index of this store's first weeks)
         db.execute(_LAST_INDEX)
         self.count = db.execute("SELECT count(*) FROM queues").fetchone()[0]
         return self
@@ -172,7 +183,9 @@ class LightQueueStore:
         db = self.reader()
         db.execute("BEGIN IMMEDIATE")
         try:
-            created = db.execute("INSERT OR IGNORE INTO queues (name, next) VALUES (?, 0)", (name,)).rowcount
+            pair = parent_and_lite(name)
+            created = db.execute("INSERT OR IGNORE INTO queues (name, next, parent) VALUES (?, 0, ?)",
+                                 (name, pair[0] if pair else None)).rowcount
             qid = db.execute("SELECT qid FROM queues WHERE name = ?", (name,)).fetchone()[0]
             db.execute("COMMIT")
         except BaseException:
@@ -205,19 +218,29 @@ class LightQueueStore:
                                          (prefix, _after(prefix))).fetchall()
         return [r[0] for r in rows]
 
-    def idle(self, prefix: str, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        """Up to ``limit`` queues whose names start with ``prefix`` and whose last entry was stored before
-        ``before_ms``, the longest idle first, each with that time (0: not known); read from the index of last
-        store times, so the cost follows what is idle, not how many queues there are."""
+    def idle(self, parent: str, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` of ``parent``'s lite topics' queues whose last entry was stored before ``before_ms``,
+        the longest idle first, each with that time (0: not known); read from the index of parents and last
+        store times, so the cost follows what is idle there, not how many queues there are."""
         rows = self.reader().execute(
-            "SELECT name, last FROM queues INDEXED BY queues_by_last_name WHERE last < ? AND name >= ? AND name < ? "
-            "ORDER BY last, name LIMIT ?", (before_ms, prefix, _after(prefix), limit)).fetchall()
+            "SELECT name, last FROM queues INDEXED BY queues_by_parent_last WHERE parent = ? AND last < ? "
+            "ORDER BY last LIMIT ?", (parent, before_ms, limit)).fetchall()
         return [(r[0], int(r[1])) for r in rows]
 
-    def set_last(self, name: str, stored_ms: int) -> None:
-        """Note ``name``'s last store time where it was not known (a queue made by an older store)."""
+    def set_last(self, times: list[tuple[str, int]]) -> None:
+        """Note queues' last store times where they were not known (queues made by an older store), in one
+        transaction."""
+        if not times:
+            return
         db = self.reader()
-        db.execute("UPDATE queues SET last = ? WHERE name = ? AND last < ?", (stored_ms, name, stored_ms))
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("UPDATE queues SET last = ? WHERE name = ? AND last < ?",
+                           [(ms, name, ms) for name, ms in times])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def first_after(self, name: str, prefix: str) -> str | None:
         """The first queue name after ``name`` that starts with ``prefix`` (None: none): the parents of lite
@@ -250,7 +273,9 @@ class LightQueueStore:
                 if known is None:
                     row = db.execute("SELECT qid, next FROM queues WHERE name = ?", (name,)).fetchone()
                     if row is None:
-                        qid = db.execute("INSERT INTO queues (name, next) VALUES (?, 0)", (name,)).lastrowid
+                        pair = parent_and_lite(name)
+                        qid = db.execute("INSERT INTO queues (name, next, parent) VALUES (?, 0, ?)",
+                                         (name, pair[0] if pair else None)).lastrowid
                         assert qid is not None
                         row = (qid, 0)
                         made += 1

@@ -401,16 +401,16 @@ class MessageStore:
         """The light queues of ``prefix`` kept in consume-queue files (made by a store before the shared one)."""
         return sorted({t for t, _ in self.dispatcher.consume_queues if is_lmq(t) and t.startswith(prefix)})
 
-    def idle_light_queues(self, prefix: str, before_ms: int, limit: int) -> list[tuple[str, int]]:
-        """Up to ``limit`` light queues of the shared store named ``prefix``... whose last message was stored
-        before ``before_ms`` (each with that time; 0: not known)."""
+    def idle_light_queues(self, parent: str, before_ms: int, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` light queues of ``parent``'s lite topics in the shared store whose last message was
+        stored before ``before_ms`` (each with that time; 0: not known)."""
         light = self.dispatcher.light
-        return [] if light is None else light.idle(prefix, before_ms, limit)
+        return [] if light is None else light.idle(parent, before_ms, limit)
 
-    def note_light_queue_last(self, name: str, stored_ms: int) -> None:
+    def note_light_queue_last(self, times: list[tuple[str, int]]) -> None:
         light = self.dispatcher.light
         if light is not None:
-            light.set_last(name, stored_ms)
+            light.set_last(times)
 
     def next_light_queue_name(self, name: str, prefix: str) -> str | None:
         """The first light queue name after ``name`` starting with ``prefix`` (files' and the shared store's)."""

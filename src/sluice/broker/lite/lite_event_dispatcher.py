@@ -22,6 +22,10 @@ from sluice.common.lite import parent_and_lite
 
 log = logging.getLogger(__name__)
 
+# A wildcard group's full dispatch lists its parent's lite topics: every this many scans (and when an event found
+# no reader with room), not every scan.
+WILDCARD_RESCAN = 30
+
 # (client id, group, lmq) → whether the group has messages of lmq it has not consumed
 Backlog = Callable[[str, str], bool]
 
@@ -32,6 +36,8 @@ class LiteEventDispatcher:
         self.registry = registry
         self.lite_topics_of = lite_topics_of  # parent → the light queues of its lite topics (a store listing)
         self._wildcard_due: set[tuple[str, str]] = set()  # (parent, group): a wildcard group's full dispatch
+        self._wildcard_running: set[tuple[str, str]] = set()
+        self._scans = 0
         self._tasks: set[asyncio.Task[int]] = set()
         self.max_events = max_events  # group → its clients' event bound
         self.backlog = backlog  # (group, lmq) → messages the group has not had
@@ -43,10 +49,13 @@ class LiteEventDispatcher:
         registry.on_unregister = self._unregistered
         registry.on_remove_all = self._removed
 
-    def dispatch(self, lmq: str, group: str | None = None, exclude: str | None = None) -> None:
-        """Messages arrived in (or came back to) ``lmq``: one reader of each group (of ``group`` only) is told."""
+    def dispatch(self, lmq: str, group: str | None = None, exclude: str | None = None) -> bool:
+        """Messages arrived in (or came back to) ``lmq``: one reader of each group (of ``group`` only) is told;
+        whether each group had a reader with room."""
+        offered = True
         for g, clients in self.registry.subscribers(lmq, group).items():
-            self._offer_one(lmq, g, clients, exclude)
+            offered = self._offer_one(lmq, g, clients, exclude) and offered
+        return offered
 
     def take(self, client_id: str) -> list[str]:
         """The lite topics ``client_id`` should look at, taken (a pop puts back what it did not get to)."""
@@ -106,6 +115,9 @@ class LiteEventDispatcher:
             if done >= chunk:
                 done = 0
                 await asyncio.sleep(0)
+        self._scans += 1
+        if self._scans % WILDCARD_RESCAN == 0:  # (now and then, for events a pop dropped: as the others' scan)
+            self._wildcard_due.update((p, g) for p, groups in self.registry.wildcard.items() for g in groups)
         due, self._wildcard_due = self._wildcard_due, set()
         for parent, group in sorted(due):
             n += await self.wildcard_dispatch(parent, group)
@@ -114,13 +126,23 @@ class LiteEventDispatcher:
     async def wildcard_dispatch(self, parent: str, group: str, chunk: int = 1000) -> int:
         """Every lite topic of ``parent`` holding messages ``group`` has not had, offered to the group's readers
         (a wildcard group's full dispatch: the listing and the backlog reads off the loop); how many."""
-        backlog = self.backlog
-        lmqs = await asyncio.to_thread(lambda: [q for q in self.lite_topics_of(parent) if backlog(group, q)])
-        for i, lmq in enumerate(lmqs):
-            self.dispatch(lmq, group)
-            if i % chunk == chunk - 1:
-                await asyncio.sleep(0)
-        return len(lmqs)
+        key = (parent, group)
+        if key in self._wildcard_running:  # (one at a time per group: another asked meanwhile runs at the next scan)
+            self._wildcard_due.add(key)
+            return 0
+        self._wildcard_running.add(key)
+        try:
+            backlog = self.backlog
+            lmqs = await asyncio.to_thread(lambda: [q for q in self.lite_topics_of(parent) if backlog(group, q)])
+            for i, lmq in enumerate(lmqs):
+                if not self.dispatch(lmq, group):  # (every reader full: the rest at the next scan)
+                    self._wildcard_due.add(key)
+                    return i
+                if i % chunk == chunk - 1:
+                    await asyncio.sleep(0)
+            return len(lmqs)
+        finally:
+            self._wildcard_running.discard(key)
 
     def close(self) -> None:
         for timer in self._timers.values():
@@ -130,7 +152,7 @@ class LiteEventDispatcher:
             t.cancel()
 
     # == inside ======================================================================================
-    def _offer_one(self, lmq: str, group: str, clients: list[str], exclude: str | None) -> None:
+    def _offer_one(self, lmq: str, group: str, clients: list[str], exclude: str | None) -> bool:
         start = random.randrange(len(clients))
         ordered = clients[start:] + clients[:start]
         if exclude is not None and len(ordered) > 1 and exclude in ordered:
@@ -139,12 +161,13 @@ class LiteEventDispatcher:
         for client_id in ordered:
             if self._offer(client_id, group, lmq):
                 self.wake(client_id)
-                return
-        log.info("lite topic %s of group %s: every reader's event set is full; the next full dispatch offers it",
-                 lmq, group)
+                return True
+        log.debug("lite topic %s of group %s: every reader's event set is full; the next full dispatch offers it",
+                  lmq, group)
         pair = parent_and_lite(lmq)
         if pair is not None and group in self.registry.wildcard.get(pair[0], ()):
             self._wildcard_due.add((pair[0], group))
+        return False
 
     def _offer(self, client_id: str, group: str, lmq: str) -> bool:
         events = self.events.setdefault(client_id, {})

@@ -32,15 +32,15 @@ class LiteStore:
     def __init__(self, names: Callable[[str], list[str]], max_offset: Callable[[str], int],
                  store_time: Callable[[str, int], int], delete: Callable[[list[str]], object],
                  idle: Callable[[str, int, int], list[tuple[str, int]]] = lambda p, b, n: [],
-                 note_last: Callable[[str, int], None] = lambda q, t: None,
+                 note_last: Callable[[list[tuple[str, int]]], None] = lambda times: None,
                  next_name: Callable[[str, str], str | None] = lambda q, p: None,
                  file_names: Callable[[str], list[str]] = lambda p: []) -> None:
         self.names = names  # prefix → the light queues the store keeps whose names start so, in order
         self.max_offset = max_offset  # lmq → its end
         self.store_time = store_time  # (lmq, offset) → when that message was stored (-1: unknown)
         self.delete = delete  # lmqs → (awaitable) deleted with their offsets
-        self.idle = idle  # (prefix, before ms, limit) → light queues last stored to before then (0: not known)
-        self.note_last = note_last  # (lmq, ms): its last store time, where the store did not know it
+        self.idle = idle  # (parent, before ms, limit) → its lite topics last stored to before then (0: not known)
+        self.note_last = note_last  # [(lmq, ms)]: their last store times, where the store did not know them
         self.next_name = next_name  # (name, prefix) → the first light queue after name with that prefix
         self.file_names = file_names  # prefix → the light queues kept in files (made by older stores)
 
@@ -105,9 +105,8 @@ class LiteLifecycleManager(AsyncService):
             if minutes <= 0:
                 continue
             before = now - max(self.config.min_lite_ttl, minutes * 60_000 + 1)
-            prefix = f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"
             for _ in range(MAX_ROUNDS):
-                looked, gone = await asyncio.to_thread(self._idle_chunk, prefix, before, now)
+                looked, gone = await asyncio.to_thread(self._idle_chunk, parent, before, now)
                 if gone:
                     await self.delete(gone)
                     n += len(gone)
@@ -124,21 +123,22 @@ class LiteLifecycleManager(AsyncService):
             await self.delete(files)
         return n + len(orphans) + len(files)
 
-    def _idle_chunk(self, prefix: str, before_ms: int, now_ms: int) -> tuple[int, list[str]]:
-        """(a worker thread) A chunk of the lite topics of ``prefix`` stored to last before ``before_ms``: how
-        many were looked at, and those expired. One whose last store time the shared store did not know (made by
-        an older store) is read from its last message, and the time noted."""
-        found = self.store.idle(prefix, before_ms, DELETE_CHUNK)
-        gone = []
+    def _idle_chunk(self, parent: str, before_ms: int, now_ms: int) -> tuple[int, list[str]]:
+        """(a worker thread) A chunk of ``parent``'s lite topics stored to last before ``before_ms``: how many
+        were looked at, and those expired. One whose last store time the shared store did not know (made by an
+        older store) is read from its last message and the time noted — now, when it has none and stays (an
+        empty queue): every one looked at leaves the chunk, deleted or noted, so the rounds end."""
+        found = self.store.idle(parent, before_ms, DELETE_CHUNK)
+        gone, noted = [], []
         for lmq, last in found:
             if last <= 0:
                 end = self.store.max_offset(lmq)
                 known = self.store.store_time(lmq, end - 1) if end > 0 else -1
-                if known > 0:
-                    self.store.note_last(lmq, known)
                 if not self.is_expired(lmq, now_ms):
+                    noted.append((lmq, known if known > 0 else now_ms))
                     continue
             gone.append(lmq)
+        self.store.note_last(noted)
         return len(found), gone
 
     def _orphans(self) -> list[str]:

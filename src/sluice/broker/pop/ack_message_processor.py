@@ -244,7 +244,9 @@ class AckMessageProcessor:
             if receipt.orderly:
                 now = now_ms()
                 key = (topic, group, queue_id)
-                info = self.order_info.suspend(key, receipt.pop_time, offset, now + invisible) if h.suspend else \
+                # (suspend applies to a lite topic's pop, as RocketMQ's; a FIFO queue's change ignores it)
+                info = self.order_info.suspend(key, receipt.pop_time, offset, now + invisible) \
+                    if h.suspend and h.lite_topic else \
                     self.order_info.change_invisible(key, receipt.pop_time, offset, now + invisible)
                 if info is None:
                     raise _expired(group, topic, queue_id, offset)

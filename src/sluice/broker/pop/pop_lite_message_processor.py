@@ -134,6 +134,8 @@ class PopLiteMessageProcessor:
                 if unblocked_at:  # in flight: offered again when they come back
                     self.events.offer_again_at(lmq, h.consumer_group,
                                                loop.time() + max(0, unblocked_at - now_ms()) / 1000)
+                elif self.events.backlog(h.consumer_group, lmq):  # (its offset was moved, or it was busy: later)
+                    self.events.put_back(h.client_id, [lmq])
                 continue
             got = [entry.rsplit(" ", 1)[1] for entry in resp.ext_fields["orderCountInfo"].split(";")
                    if " qo" in entry]
