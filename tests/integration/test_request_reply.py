@@ -4,6 +4,7 @@ sends, the broker pushes it over the requester's connection and keeps it in the 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -114,13 +115,17 @@ def test_the_threaded_producer_requests_with_a_future_too(cluster: Cluster) -> N
         serving.result(30)
 
 
-def test_a_reply_to_a_client_that_is_not_connected_is_refused_naming_it(cluster: Cluster) -> None:
-    async def go() -> None:
+def test_a_reply_to_a_client_that_is_not_connected_is_refused_naming_it(cluster: Cluster,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Refused with RocketMQ's remark, counted in the runtime info (``replyUndeliveredTotal``), logged once per
+    requester however many replies come for it."""
+    async def go() -> dict[str, str]:
         async with Producer("rr-orphan", cluster.namesrv_addr, retry_times_when_send_failed=0) as p:
             reply = ReplyMessage("DefaultCluster_REPLY_TOPIC", b"late", correlation_id="c-1",
                                  reply_to_client="10.0.0.9@gone", ttl="3000")
-            with pytest.raises(ClientError) as err:
-                await p.send(reply)
+            for _ in range(3):
+                with pytest.raises(ClientError) as err:
+                    await p.send(reply)
             exc: BaseException | None = err.value
             while exc is not None and not isinstance(exc, BrokerResponseError):
                 exc = exc.__cause__
@@ -129,8 +134,14 @@ def test_a_reply_to_a_client_that_is_not_connected_is_refused_naming_it(cluster:
             assert exc.remark == "push reply message fail, channel of <10.0.0.9@gone> not found."
             with pytest.raises(Exception, match="batch"):
                 await p.send_batch([reply])
+        async with Admin(cluster.namesrv_addr) as admin:
+            return await admin.broker_runtime_info("broker-a")
 
-    asyncio.run(go())
+    with caplog.at_level(logging.WARNING, logger="sluice.broker.processors.reply_message_processor"):
+        info = asyncio.run(go())
+    assert info["replyUndeliveredTotal"] == "3"
+    assert sum("10.0.0.9@gone" in r.getMessage() for r in caplog.records
+               if r.name == "sluice.broker.processors.reply_message_processor") == 1
 
 
 def test_only_a_request_can_be_replied_to(cluster: Cluster) -> None:

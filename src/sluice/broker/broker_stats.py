@@ -60,11 +60,12 @@ class BrokerStats:
                  "to_dlq", "commits", "rollbacks", "half_messages", "finish_latency", "limit", "pop_groups",
                  "put_bytes", "get_found",
                  "get_missed", "put_max_ms", "get_max_ms", "_put_times", "last_put_times", "_put_times_minute",
-                 "timer_in", "timer_out")
+                 "timer_in", "timer_out", "replies_undelivered")
 
     def __init__(self) -> None:
         self.put_msgs = 0
         self.put_failures = 0
+        self.replies_undelivered = 0  # replies whose requester was gone or did not take them (kept, not pushed)
         self.put_bytes = 0
         self.get_msgs = 0
         # RocketMQ's StoreStatsService figures: pulls that found messages and those that found none, the longest

@@ -139,6 +139,7 @@ class BrokerStatusProcessor:
                  "getMessageEntireTimeMax": str(int(st.get_max_ms)),
                  "putMessageDistributeTime": "".join(f"{name}:{n} " for name, n in zip(
                      PUT_TIME_NAMES, st.last_put_times, strict=True)),
+                 "replyUndeliveredTotal": str(st.replies_undelivered),
                  "putLatency99": f"{st.put_latency_ms(0.99):.2f}", "putLatency999": f"{st.put_latency_ms(0.999):.2f}",
                  "dispatchMaxBuffer": "0",
                  "remainHowManyDataToFlush": human_bytes(max(0, store.get_max_phy_offset()

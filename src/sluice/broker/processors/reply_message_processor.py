@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from sluice.broker.processors.send_message_processor import (
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PUSH_REPLY_TIMEOUT = 10.0  # s the requester has to take a reply (RocketMQ's Broker2Client.callClient: 10 s)
+MAX_TOLD = 1024  # requesters remembered as already logged
 
 
 class ReplyMessageProcessor:
@@ -60,6 +62,7 @@ class ReplyMessageProcessor:
         self.stats = stats
         self.topic_config_manager = topic_config_manager
         self.producer_manager = producer_manager
+        self._told: OrderedDict[str, None] = OrderedDict()  # requesters whose missed reply was logged (bounded)
 
     # == handlers ====================================================================================
     async def send_reply_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -146,7 +149,7 @@ class ReplyMessageProcessor:
         channel = self.producer_manager.find_channel(requester)
         if channel is None:
             remark = f"push reply message fail, channel of <{requester}> not found."
-            log.warning(remark)
+            self._undelivered(requester, remark)
             return False, remark
         pushed_props = dict(props)
         pushed_props[PROPERTY_PUSH_REPLY_TIME] = str(int(time.time() * 1000))
@@ -160,9 +163,21 @@ class ReplyMessageProcessor:
                     RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, header.encode(), body),
                     PUSH_REPLY_TIMEOUT)
         except (RemotingError, TimeoutError, OSError) as exc:
-            log.warning("push reply message to <%s> fail: %s", requester, exc)
+            self._undelivered(requester, f"push reply message to <{requester}> fail: {exc}")
             return False, f"push reply message to {requester}fail."
         if answer.code != ResponseCode.SUCCESS:
-            log.warning("push reply message to <%s> return fail, response remark: %s", requester, answer.remark)
+            self._undelivered(requester, f"push reply message to <{requester}> return fail, response remark: "
+                                         f"{answer.remark}")
             return False, f"push reply message to {requester}fail."
         return True, ""
+
+    def _undelivered(self, requester: str, why: str) -> None:
+        """A reply its requester did not get: counted (``replyUndeliveredTotal``), logged once per requester
+        (a requester gone may have many replies on their way)."""
+        self.stats.replies_undelivered += 1
+        if requester in self._told:
+            return
+        if len(self._told) >= MAX_TOLD:
+            self._told.popitem(last=False)
+        self._told[requester] = None
+        log.warning("%s (further replies to it not logged)", why)
