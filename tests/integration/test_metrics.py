@@ -294,3 +294,28 @@ def test_undecided_half_messages_are_counted_by_topic_until_decided(empty_cluste
             await _until(lambda: counts() == (2, 1))  # three half messages, one committed (END_TRANSACTION: oneway)
 
     asyncio.run(run())
+
+
+def test_a_namespaces_topics_and_groups_are_labelled_as_their_clients_name_them(empty_cluster: Cluster,
+                                                                               broker: BrokerController) -> None:
+    """``tenant%orders`` on the broker is ``topic="orders", namespace="tenant"`` in the metrics (and a name
+    outside any namespace has no namespace label)."""
+    assert broker.metrics_exporter is not None
+    url = broker.metrics_exporter.address
+    empty_cluster.create_topic("tenant%orders", 2)
+    empty_cluster.create_topic("orders", 2)
+
+    async def send() -> None:
+        async with Producer("shop", empty_cluster.namesrv_addr, namespace="tenant", auto_batch=False) as p:
+            for _ in range(3):
+                await p.send(Message("orders", b"x"))
+        async with Producer("shop", empty_cluster.namesrv_addr, auto_batch=False) as p:
+            await p.send(Message("orders", b"y"))
+
+    asyncio.run(send())
+    samples = scrape(url)
+    assert value(samples, "rocketmq_messages_in_total", topic="orders", namespace="tenant") == 3
+    plain = [s for s in samples["rocketmq_messages_in_total"] if s.labels.get("topic") == "orders"
+             and "namespace" not in s.labels]
+    assert [s.value for s in plain] == [1]
+    assert not any("tenant%" in s.labels.get("topic", "") for ss in samples.values() for s in ss)

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sluice.common.namespace import NAMESPACE_SEPARATOR, namespace_of, unwrap
+
 OVERFLOW_LABELS = {"otel_metric_overflow": "true"}
 # The descriptions RocketMQ's default views give every gauge and counter (histograms keep their own).
 GAUGE_HELP = "default view for gauge."
@@ -31,6 +33,21 @@ LabelOf = Callable[[Any], dict[str, str] | None]
 def parse_metrics_label(spec: str) -> dict[str, str]:
     """``"region:eu,zone:a"`` → labels (the config's pattern has checked the form)."""
     return dict(item.split(":", 1) for item in spec.split(",") if item) if spec else {}
+
+
+def with_namespace(labels: dict[str, str]) -> dict[str, str]:
+    """A namespace's topic and group (``ns%orders`` on the broker) labelled as their clients name them, with the
+    namespace beside (``topic="orders", namespace="ns"``); names outside any namespace as they are."""
+    namespace = ""
+    for key in ("topic", "consumer_group"):
+        value = labels.get(key)
+        ns = namespace_of(value) if value and NAMESPACE_SEPARATOR in value else ""
+        if ns:
+            labels[key] = unwrap(value, ns)  # type: ignore[arg-type]
+            namespace = namespace or ns
+    if namespace:
+        labels["namespace"] = namespace
+    return labels
 
 
 def bool_label(value: bool) -> str:
@@ -51,7 +68,7 @@ class Family:
 
     def labels(self, key: Any) -> dict[str, str]:
         extra = self.label_of(key) if self.label_of is not None and key is not None else key
-        return {**self.base, **(OVERFLOW_LABELS if extra is None else extra)}
+        return with_namespace({**self.base, **(OVERFLOW_LABELS if extra is None else extra)})
 
     def metric(self) -> Metric:
         if self.kind == "gauge":
