@@ -18,7 +18,7 @@ from sluice.aio import ConsumeStatus, Message, Producer, PushConsumer
 from sluice.client.mq_client_api import MQClientAPI
 from sluice.common.message import MessageExt
 from sluice.remoting.client import RemotingClient
-from tests.broker_process import BrokerProcess, free_port
+from tests.broker_process import BrokerProcess, free_ports_below_ephemeral
 
 pytestmark = pytest.mark.fault
 
@@ -27,7 +27,9 @@ class NameServer:
     def __init__(self, root: Path, i: int) -> None:
         self.root = root
         self.i = i
-        self.port = free_port()
+        # (below the ephemeral range: it is bound again after each kill, and a port from that range may be taken
+        # meanwhile by any connection's local end)
+        self.port = free_ports_below_ephemeral((0,))
         self.proc: subprocess.Popen[str] | None = None
 
     @property
