@@ -17,7 +17,7 @@ from sluice.auth.credentials import signing_hook
 from sluice.client.admin import Admin
 from sluice.client.auth_admin import policy_entry
 from sluice.client.mq_client_api import MQClientAPI
-from sluice.common.errors import MessageFormatError
+from sluice.common.errors import BrokerResponseError, MessageFormatError
 from sluice.common.lite import to_lmq_name
 from sluice.common.message import MessageExt
 from sluice.common.message_codec import decode_records
@@ -442,3 +442,52 @@ def test_the_expiry_check_gets_past_lite_topics_whose_last_store_time_is_not_kno
     calls.clear()
     assert empty_cluster.loop.run(lifecycle.clean_expired(lifecycle_now() + 61_000), 60) == 0
     assert len(calls) == 1  # (noted: not looked at again before their expiration)
+
+
+def test_with_acl_on_the_lite_admin_requests_need_get_or_update_on_what_they_name(empty_cluster: Cluster) -> None:
+    """GET_LITE_TOPIC_INFO and GET_PARENT_TOPIC_INFO need Get on the parent, GET_LITE_GROUP_INFO Get on the group,
+    GET_LITE_CLIENT_INFO both, TRIGGER_LITE_DISPATCH Update on the group, GET_BROKER_LITE_INFO Get on the cluster:
+    each refused to a user without it, served to one with it."""
+    from sluice.common.config import AuthUser
+
+    root = ("root", "root-secret")
+    empty_cluster.credentials = root
+    empty_cluster.start_broker("broker-a", **LITE, authentication_enabled=True, authorization_enabled=True,
+                               init_authentication_user=AuthUser(username="root", password="root-secret"))
+    empty_cluster.create_topic(PARENT, 2, attributes="+message.type=LITE")
+    ns = empty_cluster.namesrv_addr
+
+    async def setup() -> None:
+        async with Admin(ns, credentials=root) as admin:
+            await admin.update_group(GROUP, attributes=f"+lite.bind.topic={PARENT}")
+            await admin.create_user("reader", "reader-secret")
+            await admin.create_user("subber", "subber-secret")
+            await admin.create_acl("User:reader", [policy_entry(f"Topic:{PARENT}", "Get"),
+                                                   policy_entry(f"Group:{GROUP}", "Get")])
+            await admin.create_acl("User:subber", [policy_entry(f"Topic:{PARENT}", "Sub"),
+                                                   policy_entry(f"Group:{GROUP}", "Sub")])
+
+    async def ask(user: tuple[str, str]) -> dict[str, int]:
+        calls = {"topic": lambda a: a.lite_topic_info(PARENT, "x"), "parent": lambda a: a.parent_topic_info(PARENT),
+                 "group": lambda a: a.lite_group_info(PARENT, GROUP), "client": lambda a: a.lite_client_info(
+                     PARENT, GROUP, "c1"), "dispatch": lambda a: a.trigger_lite_dispatch(PARENT, GROUP),
+                 "broker": lambda a: a.broker_lite_info("broker-a")}
+        out = {}
+        async with Admin(ns, credentials=user) as admin:
+            for name, call in calls.items():
+                try:
+                    await call(admin)
+                    out[name] = ResponseCode.SUCCESS
+                except BrokerResponseError as exc:
+                    out[name] = exc.code
+        return out
+
+    empty_cluster.loop.run(setup(), 60)
+    no = ResponseCode.NO_PERMISSION
+    ok = ResponseCode.SUCCESS
+    assert empty_cluster.loop.run(ask(("reader", "reader-secret")), 60) == {
+        "topic": ok, "parent": ok, "group": ok, "client": ok, "dispatch": no, "broker": no}
+    assert empty_cluster.loop.run(ask(("subber", "subber-secret")), 60) == {
+        "topic": no, "parent": no, "group": no, "client": no, "dispatch": no, "broker": no}
+    assert empty_cluster.loop.run(ask(root), 60) == {name: ok for name in
+                                                     ("topic", "parent", "group", "client", "dispatch", "broker")}
