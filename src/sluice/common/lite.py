@@ -62,8 +62,13 @@ def lite_queue_problem(lmq_name: str) -> str | None:
     return None
 
 
+def lite_prefix(parent: str) -> str:
+    """What the light queue of every lite topic of ``parent`` starts with."""
+    return f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"
+
+
 def belongs_to(lmq_name: str, parent: str) -> bool:
-    return lmq_name.startswith(f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}")
+    return lmq_name.startswith(lite_prefix(parent))
 
 
 OFFSET_TYPES = ("POLICY", "OFFSET", "TAIL_N", "TIMESTAMP")

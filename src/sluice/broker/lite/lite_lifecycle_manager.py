@@ -16,7 +16,7 @@ from sluice.broker.lite.lite_event_dispatcher import LiteEventDispatcher
 from sluice.broker.lite.lite_subscription_registry import LiteSubscriptionRegistry
 from sluice.common.attributes import LITE_TOPIC_EXPIRATION
 from sluice.common.config import BrokerConfig
-from sluice.common.lite import LITE_TOPIC_PREFIX, SEPARATOR, parent_and_lite
+from sluice.common.lite import LITE_TOPIC_PREFIX, lite_prefix, parent_and_lite
 from sluice.common.service import AsyncService
 from sluice.common.structs import TopicConfig
 
@@ -69,7 +69,7 @@ class LiteLifecycleManager(AsyncService):
 
     def lite_topics(self, parent: str | None = None) -> list[str]:
         """The light queues of lite topics this broker keeps (of ``parent`` only, when given)."""
-        prefix = LITE_TOPIC_PREFIX if parent is None else f"{LITE_TOPIC_PREFIX}{parent}$"
+        prefix = LITE_TOPIC_PREFIX if parent is None else lite_prefix(parent)
         return self.store.names(prefix)
 
     def is_expired(self, lmq: str, now_ms: int) -> bool:
@@ -147,7 +147,7 @@ class LiteLifecycleManager(AsyncService):
         name = LITE_TOPIC_PREFIX
         while (nxt := self.store.next_name(name, LITE_TOPIC_PREFIX)) is not None:
             pair = parent_and_lite(nxt)
-            parent_prefix = f"{LITE_TOPIC_PREFIX}{pair[0]}{SEPARATOR}" if pair else nxt
+            parent_prefix = lite_prefix(pair[0]) if pair else nxt
             if pair is not None and self.topic_config(pair[0]) is None:
                 out += self.store.names(parent_prefix)
             # (past every lite topic of this parent: the next name is another parent's)

@@ -16,7 +16,7 @@ from sluice.broker.pop.pop_lite_message_processor import PopLiteMessageProcessor
 from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
 from sluice.broker.processors.lite_manager_processor import LiteManagerProcessor, RouteOf
 from sluice.broker.processors.lite_subscription_ctl_processor import LiteSubscriptionCtlProcessor
-from sluice.common.lite import LITE_TOPIC_PREFIX, POLICY_MAX, SEPARATOR, OffsetOption, is_lite_queue
+from sluice.common.lite import POLICY_MAX, OffsetOption, is_lite_queue, lite_prefix
 from sluice.remoting.codes import RequestCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
@@ -46,7 +46,7 @@ class LiteTopics:
                                                  self._reset_offset, _notify_unsubscribe)
         self.events = LiteEventDispatcher(
             self.registry, self._max_events, self.backlog, self._wake,
-            lambda parent: store.light_queue_names(f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"))
+            lambda parent: store.light_queue_names(lite_prefix(parent)))
         lite_store = LiteStore(store.light_queue_names,
                                lambda lmq: store.get_max_offset_in_queue(lmq, 0),
                                lambda lmq, off: store.get_message_store_timestamp(lmq, 0, off),

@@ -19,7 +19,12 @@ from sluice.common import fastjson
 from sluice.common.attributes import LITE_TOPIC_EXPIRATION
 from sluice.common.errors import InvalidNameError
 from sluice.common.hashing import select_by_hash
-from sluice.common.lite import LITE_TOPIC_PREFIX, SEPARATOR, parent_and_lite, to_lmq_name, validate_lite_topic
+from sluice.common.lite import (
+    lite_prefix,
+    parent_and_lite,
+    to_lmq_name,
+    validate_lite_topic,
+)
 from sluice.common.structs import TopicConfig, TopicRouteData
 from sluice.remoting.codes import ResponseCode
 from sluice.remoting.command import RemotingCommand
@@ -84,7 +89,7 @@ class LiteManagerProcessor:
             return refused
         store = self.store
         count, lmqs = await asyncio.to_thread(
-            lambda: (store.light_queue_count(f"{LITE_TOPIC_PREFIX}{h.topic}{SEPARATOR}"), store.lmq_queue_count()))
+            lambda: (store.light_queue_count(lite_prefix(h.topic)), store.lmq_queue_count()))
         groups = self._bound_groups().get(h.topic)
         body = {"topic": h.topic, "ttl": LITE_TOPIC_EXPIRATION.value_of(tc.attributes),
                 "groups": sorted(groups) if groups else None, "lmqNum": lmqs, "liteTopicCount": count}
@@ -266,7 +271,7 @@ class LiteManagerProcessor:
 def _lite_offsets(table: list[tuple[str, dict[int, int]]], group: str, parent: str) -> list[tuple[str, int]]:
     """The group's committed offsets in the lite topics of ``parent``, from a copy of the offset table."""
     suffix = f"{TOPIC_GROUP_SEPARATOR}{group}"
-    prefix = f"{LITE_TOPIC_PREFIX}{parent}{SEPARATOR}"
+    prefix = lite_prefix(parent)
     out = []
     for key, queues in table:
         if key.endswith(suffix) and key.startswith(prefix):
