@@ -6,7 +6,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from sluice import Message, MessageExt, Producer, PullConsumer
+import pytest
+
+from sluice import Message, MessageExt, MessageQueue, Producer, PullConsumer
+from sluice.common.errors import ClientError
 from tests.integration.helpers import FAST, send_markers, wait_until
 
 
@@ -121,6 +124,12 @@ def test_assigned_pull_consumer_seeks_and_commits_by_hand(cluster):
         assert c.committed(q0) == 10
         c.commit({q0: 4})  # or any offset
         assert c.committed(q0) == 4
+        # A commit no broker takes is an error, not a log line; the other queues' commits are made all the same.
+        nowhere = MessageQueue(topic, "no-such-broker", 0)
+        with pytest.raises(ClientError, match="no-such-broker"):
+            c.commit({q0: 5, nowhere: 1})
+        assert c.committed(q0) == 5
+        c.commit({q0: 4})
 
         # seek goes back (and forward): what follows comes from there, already fetched messages are dropped.
         # It takes effect at once, even though the queue's pull is being held by the broker (long polling).

@@ -9,8 +9,10 @@ from collections import defaultdict
 from typing import Any
 
 from sluice import ConsumeOrderlyStatus, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from sluice.aio import PullConsumer
+from sluice.client.admin import Admin
 from tests.integration.helpers import FAST, wait_until
-from tests.reference.conftest import System
+from tests.reference.conftest import System, run
 from tests.reference.observe import assert_same, both, by_position, java_message, sluice_message
 from tests.reference.test_send_and_receive import sluice_read
 
@@ -170,3 +172,32 @@ def test_broadcasting_consumers_each_get_every_matching_message_alike(systems, t
 
     observed = assert_same(both(systems, scenario))
     assert len(observed["java"]) == len(observed["sluice"]) == 10
+
+
+def test_a_groups_first_commits_of_every_queue_at_once_are_all_kept_alike(systems):
+    """Sluice's client commits a topic's queues of a group together; Apache RocketMQ makes a group's offset table at
+    its first commit without a lock, so the client sends one commit first: none may be lost on either broker."""
+    def scenario(s: System) -> list[list[int]]:
+        topic = s.topic("t")
+        s.create_topic(topic, 8)
+
+        async def go() -> list[list[int]]:
+            kept = []
+            async with Admin(s.namesrv) as admin:
+                for g in range(3):
+                    await admin.update_group(s.topic(f"g{g}"))
+            for g in range(3):
+                consumer = PullConsumer(s.topic(f"g{g}"), s.namesrv, auto_commit=False)
+                await consumer.start()
+                try:
+                    queues = sorted(await consumer.fetch_queues(topic))
+                    await consumer.commit({mq: 10 + mq.queue_id for mq in queues})
+                    kept.append([await consumer.committed(mq) for mq in queues])
+                finally:
+                    await consumer.shutdown()
+            return kept
+
+        return run(go(), timeout=120)
+
+    kept = assert_same(both(systems, scenario))
+    assert kept == [list(range(10, 18))] * 3

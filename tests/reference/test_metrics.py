@@ -103,11 +103,18 @@ def test_the_metrics_are_named_labelled_and_counted_as_rocketmqs(systems: dict[s
                 await failing.start()
                 await lag.start()
                 try:
-                    polled = 0
+                    polled: dict[int, int] = {}  # queue id → one past the last message polled from it (one broker)
                     async with asyncio.timeout(60):
-                        while polled < 15 or len(got) < 15:
-                            polled += len(await lag.poll(0.5))
-                    await lag.commit()
+                        while sum(polled.values()) < 15 or len(got) < 15:
+                            for m in await lag.poll(0.5):
+                                polled[m.queue_id] = max(polled.get(m.queue_id, 0), m.queue_offset + 1)
+                    # Where polling got to, committed as offsets (a rebalance meanwhile does not change them), then
+                    # read back: the lag gauge below counts from these (a queue without one reads no lag).
+                    queues = sorted(await lag.fetch_queues(t))
+                    await lag.commit({mq: polled[mq.queue_id] for mq in queues if mq.queue_id in polled})
+                    committed = {mq.queue_id: await lag.committed(mq) for mq in queues}
+                    assert len(queues) == 4 and all(committed.get(q) == end for q, end in polled.items()) \
+                        and sum(committed.values()) == 15, f"{s.name}: polled to {polled}, committed {committed}"
                     for i in range(4):  # what the lag group never reads
                         await producer.send(Message(t, b"late-%d" % i))
                     deadline = time.monotonic() + 60
@@ -138,9 +145,10 @@ def test_the_metrics_are_named_labelled_and_counted_as_rocketmqs(systems: dict[s
     assert any(sluice["labels"].values()) and any(sluice["unnamed"].values())
     for s in (sluice, rocketmq):
         del s["families"], s["labels"], s["unnamed"]
-    # The lag: Sluice's must be the truth (4 sent after the commit); RocketMQ's own gauge once stayed at 3 for the
-    # whole minute on a loaded CI run, so the reference is held to the truth or one less, not compared as equal.
+    # The lag: Sluice's must be the truth (4 sent after the commit, every queue's commit read back above). RocketMQ's
+    # own gauge has stayed at 3, and once at 2, for the whole minute on loaded CI runs, so the reference is only held
+    # to exporting the series with a count of the scenario's, not compared as equal.
     lags = {name: side.pop("lag") for name, side in seen.items()}
     assert_same(seen)
-    assert lags["sluice"] == 4 and lags["rocketmq"] in (3, 4), lags
+    assert lags["sluice"] == 4 and 1 <= lags["rocketmq"] <= 4, lags
     assert sluice == {"in_normal": 14, "in_fifo": 3, "in_delay": 2, "size_count": 19, "dlq": 2, "consumers": 1}

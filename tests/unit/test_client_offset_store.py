@@ -152,3 +152,68 @@ def test_unwritable_directory_is_an_error_naming_the_file(tmp_path):
     s.update_offset(Q0, 1)
     with pytest.raises(OffsetStoreError, match="offsets.json"):
         s.persist_all()
+
+
+class _Broker:
+    """Stands in for the client's broker calls: records when each commit starts and ends (a test double of the
+    network, not of the offset store under test)."""
+
+    def __init__(self, fail: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        self.events: list[tuple[str, str, int]] = []
+        self.fail = fail
+        self.api = self
+
+    async def master_addr_of(self, mq: MessageQueue) -> str:
+        return "127.0.0.1:10911"
+
+    def refresh_route_soon(self, topic: str) -> None:
+        self.events.append(("refresh", topic, -1))
+
+    async def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int) -> None:
+        import asyncio
+
+        from sluice.remoting.errors import RemotingError
+        self.events.append(("start", mq.topic, mq.queue_id))
+        await asyncio.sleep(0.01)
+        self.events.append(("end", mq.topic, mq.queue_id))
+        if mq.queue_id in self.fail:
+            raise RemotingError("connection reset")
+
+
+def test_a_topics_first_commit_ends_before_its_other_queues_commits_start_together() -> None:
+    """Apache RocketMQ makes a group's offset table of a topic at its first commit without a lock: two first
+    commits at once may lose one. Per topic, one commit goes first; the others then go at once."""
+    import asyncio
+
+    from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
+    broker = _Broker()
+    store = RemoteBrokerOffsetStore(broker, "g")  # type: ignore[arg-type]
+    queues = [MessageQueue(t, "broker-a", i) for t in ("A", "B") for i in range(4)]
+    for mq in queues:
+        store.update_offset(mq, 5 + mq.queue_id)
+    asyncio.run(store.persist_all(queues))
+    for topic in ("A", "B"):
+        mine = [(what, qid) for what, t, qid in broker.events if t == topic]
+        assert mine[:2] == [("start", 0), ("end", 0)], mine  # the first alone
+        assert [w for w, _ in mine[2:5]] == ["start"] * 3, mine  # the other three at once
+    assert broker.events[0][0] == broker.events[1][0] == "start"  # (the two topics' first commits together)
+    asyncio.run(store.persist_all(queues))  # nothing new to commit: nothing sent
+    assert len(broker.events) == 16
+
+
+def test_a_commit_asked_for_by_hand_raises_after_every_queue_was_tried() -> None:
+    import asyncio
+
+    from sluice.client.remote_offset_store import RemoteBrokerOffsetStore
+    from sluice.common.errors import ClientError
+    broker = _Broker(fail={1})
+    store = RemoteBrokerOffsetStore(broker, "g")  # type: ignore[arg-type]
+    queues = [MessageQueue("A", "broker-a", i) for i in range(4)]
+    for mq in queues:
+        store.update_offset(mq, 7)
+    with pytest.raises(ClientError, match="cannot commit offset 7 of A@broker-a:1 for group g: connection reset"):
+        asyncio.run(store.persist_all(queues, raise_errors=True))
+    assert sorted(qid for what, _, qid in broker.events if what == "end") == [0, 1, 2, 3]
+    before = len(broker.events)
+    asyncio.run(store.persist_all(queues))  # (logged, not raised: the periodic commit tries queue 1 again)
+    assert [qid for what, _, qid in broker.events[before:] if what == "start"] == [1]

@@ -44,25 +44,54 @@ class RemoteBrokerOffsetStore:
             self._committed[mq] = (addr, offset)
         return offset
 
-    async def persist(self, mq: MessageQueue) -> None:
+    async def persist(self, mq: MessageQueue, raise_errors: bool = False) -> bool:
         """Commit the offset in memory, unless this broker has it already: an offset committed to a slave while
-        the master was gone is committed again once the master is back (it flows back to it)."""
+        the master was gone is committed again once the master is back (it flows back to it). A failure is logged
+        (the next periodic commit tries again), or raised with ``raise_errors``, for a commit asked for by hand.
+        Whether a commit was sent."""
         offset = self.table.read(mq)
         if offset < 0:
-            return
+            return False
         try:
             addr = await self.client.master_addr_of(mq)
             if self._committed.get(mq) == (addr, offset):
-                return
+                return False
             await self.client.api.update_consumer_offset(addr, self.group, mq, offset)
             self._committed[mq] = (addr, offset)
+            return True
         except (ClientError, RemotingError) as exc:
             if isinstance(exc, RemotingError):  # its master may be gone: the next commit goes by a fresh route
                 self.client.refresh_route_soon(mq.topic)
+            if raise_errors:
+                raise ClientError(f"cannot commit offset {offset} of {mq} for group {self.group}: {exc}") from exc
             log.warning("cannot commit offset %d of %s for group %s: %s", offset, mq, self.group, exc)
+            return True
 
-    async def persist_all(self, mqs: list[MessageQueue]) -> None:
-        await asyncio.gather(*(self.persist(mq) for mq in mqs))
+    async def persist_all(self, mqs: list[MessageQueue], raise_errors: bool = False) -> None:
+        """``persist`` for each queue; with ``raise_errors``, every queue is tried before the first failure is
+        raised. Per topic, the queues go one at a time until one commit is sent, then the rest at once: Apache
+        RocketMQ makes a group's offset table of a topic at its first commit without a lock
+        (``ConsumerOffsetManager.commitOffset``), and of two first commits at once one may be lost."""
+        by_topic: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_topic.setdefault(mq.topic, []).append(mq)
+
+        async def one_topic(queues: list[MessageQueue]) -> list[BaseException]:
+            failures: list[BaseException] = []
+            rest = list(queues)
+            while rest:
+                try:
+                    if await self.persist(rest.pop(0), raise_errors):
+                        break
+                except ClientError as exc:
+                    failures.append(exc)
+                    break
+            results = await asyncio.gather(*(self.persist(mq, raise_errors) for mq in rest), return_exceptions=True)
+            return failures + [r for r in results if isinstance(r, BaseException)]
+
+        for failures in await asyncio.gather(*(one_topic(q) for q in by_topic.values())):
+            if failures:
+                raise failures[0]
 
     def remove(self, mq: MessageQueue) -> None:
         self.table.remove(mq)

@@ -218,10 +218,12 @@ class ConsumerBase:
         else:  # the file is fsynced: in a thread, not on the event loop
             await asyncio.to_thread(store.persist, mq)
 
-    async def persist_all_offsets(self, mqs: list[MessageQueue]) -> None:
+    async def persist_all_offsets(self, mqs: list[MessageQueue], raise_errors: bool = False) -> None:
+        """Commit the offsets in memory of ``mqs``; a broker's failure is logged, or raised with ``raise_errors``
+        (a local file's always is)."""
         store = self.offset_store
         if isinstance(store, RemoteBrokerOffsetStore):
-            await store.persist_all(mqs)
+            await store.persist_all(mqs, raise_errors)
         else:
             await asyncio.to_thread(store.persist_all, mqs)
 

@@ -121,10 +121,7 @@ class PullConsumer(ConsumerBase):
         for st in self._queues.values():
             if st.task is not None:
                 st.task.cancel()
-        if self.auto_commit:
-            await self.commit()
-        else:
-            await self.persist_all_offsets(list(self._queues))
+        await self.persist_offsets()  # (a failure is logged: shutting down goes on)
         await self.client.shutdown()
         self.client.consumers.pop(self.group, None)
 
@@ -288,14 +285,16 @@ class PullConsumer(ConsumerBase):
                 self._queues[mq].paused = False
 
     async def commit(self, offsets: dict[MessageQueue, int] | None = None) -> None:
-        """Commit ``offsets`` (next offset to consume per queue), or the position after every polled message."""
+        """Commit ``offsets`` (next offset to consume per queue), or the position after every polled message.
+        Raises ``ClientError`` when a broker did not take one (every queue is tried first); committing again
+        retries."""
         if offsets is None:
             offsets = {mq: st.consumed for mq, st in self._queues.items() if st.consumed >= 0}
         else:
             offsets = {self.named_queue(mq): off for mq, off in offsets.items()}
         for mq, off in offsets.items():
             self.offset_store.update_offset(mq, off)
-        await self.persist_all_offsets(list(offsets))
+        await self.persist_all_offsets(list(offsets), raise_errors=True)
 
     async def committed(self, mq: MessageQueue) -> int:
         """The offset committed for ``mq`` (-1 when none)."""
