@@ -5,7 +5,7 @@ Property: a body scans (compiled and pure-Python alike) or raises ``MessageForma
 record-by-record reading of the format (``reference_scan``) accepts or refuses it, into the same layout; the
 bulk property search (TAGS, KEYS, UNIQ_KEY, DELAY), tags codes and index hashes equal what ``property_value``
 gives record by record; the stored records built from the body pass ``check_record`` and decode to the batch's
-bodies and properties.
+bodies and properties; the compiled property search equals its pure-Python twin.
 """
 
 from __future__ import annotations
@@ -101,7 +101,9 @@ def _check_body(data: bytes) -> None:
         spans = body.property_spans(name)
         got = dict(zip(spans.record.tolist(), body.values(spans), strict=True))
         want = {i: v for i, pr in enumerate(props) if (v := property_value(pr, name)) is not None}
-        expect(got == want, f"bulk search for {name}: {got} != record by record {want}")
+        expect(got == want, f"property search for {name}: {got} != record by record {want}")
+        bulk = body.bulk_property_spans(name)  # (the pure-Python twin of the compiled search in use)
+        expect([a.tolist() for a in bulk] == [a.tolist() for a in spans], f"the two searches for {name} disagree")
     want_tags = [tag_hash_code(t) if (t := property_value(pr, "TAGS")) else 0 for pr in props]
     expect(tags_codes(body).tolist() == want_tags, "tags codes disagree with property_value")
     hashes, recs = index_entries(body, TOPIC)

@@ -501,6 +501,20 @@ done:
     return result;
 }
 
+/* Span i of two native int64 arrays (starts, ends) into *s and *e; -1 with ValueError unless 0 <= s <= e <= limit. */
+static int
+span_at(const Py_buffer *starts, const Py_buffer *ends, Py_ssize_t i, Py_ssize_t limit, int64_t *s, int64_t *e)
+{
+    memcpy(s, (const char *)starts->buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
+    memcpy(e, (const char *)ends->buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
+    if (*s < 0 || *e < *s || *e > limit) {
+        PyErr_Format(PyExc_ValueError, "span %zd [%lld, %lld) is outside %zd bytes", i, (long long)*s,
+                     (long long)*e, limit);
+        return -1;
+    }
+    return 0;
+}
+
 /* body_crcs(data, starts, ends) -> BODYCRC of each data[starts[i]:ends[i]] (native int64 arrays as bytes).
  * The spans are copied and checked with the GIL held: the caller's arrays may change once it is released. */
 static PyObject *
@@ -523,13 +537,8 @@ body_crcs(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t s, e;
-        memcpy(&s, (const char *)starts.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
-        memcpy(&e, (const char *)ends.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
-        if (s < 0 || e < s || e > data.len) {
-            PyErr_Format(PyExc_ValueError, "span %zd [%lld, %lld) is outside %zd bytes", i, (long long)s,
-                         (long long)e, data.len);
+        if (span_at(&starts, &ends, i, data.len, &s, &e) < 0)
             goto done;
-        }
         spans[2 * i] = s;
         spans[2 * i + 1] = e;
     }
@@ -550,6 +559,77 @@ done:
     PyBuffer_Release(&starts);
     PyBuffer_Release(&ends);
     return out;
+}
+
+/* The last start s in [lo, hi - mlen] where d[s:s + mlen] == m (Python's bytes.rfind(m, lo, hi)), else -1. */
+static Py_ssize_t
+rfind_in(const unsigned char *d, Py_ssize_t lo, Py_ssize_t hi, const unsigned char *m, Py_ssize_t mlen)
+{
+    for (Py_ssize_t s = hi - mlen; s >= lo; s--) {
+        if (d[s] == m[0] && memcmp(d + s, m, (size_t)mlen) == 0)
+            return s;
+    }
+    return -1;
+}
+
+/* property_spans(data, starts, ends, marker) -> (record, start, end): where each record's value of the property
+ * whose marker (NAME + 0x01) is given lies, for the records that have it; its properties are data[starts[i]:
+ * ends[i]]. As decode_properties reads them: the last marker that begins a property (at the start or after a
+ * 0x02) wins, the value ends at the next 0x02 or the end. Native int64 arrays in and out. */
+static PyObject *
+property_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer data, starts, ends, marker;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &data, &starts, &ends, &marker))
+        return NULL;
+    PyObject *cols[3] = {NULL, NULL, NULL}, *result = NULL;
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t), found = 0;
+    if (starts.len != ends.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
+    if (marker.len < 1) {
+        PyErr_SetString(PyExc_ValueError, "the marker is empty");
+        goto done;
+    }
+    for (int i = 0; i < 3; i++) {
+        cols[i] = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+        if (cols[i] == NULL)
+            goto done;
+    }
+    int64_t *rec = (int64_t *)PyBytes_AS_STRING(cols[0]), *vstart = (int64_t *)PyBytes_AS_STRING(cols[1]),
+            *vend = (int64_t *)PyBytes_AS_STRING(cols[2]);
+    const unsigned char *d = data.buf, *m = marker.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t lo, hi;
+        if (span_at(&starts, &ends, i, data.len, &lo, &hi) < 0)
+            goto done;
+        Py_ssize_t j = rfind_in(d, (Py_ssize_t)lo, (Py_ssize_t)hi, m, marker.len);
+        while (j > lo && d[j - 1] != 0x02)  /* inside another property's value: look further back */
+            j = rfind_in(d, (Py_ssize_t)lo, j, m, marker.len);
+        if (j < 0)
+            continue;
+        Py_ssize_t v = j + marker.len, e = v;
+        while (e < hi && d[e] != 0x02)
+            e++;
+        rec[found] = i;
+        vstart[found] = v;
+        vend[found] = e;
+        found++;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (_PyBytes_Resize(&cols[i], found * (Py_ssize_t)sizeof(int64_t)) < 0)
+            goto done;
+    }
+    result = PyTuple_Pack(3, cols[0], cols[1], cols[2]);
+done:
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(cols[i]);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&marker);
+    return result;
 }
 
 /* encode_batch_record(body, properties, flag=0) -> one batch record. */
@@ -871,6 +951,8 @@ static PyMethodDef methods[] = {
      "scan_batch(body) -> (body_start, props_len_pos, end, flag) as native int64 bytes."},
     {"body_crcs", body_crcs, METH_VARARGS,
      "body_crcs(data, starts, ends) -> the BODYCRC of every span, native int64 bytes."},
+    {"property_spans", property_spans, METH_VARARGS,
+     "property_spans(data, starts, ends, marker) -> (record, start, end) of a property's values, native int64."},
     {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_VARARGS | METH_KEYWORDS,
      "encode_batch_record(body, properties, flag=0) -> one batch record."},
     {"store_spans", store_spans, METH_VARARGS,

@@ -26,6 +26,11 @@ def scan_batch(body: ReadableBuffer, /) -> tuple[bytes, bytes, bytes, bytes]:
 def body_crcs(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, /) -> bytes:
     """The BODYCRC of every span ``data[starts[i]:ends[i]]`` (native int64 columns in and out)."""
 
+def property_spans(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, marker: ReadableBuffer,
+                   /) -> tuple[bytes, bytes, bytes]:
+    """Which records of ``data`` (properties at ``data[starts[i]:ends[i]]``) hold the property ``marker`` names
+    (its name and 0x01), and where each value lies: (record, start, end), native int64 columns in and out."""
+
 def encode_batch_record(body: ReadableBuffer, properties: ReadableBuffer, flag: int = 0) -> bytes:
     """One record of a batch body."""
 

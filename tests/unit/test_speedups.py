@@ -121,6 +121,39 @@ def test_c_body_crcs_equal_zlib(data: bytes, spans: list[tuple[int, int]]) -> No
     assert got == [zlib.crc32(data[a:b]) & 0x7FFFFFFF for a, b in spans]
 
 
+# Properties made to trip a property search: markers inside values, repeated names, a name that ends another's.
+tricky_props = st.lists(st.sampled_from([b"TAGS\x01a", b"KEYS\x01k1 k2", b"xTAGS\x01no", b"UNIQ_KEY\x01u",
+                                         b"TAGS\x01", b"a\x01TAGS\x01in-value", b"TAGS\x01TAGS\x01b", b"\x02",
+                                         b"", b"TAG", b"S\x01", b"DELAY\x013"]), max_size=6).map(b"\x02".join)
+
+
+@needs_c
+@SETTINGS
+@given(st.lists(st.tuples(st.binary(max_size=12), tricky_props | props), min_size=1, max_size=6),
+       st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "S"]))
+def test_c_property_spans_equal_the_pure_python_searches(records: list[tuple[bytes, bytes]], name: str) -> None:
+    from sluice.common.properties import property_value
+    from sluice.store.batch_encoder import BatchBody
+    data = b"".join(batch_codec.encode_batch_record(b, p) for b, p in records)
+    body = BatchBody(data, batch_codec.scan_batch_columns(data))
+    compiled, bulk = body.property_spans(name), body.bulk_property_spans(name)
+    by_record = body._spans_record_by_record(f"{name}\x01".encode())
+    for spans in (bulk, by_record):
+        assert [a.tolist() for a in compiled] == [a.tolist() for a in spans]
+    want = {i: v for i, (_, p) in enumerate(records) if (v := property_value(p, name)) is not None}
+    assert dict(zip(compiled.record.tolist(), body.values(compiled), strict=True)) == want
+
+
+@needs_c
+def test_c_property_spans_refuse_spans_outside_the_data_and_an_empty_marker() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        speedups.property_spans(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64), b"T\x01")
+    with pytest.raises(ValueError, match="one length"):
+        speedups.property_spans(b"abc", np.array([1], dtype=np.int64), np.array([], dtype=np.int64), b"T\x01")
+    with pytest.raises(ValueError, match="marker is empty"):
+        speedups.property_spans(b"abc", np.array([0], dtype=np.int64), np.array([3], dtype=np.int64), b"")
+
+
 @needs_c
 def test_c_body_crcs_refuse_spans_outside_the_data() -> None:
     with pytest.raises(ValueError, match="outside"):

@@ -69,7 +69,19 @@ class BatchBody:
 
     def property_spans(self, name: str) -> PropertySpans:
         """Where each record's value of property ``name`` lies (records without it left out; for a repeated
-        name the last one wins, as in ``decode_properties``)."""
+        name the last one wins, as in ``decode_properties``): the compiled search of each record's properties,
+        else ``bulk_property_spans``."""
+        if speedups is None:
+            return self.bulk_property_spans(name)
+        found = speedups.property_spans(self.data, np.ascontiguousarray(self.props_start, np.int64),
+                                        np.ascontiguousarray(self.props_end, np.int64), property_marker(name))
+        if not found[0]:
+            return _NO_SPANS
+        return PropertySpans(*(np.frombuffer(col, dtype=np.int64) for col in found))
+
+    def bulk_property_spans(self, name: str) -> PropertySpans:
+        """``property_spans`` in pure Python: one search of the whole body for the marker, the hits that start a
+        property of some record kept (numpy), or record by record when the body is full of markers."""
         marker = property_marker(name)
         cap = 4 * self.cols.count + 64  # bodies full of markers: search each record's properties instead
         found = [m.start() for m in islice(_marker_pattern(marker).finditer(self.data), cap + 1)]
