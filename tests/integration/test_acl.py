@@ -550,6 +550,7 @@ def test_the_admin_status_and_relay_requests_need_their_rights(acl_cluster: Clus
         (RequestCode.GET_BROKER_CONFIG, {}, b""),
         (RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "mine"}, b""),
         (RequestCode.GET_BROKER_HA_STATUS, {}, b""),
+        (RequestCode.GET_BROKER_EPOCH_CACHE, {}, b""),
         (RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}, b""),
         (RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "someone-pg"}, b""),
         (RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "someone-g", "cleanOffset": "true"}, b""),

@@ -33,6 +33,14 @@ def test_a_brokers_status_and_settings_are_read_and_a_runtime_setting_changed(cl
     assert "no broker named 'broker-z'" in fails(capsys, "cluster", "broker-status", "broker-z", "--namesrv", ns)
     ha = json.loads(ok(capsys, "cluster", "ha-status", "--namesrv", ns, "--json"))
     assert ha["broker-a"]["master"] is True and ha["broker-a"]["haConnectionInfo"] == []
+    # Its master terms as its epoch file holds them, the last one open (Long.MAX_VALUE, as RocketMQ's).
+    broker = cluster.brokers[0]
+    epochs = json.loads(ok(capsys, "cluster", "epochs", "--namesrv", ns, "--json"))[broker.broker_addr]
+    assert (epochs["brokerName"], epochs["brokerId"]) == ("broker-a", 0)
+    assert [(e["epoch"], e["startOffset"]) for e in epochs["epochList"]] == [tuple(e) for e in broker.epochs.entries]
+    assert epochs["epochList"][-1]["endOffset"] == (1 << 63) - 1 and epochs["maxOffset"] >= 0
+    table = ok(capsys, "cluster", "epochs", "broker-a", "--namesrv", ns)
+    assert str(broker.epochs.last_epoch) in table and "(open)" in table
 
 
 def test_a_groups_connections_are_listed_and_the_group_deleted(cluster: Cluster, capsys):

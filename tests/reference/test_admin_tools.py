@@ -347,7 +347,7 @@ def _shape(value: str) -> str:
 SLUICE_RUNTIME_KEYS = frozenset({
     "backPressure", "backPressureEpisodes", "backPressureRefused", "brokerRole", "confirmOffset", "eventLoopBusyMaxMs",
     "eventLoopLagMaxMs", "flushDiskType", "gcPauseMaxMs", "haInSyncSlaves", "haSlaveLagBytes", "heldBytes",
-    "heldPulls", "haMasterAddress", "fenced", "replyUndeliveredTotal"})
+    "heldPulls", "haMasterAddress", "fenced", "replyUndeliveredTotal", "brokerPermission"})
 # Sluice's own settings (docs/configuration.md): none is a RocketMQ setting under another name.
 SLUICE_SETTINGS = frozenset({
     "authenticationEnabled", "authenticationWhitelist", "authorizationEnabled", "authorizationWhitelist",

@@ -241,6 +241,15 @@ class BrokerController(AsyncService):
                 self.lite.start()
         self.loop_lag.start(loop)
         self.running = True
+        # Registered once before start() returns, as RocketMQ's start() does: a client that asks the name server
+        # right after finds this broker (and its TBW102, for a topic created by sending).
+        try:
+            await self._register_once()
+        except BaseException:  # (cancelled meanwhile: no broker half started)
+            await self.stop()
+            raise
+        if not self.running:  # stopped while registering
+            return self
         self._spawn(self._register_loop())
         self._spawn(self._scan_clients_loop())
         self._spawn(self._stats_loop())
@@ -635,19 +644,24 @@ class BrokerController(AsyncService):
                 self.master_ha_address = master[1]
         return accepted
 
+    async def _register_once(self) -> None:
+        self._register_now.clear()
+        try:
+            await self.register_broker_all()
+        except Exception:
+            log.exception("registration with the name servers failed")
+
     async def _register_loop(self) -> None:
+        """Re-register every period, and at once when told to (``trigger_register``)."""
         period = self.config.register_name_server_period / 1000
         while self.running:  # not ``while True``: 3.11's wait_for (Connection.invoke) can swallow stop()'s cancel
-            self._register_now.clear()
-            try:
-                await self.register_broker_all()
-            except Exception:
-                log.exception("registration with the name servers failed")
             try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel of stop()
                 async with asyncio.timeout(period):
                     await self._register_now.wait()
             except TimeoutError:
                 pass
+            if self.running:
+                await self._register_once()
 
     async def _stats_loop(self) -> None:
         """Sample the counters once a second (the runtime info's TPS) and log the stats line once a

@@ -328,6 +328,9 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = verb(cluster, "ha-status", ops.ha_status, "replication: each master's slaves, how far behind, in sync "
              "(mqadmin haStatus)", True)
     p.add_argument("broker", metavar="BROKER", nargs="?", help="only this broker (default: every master)")
+    p = verb(cluster, "epochs", ops.epochs, "the master terms each broker's log holds: epoch, start and end offset "
+             "(mqadmin getBrokerEpoch)", True)
+    p.add_argument("broker", metavar="BROKER", nargs="?", help="only this broker (default: every broker)")
 
     group = sub.add_parser("group", help="inspect consumer groups").add_subparsers(
         dest="group_command", required=True, metavar="VERB")

@@ -11,7 +11,9 @@ from typing import Any
 
 from sluice.cli.command import command
 from sluice.cli.output import out, parse_time, print_json, print_table
-from sluice.client.admin import Admin, AdminError, parse_perm
+from sluice.client.admin import LONG_MAX, Admin, AdminError, parse_perm
+from sluice.common.errors import ClientError
+from sluice.remoting.errors import RemotingError
 
 
 def _key_values(args: argparse.Namespace, table: dict[str, str], heading: str) -> int:
@@ -36,6 +38,37 @@ async def broker_config(admin: Admin, args: argparse.Namespace) -> int:
 async def broker_config_set(admin: Admin, args: argparse.Namespace) -> int:
     await admin.update_broker_config(args.broker, args.key, args.value)
     out(f"{args.key} = {args.value} on {args.broker} (kept for its next start)")
+    return 0
+
+
+@command
+async def epochs(admin: Admin, args: argparse.Namespace) -> int:
+    if args.broker:
+        brokers = [args.broker]
+    else:  # every member of every group
+        info = await admin.cluster_info()
+        brokers = [addr for data in info.broker_addr_table.values() for _, addr in sorted(data.broker_addrs.items())]
+    found: dict[str, dict[str, Any]] = {}
+    for b in brokers:  # (one broker that does not answer is a row saying so, not the end of the listing)
+        try:
+            found[b] = await admin.broker_epochs(b)
+        except (AdminError, ClientError, RemotingError) as exc:
+            if not args.broker:
+                found[b] = {"error": str(exc)}
+                continue
+            raise
+    if args.json:
+        print_json(found)
+        return 0
+    rows: list[list[Any]] = []
+    for addr, cache in found.items():
+        if "error" in cache:
+            rows.append(["?", "?", addr, "-", "-", "-", f"(no answer: {cache['error']})"])
+        for e in cache.get("epochList") or []:
+            end = e.get("endOffset")
+            rows.append([cache.get("brokerName", "?"), cache.get("brokerId", "?"), addr, e.get("epoch"),
+                         e.get("startOffset"), "(open)" if end == LONG_MAX else end, cache.get("maxOffset")])
+    print_table(["BROKER", "ID", "ADDRESS", "EPOCH", "START", "END", "LOG END"], rows, right=(3, 4, 5, 6))
     return 0
 
 

@@ -39,7 +39,7 @@ from sluice.common.naming import (
 from sluice.common.structs import ClusterInfo, MessageQueue, TopicRouteData
 from sluice.common.sysflag import COMPRESSED_FLAG, PERM_READ, PERM_WRITE
 from sluice.remoting.client import RemotingClient
-from sluice.remoting.codes import RequestCode
+from sluice.remoting.codes import RequestCode, ResponseCode
 from sluice.remoting.command import RemotingCommand
 from sluice.remoting.errors import ConnectionClosedError, RemotingConnectError, RemotingError
 from sluice.remoting.headers import (
@@ -98,16 +98,28 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int  # store time of the last consumed message (ms, 0 = none)
+    pull_offset: int = -1  # where the group's pulls got to (RocketMQ 5's pullOffset; -1: not reported)
+    queueing_latency_ms: int = 0  # how long the oldest message not yet pulled has waited (0: none, or not reported)
 
     @property
     def lag(self) -> int:
         # As RocketMQ's consumerProgress: no committed offset counts as 0.
         return max(self.broker_offset - max(self.consumer_offset, 0), 0)
 
+    @property
+    def inflight(self) -> int:
+        """Pulled and not yet committed."""
+        return max(self.pull_offset - max(self.consumer_offset, 0), 0) if self.pull_offset >= 0 else 0
+
+    @property
+    def ready(self) -> int:
+        """Stored and not yet pulled."""
+        return max(self.broker_offset - max(self.pull_offset, self.consumer_offset, 0), 0)
+
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id,
                 "brokerOffset": self.broker_offset, "consumerOffset": self.consumer_offset, "lag": self.lag,
-                "lastTimestamp": self.last_timestamp}
+                "lastTimestamp": self.last_timestamp, "queueingLatencyMs": self.queueing_latency_ms}
 
 
 @dataclass(slots=True)
@@ -272,6 +284,12 @@ class Admin:
         """GET_BROKER_HA_STATUS: a master's slaves (acknowledged offset, how far behind, in sync) or a slave's
         master."""
         resp = await self.api.invoke_ok(await self._broker_addr(broker), RequestCode.GET_BROKER_HA_STATUS)
+        return dict(json.loads(bytes(resp.body or b"{}")))
+
+    async def broker_epochs(self, broker: str) -> dict[str, Any]:
+        """GET_BROKER_EPOCH_CACHE: the master terms a broker's log holds (``epochList``: epoch, startOffset,
+        endOffset; the last one open, to Long.MAX_VALUE) and the log's end (``maxOffset``)."""
+        resp = await self.api.invoke_ok(await self._broker_addr(broker), RequestCode.GET_BROKER_EPOCH_CACHE)
         return dict(json.loads(bytes(resp.body or b"{}")))
 
     async def producer_connections(self, group: str) -> list[dict[str, Any]]:
@@ -619,7 +637,8 @@ class Admin:
         tables = await self._gather(self.api.get_consume_stats(addr, group, topic or "") for addr in brokers.values())
         queues = [QueueProgress(str(e["topic"]), str(e.get("brokerName") or name), int(e["queueId"]),
                                 int(e.get("brokerOffset", 0)), int(e.get("consumerOffset", -1)),
-                                int(e.get("lastTimestamp", 0)))
+                                int(e.get("lastTimestamp", 0)), int(e.get("pullOffset", -1)),
+                                int(e.get("queueingLatencyMs", 0)))
                   for name, table in zip(brokers, tables, strict=True) for e in table]
         if not queues:
             what = f" on topic {topic!r}" if topic else ""
@@ -648,6 +667,8 @@ class Admin:
                     if msgs:
                         return [uncompressed(m) for m in msgs]
                 except (BrokerResponseError, MessageFormatError) as exc:
+                    if isinstance(exc, BrokerResponseError) and exc.code == ResponseCode.NO_PERMISSION:
+                        raise  # refused, not missing: the caller says so
                     if topic is None:
                         raise AdminError(f"no message with id {msg_id} on {host} ({exc}); for a client message "
                                          "id (UNIQ_KEY) give its topic (--topic)") from None

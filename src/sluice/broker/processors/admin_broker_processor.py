@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -339,24 +340,34 @@ class AdminBrokerProcessor:
         for topic in sorted(topics):
             tc = self.topic_config_manager.get(topic)
             if tc is not None:
-                table.update(self._offset_table(group, topic, tc.read_queue_nums))
+                table.update(self._offset_table(group, topic, tc.read_queue_nums, waits=True))
         if not table and g is None:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE,
                                 f"the consumer group [{group}] has no offsets and is not online")
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
 
-    def _offset_table(self, group: str, topic: str, queues: int) -> dict[ObjectKey, dict[str, int]]:
-        """RocketMQ's OffsetWrapper of each queue: the broker's and the group's offsets, the last consumed
-        message's store time."""
+    def _offset_table(self, group: str, topic: str, queues: int,
+                      waits: bool = False) -> dict[ObjectKey, dict[str, int]]:
+        """RocketMQ's OffsetWrapper of each queue: the broker's and the group's offsets, where its pulls got to
+        (at least its committed offset, as RocketMQ 5 reports it), the last consumed message's store time; and,
+        with ``waits`` (one group's stats, not the whole broker's), Sluice's ``queueingLatencyMs``: how long the
+        oldest message not yet pulled and still kept has waited (0: none waits; fastjson readers skip a field they
+        lack)."""
         offsets = self.store.consumer_offsets
         table: dict[ObjectKey, dict[str, int]] = {}
+        now = int(time.time() * 1000)
         for qid in range(queues):
             broker_off = max(self.store.get_max_offset_in_queue(topic, qid), 0)
             consumer_off = max(offsets.query_offset(group, topic, qid), 0)  # none committed: 0, as in RocketMQ
             last = self.store.get_message_store_timestamp(topic, qid, consumer_off - 1) if consumer_off > 0 else 0
-            table[queue_key(self.config.broker_name, topic, qid)] = {
-                "brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
-                "pullOffset": consumer_off}
+            pulled = max(consumer_off, offsets.query_pull_offset(group, topic, qid))
+            row = {"brokerOffset": broker_off, "consumerOffset": consumer_off, "lastTimestamp": max(last, 0),
+                   "pullOffset": pulled}
+            if waits:
+                oldest = max(pulled, self.store.get_min_offset_in_queue(topic, qid))  # (older ones expired)
+                waiting = self.store.get_message_store_timestamp(topic, qid, oldest) if oldest < broker_off else 0
+                row["queueingLatencyMs"] = max(now - waiting, 0) if waiting > 0 else 0
+            table[queue_key(self.config.broker_name, topic, qid)] = row
         return table
 
     async def get_consumer_running_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

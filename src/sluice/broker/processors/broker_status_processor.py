@@ -1,7 +1,7 @@
 """What an operator reads and sets of a running broker (RocketMQ's AdminBrokerProcessor, its status half):
 GET_BROKER_RUNTIME_INFO (``mqadmin brokerStatus``, ``clusterList``), GET_BROKER_HA_STATUS (``haStatus``),
-GET_BROKER_CONFIG (``getBrokerConfig``), UPDATE_BROKER_CONFIG (``updateBrokerConfig``) and VIEW_BROKER_STATS_DATA
-(``statsAll``)."""
+GET_BROKER_EPOCH_CACHE (``getBrokerEpoch``), GET_BROKER_CONFIG (``getBrokerConfig``), UPDATE_BROKER_CONFIG
+(``updateBrokerConfig``) and VIEW_BROKER_STATS_DATA (``statsAll``)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,15 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.store.retention import disk_usage_ratio
 
+LONG_MAX = (1 << 63) - 1  # (Java's Long.MAX_VALUE: the end of the open last epoch)
+
 if TYPE_CHECKING:
     from sluice.broker.broker_stats import BrokerStats
     from sluice.broker.pull_request_hold_service import PullRequestHoldService
     from sluice.broker.timer_message_service import TimerMessageService
     from sluice.common.config import BrokerConfig, BrokerRole
     from sluice.common.loop_lag import LoopLagProbe
+    from sluice.store.ha.epoch_file import EpochFile
     from sluice.store.ha.ha_client import HAClient
     from sluice.store.ha.ha_service import HAService
     from sluice.store.message_store import MessageStore
@@ -67,6 +70,10 @@ class BrokerRuntime(Protocol):
     def special_service_running(self) -> bool: ...
     @property
     def timer_service(self) -> TimerMessageService | None: ...
+    @property
+    def epochs(self) -> EpochFile: ...
+    @property
+    def registered_id(self) -> int: ...
 
 
 def _tps_text(stats: BrokerStats, *which: int, unfilled: str = "") -> str:
@@ -159,7 +166,9 @@ class BrokerStatusProcessor:
                  "flushDiskType": store.config.flush_disk_type.value, "heldPulls": str(rt.hold_service.count),
                  "eventLoopLagMaxMs": f"{rt.loop_lag.max_lag * 1000:.1f}",
                  "eventLoopBusyMaxMs": f"{rt.loop_lag.max_busy * 1000:.1f}",
-                 "gcPauseMaxMs": f"{rt.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": rt.role.value}
+                 "gcPauseMaxMs": f"{rt.loop_lag.max_gc_pause * 1000:.1f}", "brokerRole": rt.role.value,
+                 # (Sluice's: a broker made read-only or write-only by its permission, for the dashboard's alert)
+                 "brokerPermission": str(self.config.broker_permission)}
         if put_tps is None:
             table["putTps"] = table["putTps"].strip() or "0.0  "
         try:
@@ -214,6 +223,19 @@ class BrokerStatusProcessor:
         return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({
             "haClientRuntimeInfo": client_info, "haConnectionInfo": connections, "inSyncSlaveNums": in_sync,
             "master": rt.role.is_master, "masterCommitLogMaxOffset": end}))
+
+    def get_broker_epoch_cache(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's EpochEntryCache (``mqadmin getBrokerEpoch``): the master terms this broker's log holds, each
+        from where it began to where the next began (the last, still open, to Long.MAX_VALUE as RocketMQ's), and
+        the log's end. RocketMQ answers in controller mode only; a Sluice broker keeps its epochs in every mode."""
+        c, end = self.config, self.store.get_max_phy_offset()
+        entries = list(self.runtime.epochs.entries)
+        ends = [e.start_offset for e in entries[1:]] + ([LONG_MAX] if entries else [])
+        return req.response(ResponseCode.SUCCESS, body=fastjson.dumps({
+            "brokerId": self.runtime.registered_id, "brokerName": c.broker_name, "clusterName": c.broker_cluster_name,
+            "epochList": [{"endOffset": stop, "epoch": e.epoch, "startOffset": e.start_offset}
+                          for e, stop in zip(entries, ends, strict=True)],
+            "maxOffset": end}))
 
     def view_broker_stats_data(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """One counter's last minute, hour and day (``statsName``: TOPIC_PUT_NUMS with a topic, GROUP_GET_NUMS with

@@ -201,8 +201,10 @@ class PullMessageProcessor:
         resp = req.response(code, None if code == ResponseCode.SUCCESS else status.name, ext)
         if r.buffers:
             resp.body_parts = r.buffers
-            self.stats.record_group_get(h.topic, h.consumer_group, r.message_count, r.buffer_total_size)
-            self.store.consumer_offsets.commit_pull_offset(h.consumer_group, h.topic, h.queue_id, r.next_begin_offset)
+            if not conn.closed:  # (a held pull answered after its consumer left: nothing reaches anyone)
+                self.stats.record_group_get(h.topic, h.consumer_group, r.message_count, r.buffer_total_size)
+                self.store.consumer_offsets.commit_pull_offset(h.consumer_group, h.topic, h.queue_id,
+                                                               r.next_begin_offset)
         return resp
 
     @staticmethod
