@@ -1,7 +1,8 @@
-"""Run the fuzz targets with atheris (libFuzzer, coverage-guided), one after the other.
+"""Run the fuzz targets with atheris (libFuzzer, coverage-guided), one after the other or ``--jobs`` at a time.
 
     python fuzz/run.py                      # every target, 1,000,000 inputs each (``make fuzz``)
-    python fuzz/run.py --seconds 5          # every target for 5 s (``make fuzz-ci``)
+    python fuzz/run.py --seconds 5          # every target for 5 s
+    python fuzz/run.py --seconds 3 --jobs 2 # two targets at a time (``make fuzz-ci``)
     python fuzz/run.py --runs 50000 frames batch
 
 Each target runs in its own process, starting from its committed seeds (``fuzz/corpus/<target>/``), the
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
@@ -114,9 +116,17 @@ def main() -> int:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="inputs per target (default 1,000,000)")
     budget.add_argument("--seconds", type=int, help="time per target instead of a number of inputs")
+    parser.add_argument("--jobs", type=int, default=1, help="targets fuzzed at once (default 1; each takes a core)")
     args = parser.parse_args()
-    failed = [name for name in args.targets or list(TARGETS)
-              if not run_target(TARGETS[name], None if args.seconds else args.runs, args.seconds or None)]
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: at least 1")
+    names = args.targets or list(TARGETS)
+
+    def ok(name: str) -> bool:
+        return run_target(TARGETS[name], None if args.seconds else args.runs, args.seconds or None)
+
+    with ThreadPoolExecutor(args.jobs) as pool:  # (each target runs in a process of its own)
+        failed = [name for name, passed in zip(names, pool.map(ok, names), strict=True) if not passed]
     if failed:
         print(f"fuzzing found problems in: {', '.join(failed)} (inputs saved under {CRASHES_DIR})", file=sys.stderr)
         return 1

@@ -21,13 +21,15 @@ def test_dev_ha_starts_a_group_that_elects_a_master_and_takes_sends(tmp_path: Pa
     base = free_ports_below_ephemeral((-2, 0, 1, 8, 10, 11, 18, 20, 21))
     ns = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--ha", "--no-grpc", "--store",
-                             str(tmp_path / "dev"), "--broker-port", str(base), "--namesrv-port", str(ns)],
+                             str(tmp_path / "dev"), "--broker-port", str(base), "--namesrv-port", str(ns),
+                             "--dashboard-port", "0"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(tmp_path / "dev.log", "w"),
                             text=True)
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(7)]
+        lines = [proc.stdout.readline() for _ in range(8)]
         assert lines[0].startswith("sluice dev --ha ready"), (lines, (tmp_path / "dev.log").read_text()[-3000:])
+        assert any(line.strip().startswith("dashboard    http://127.0.0.1:") for line in lines), lines
         with Producer("dev-ha", namesrv=f"127.0.0.1:{ns}") as producer:
 
             def acknowledged() -> bool:

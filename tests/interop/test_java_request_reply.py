@@ -55,7 +55,10 @@ def test_a_sluice_requester_gets_the_replies_of_a_java_responder(sluice, java, t
 
     async def go() -> list[MessageExt]:
         async with Producer("rr-sluice-requester", ns) as requester:
-            return [await requester.request(Message(topic, f"ping {i}".encode()), 30) for i in range(COUNT)]
+            # The first waits for the responder's first rebalance, pull and reply-route lookup too (a JVM's
+            # first steps: slow on a loaded machine); the others for one round trip each.
+            return [await requester.request(Message(topic, f"ping {i}".encode()), 90 if i == 0 else 30)
+                    for i in range(COUNT)]
     try:
         replies = asyncio.run(go())
         # (the responder notes each answer after its send returned: the reply may be here first)

@@ -45,10 +45,33 @@ def rocketmq(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) ->
         node.start()
     except RuntimeError as exc:
         pytest.fail(f"cannot start the Apache RocketMQ reference node: {exc}", pytrace=False)
+    _SESSION_NODES.append(node)
     try:
         yield node
     finally:
+        _SESSION_NODES.remove(node)
         node.stop()
+
+
+# The session's node, stopped with the last reference test of this worker (pytest-xdist's loadgroup runs them one
+# after another) rather than with the worker: idle, its two JVMs still take a good part of a core, which the tests
+# that follow on two cores need. A reference test after that (another ordering) starts it again.
+_SESSION_NODES: list[RocketMQNode] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is not None and Path(str(nextitem.fspath)).resolve().parent == Path(__file__).resolve().parent:
+        return
+    for node in _SESSION_NODES:
+        node.stop()
+
+
+def running(node: RocketMQNode) -> RocketMQNode:
+    """The session's node, started again if the reference tests before stopped it."""
+    if not node.running:
+        node.start()
+    return node
 
 
 def metrics_settings() -> dict[str, str]:
@@ -132,7 +155,7 @@ def systems(request: pytest.FixtureRequest, rocketmq: RocketMQNode, empty_cluste
         "sluice": System("sluice", empty_cluster.namesrv_addr, broker.broker_addr,
                          JavaClients(java_build, tmp_path / "sluice" / "java"), tmp_path / "sluice" / "admin",
                          java_build, prefix, broker.metrics_exporter.address),
-        "rocketmq": System("rocketmq", rocketmq.namesrv, rocketmq.broker_addr,
+        "rocketmq": System("rocketmq", running(rocketmq).namesrv, rocketmq.broker_addr,
                            JavaClients(java_build, tmp_path / "rocketmq" / "java"), tmp_path / "rocketmq" / "admin",
                            java_build, prefix, metrics_url(rocketmq)),
     }

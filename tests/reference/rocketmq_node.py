@@ -107,6 +107,9 @@ class RocketMQNode:
             "listenPort": str(port), "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
             "namesrvAddr": self.namesrv, "storePathRootDir": str(store), "storePathCommitLog": str(store / "commitlog"),
             "flushDiskType": self.flush, "autoCreateTopicEnable": "true", "autoCreateSubscriptionGroup": "true",
+            # RocketMQ's TransactionMetricsFlushService spins on the clock until its first interval has passed (10 s
+            # by default: 10 CPU-s at every start); with one second, one (its metrics file is written each second).
+            "transactionMetricFlushInterval": "1000",
             **self.broker_settings,
         }
         (self.root / "broker.properties").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -197,6 +200,10 @@ class RocketMQNode:
     def log_tail(self, name: str = "broker", chars: int = 3000) -> str:
         log = self.root / "home" / name / "logs" / "rocketmqlogs" / f"{name}.log"
         return f"\n--- {log} ---\n{log.read_text(errors='replace')[-chars:]}" if log.exists() else ""
+
+    @property
+    def running(self) -> bool:
+        return all(p is not None and p.poll() is None for p in (self.namesrv_proc, self.broker_proc))
 
     def pids(self) -> list[int]:
         return [p.pid for p in (self.namesrv_proc, self.broker_proc, self.proxy_proc)

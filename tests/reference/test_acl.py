@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,11 +136,22 @@ SENDERS: list[tuple[str, tuple[str, str] | None, str]] = [
 
 
 def _send_verdicts(java: JavaClients, namesrv: str) -> dict[str, tuple[str, str]]:
+    """Each sender's one sync send, from one JVM (a producer of its own per sender)."""
+    senders = [{"topic": topic, **({"access_key": creds[0], "secret_key": creds[1]} if creds else {})}
+               for _, creds, topic in SENDERS]
+    records = java.run("produce", namesrv=namesrv, group="acl-pg", mode="sync", count=1,
+                       senders=json.dumps(senders), timeout=180)
+    per_sender: list[list[dict[str, Any]]] = []
+    for r in records:
+        if r["event"] == "sender":
+            assert r["index"] == len(per_sender), records
+            per_sender.append([])
+        elif r["event"] in ("sent", "send-failed"):
+            per_sender[-1].append(r)
+    assert len(per_sender) == len(SENDERS), records
     out: dict[str, tuple[str, str]] = {}
-    for what, creds, topic in SENDERS:
-        signed: dict[str, Any] = {"access_key": creds[0], "secret_key": creds[1]} if creds else {}
-        records = java.run("produce", namesrv=namesrv, topic=topic, group="acl-pg", mode="sync", count=1, **signed)
-        [r] = [r for r in records if r["event"] in ("sent", "send-failed")]
+    for (what, _, _), sent in zip(SENDERS, per_sender, strict=True):
+        [r] = sent
         if r["event"] == "sent":
             out[what] = ("sent", r["status"])
         else:

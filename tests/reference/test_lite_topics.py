@@ -16,7 +16,7 @@ from sluice.proxy import messaging_service
 from tests.conftest import Cluster
 from tests.interop.java_clients import JavaBuild
 from tests.interop.test_java_lite_topics import Program, java5lite  # noqa: F401  (the fixture)
-from tests.reference.conftest import run
+from tests.reference.conftest import run, running
 from tests.reference.rocketmq_node import RocketMQNode
 
 PARENT = "ref-lite-chats"
@@ -33,7 +33,7 @@ async def _lite_parent_and_group(namesrv: str) -> None:
 @pytest.fixture(scope="module")
 def rocketmq_proxy(rocketmq: RocketMQNode) -> Iterator[str]:
     """RocketMQ's proxy beside the session's reference node (which keeps light queues), for this module only."""
-    run(_lite_parent_and_group(rocketmq.namesrv))
+    run(_lite_parent_and_group(running(rocketmq).namesrv))
     try:
         endpoint = rocketmq.start_proxy({})
     except RuntimeError as exc:

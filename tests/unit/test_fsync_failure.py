@@ -75,6 +75,10 @@ def test_after_a_failed_commit_log_fsync_nothing_is_acknowledged_and_the_store_i
         # send failed), under ASYNC_FLUSH they showed it before the flush did.
         seen = [b"before"] if flush is FlushDiskType.SYNC_FLUSH else [b"before", b"during"]
         assert [m.body for m in read_queue(store, "T", 0, 0)] == seen
+        # (the flush thread says so right after it turned the store read-only: waited for, not assumed done)
+        end = time.monotonic() + 10
+        while not [r for r in caplog.records if r.levelname == "CRITICAL"] and time.monotonic() < end:
+            time.sleep(0.01)
         critical = [r for r in caplog.records if r.levelname == "CRITICAL"]
         assert len(critical) == 1 and "READ-ONLY" in critical[0].getMessage()
     finally:

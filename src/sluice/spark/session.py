@@ -30,7 +30,9 @@ logger.gateway.level = error
 
 def local_spark(app_name: str = "sluice", cores: int = 2, driver_memory: str = "1g",
                 work_dir: str | os.PathLike[str] | None = None) -> SparkSession:
-    """``local[cores]`` with 2 shuffle partitions and ``sluice`` registered (the JVM starts in ~6-10 s)."""
+    """``local[cores]`` with 2 shuffle partitions and ``sluice`` registered (the JVM starts in ~6-10 s).
+
+    ``$SLUICE_SPARK_JAVA_OPTIONS`` adds options to the driver JVM's command line (e.g. its JIT or collector)."""
     base = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="sluice-spark-"))
     base.mkdir(parents=True, exist_ok=True)
     log4j = base / "log4j2.properties"
@@ -38,13 +40,14 @@ def local_spark(app_name: str = "sluice", cores: int = 2, driver_memory: str = "
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    extra = os.environ.get("SLUICE_SPARK_JAVA_OPTIONS", "")
     spark = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.driver.memory", driver_memory)
              .config("spark.sql.warehouse.dir", str(base / "warehouse"))
-             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j} {extra}".strip())
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)

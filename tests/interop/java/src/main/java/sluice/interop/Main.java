@@ -7,6 +7,7 @@ import java.util.Arrays;
  *
  * <pre>
  * java -cp ... sluice.interop.Main produce       --namesrv H:P --topic T --group G --mode sync|async|oneway|batch|orderly --out F
+ *                                                (or --mode sync --senders JSON: a producer per {topic, access_key, secret_key})
  * java -cp ... sluice.interop.Main push-consume  --namesrv H:P --topic T --group G [--expression E] [--model broadcasting]
  *                                                [--orderly] [--reconsume-later N] [--max-reconsume-times N] --out F
  * java -cp ... sluice.interop.Main pop-consume   --namesrv H:P --topic T --group G [--fail-once-suffix S] --out F

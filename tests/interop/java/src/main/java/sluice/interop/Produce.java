@@ -1,5 +1,7 @@
 package sluice.interop;
 
+import com.alibaba.fastjson2.JSON;
+import com.alibaba.fastjson2.JSONArray;
 import com.alibaba.fastjson2.JSONObject;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -7,6 +9,8 @@ import java.util.List;
 import java.util.TreeMap;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -14,6 +18,7 @@ import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /**
  * Sends {@code --count} messages with one send mode and writes each message with its result.
@@ -26,15 +31,46 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * {@code --batch-size} messages per {@code send(Collection)}. {@code --delay-level L} sets a delay level.
  * {@code --priorities 0,3,1} gives message i priority {@code priorities[i % n]} ({@code Message.setPriority},
  * RocketMQ 5.4's RIP-80). {@code --trace} turns the client's message trace on; with {@code --stop-file} the producer stays up after its
- * sends until the file appears (or {@code --timeout}).
+ * sends until the file appears (or {@code --timeout}). {@code --senders '[{"topic": T, "access_key": AK,
+ * "secret_key": SK}, ...]'} (sync mode only) sends with one producer per entry in turn (credentials optional), each
+ * one's records after a {@code sender} event with its index.
  */
 final class Produce {
     private Produce() {
     }
 
     static int run(Args a) throws Exception {
+        try (Journal out = new Journal(a.get("out"))) {
+            String senders = a.get("senders", "");
+            if (senders.isEmpty()) {
+                produce(a, out, a.rpcHook(), a.get("topic"), "");
+            } else {
+                // Each sender a producer of its own (its own client instance, connections and credentials, or
+                // none), one after the other: what as many processes would send, from one JVM.
+                if (!a.get("mode").equals("sync") || !a.get("stop-file", "").isEmpty() || a.rpcHook() != null) {
+                    throw new IllegalArgumentException("--senders goes with --mode sync, and without --stop-file or "
+                        + "--access-key (each sender has its own)");
+                }
+                JSONArray list = JSON.parseArray(senders);
+                for (int k = 0; k < list.size(); k++) {
+                    JSONObject sender = list.getJSONObject(k);
+                    out.event("sender", "index", k);
+                    if (sender.containsKey("access_key") != sender.containsKey("secret_key")) {
+                        throw new IllegalArgumentException("sender " + k + ": access_key and secret_key go together");
+                    }
+                    RPCHook hook = sender.containsKey("access_key") ? new AclClientRPCHook(
+                        new SessionCredentials(sender.getString("access_key"), sender.getString("secret_key"))) : null;
+                    produce(a, out, hook, sender.getString("topic"), "-" + k);
+                }
+            }
+            out.event("end", "reason", "complete");
+        }
+        return 0;
+    }
+
+    private static void produce(Args a, Journal out, RPCHook hook, String topic, String instanceSuffix)
+            throws Exception {
         String mode = a.get("mode");
-        String topic = a.get("topic");
         int count = a.getInt("count", 50);
         int batchSize = a.getInt("batch-size", 10);
         int keys = a.getInt("keys", 4);
@@ -44,31 +80,27 @@ final class Produce {
         String prefix = a.get("prefix", mode);
         String[] tags = a.get("tags", "TagA,TagB,TagC").split(",");
         String priorities = a.get("priorities", "");
-        try (Journal out = new Journal(a.get("out"))) {
-            DefaultMQProducer producer = new DefaultMQProducer(a.get("group"), a.rpcHook());
-            producer.setNamesrvAddr(a.get("namesrv"));
-            if (!a.get("namespace", "").isEmpty()) {  // (4.x namespaces: the client wraps names as ns%name)
-                producer.setNamespace(a.get("namespace", ""));
-            }
-            producer.setUseTLS(a.flag("use-tls"));  // (TLS's test mode, the client's default: any certificate)
-            producer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
-            producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));
-            producer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid());
-            producer.setEnableTrace(a.flag("trace"));  // (message trace to RMQ_SYS_TRACE_TOPIC)
-            producer.start();
-            try {
-                send(producer, out, mode, topic, count, batchSize, keys, bigEvery, window, delayLevel, prefix, tags,
-                    priorities.isEmpty() ? new String[0] : priorities.split(","));
-                if (!a.get("stop-file", "").isEmpty()) {  // a producer that lives on (its trace records leave later)
-                    out.event("sent-all");
-                    Waits.until(Waits.deadline(a), a.get("stop-file", ""), () -> false);
-                }
-            } finally {
-                producer.shutdown();
-            }
-            out.event("end", "reason", "complete");
+        DefaultMQProducer producer = new DefaultMQProducer(a.get("group"), hook);
+        producer.setNamesrvAddr(a.get("namesrv"));
+        if (!a.get("namespace", "").isEmpty()) {  // (4.x namespaces: the client wraps names as ns%name)
+            producer.setNamespace(a.get("namespace", ""));
         }
-        return 0;
+        producer.setUseTLS(a.flag("use-tls"));  // (TLS's test mode, the client's default: any certificate)
+        producer.setMqClientApiTimeout(a.getInt("api-timeout-ms", 3000));  // (its name server and admin calls)
+        producer.setSendMsgTimeout(a.getInt("send-timeout-ms", 10_000));
+        producer.setInstanceName("sluice-interop-" + ProcessHandle.current().pid() + instanceSuffix);
+        producer.setEnableTrace(a.flag("trace"));  // (message trace to RMQ_SYS_TRACE_TOPIC)
+        producer.start();
+        try {
+            send(producer, out, mode, topic, count, batchSize, keys, bigEvery, window, delayLevel, prefix, tags,
+                priorities.isEmpty() ? new String[0] : priorities.split(","));
+            if (!a.get("stop-file", "").isEmpty()) {  // a producer that lives on (its trace records leave later)
+                out.event("sent-all");
+                Waits.until(Waits.deadline(a), a.get("stop-file", ""), () -> false);
+            }
+        } finally {
+            producer.shutdown();
+        }
     }
 
     private static void send(DefaultMQProducer producer, Journal out, String mode, String topic, int count,
