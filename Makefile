@@ -19,11 +19,12 @@ $(BASE): $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-$(FULL): $(BUILD_INPUTS) scripts/ensure_fuse.sh scripts/ensure_go.sh | $(BIN)/python
+$(FULL): $(BUILD_INPUTS) scripts/ensure_fuse.sh scripts/ensure_go.sh scripts/ensure_chromium.sh | $(BIN)/python
 	bash scripts/ensure_java.sh
 	bash scripts/ensure_etcd.sh
 	bash scripts/ensure_fuse.sh
 	bash scripts/ensure_go.sh
+	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $@ $(BASE)
@@ -36,7 +37,7 @@ dev: $(BASE)
 test: $(FULL)
 	$(BIN)/ruff check src tests examples bench fuzz
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q -n 3 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 3 --dist loadgroup --durations=30
 	# The unit tests that run a pure-Python codec again with the compiled ones off (the fallback where no C compiler
 	# built sluice._speedups): the list is scripts/pure_python_tests.py's, which traces tests/unit for them.
 	SLUICE_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -n 2 @tests/unit/pure_python_fallback.txt
@@ -57,9 +58,10 @@ lint: $(FULL)
 fuzz: $(FULL)
 	$(BIN)/python fuzz/run.py --runs 1000000
 
-# The bounded run CI makes after the suite: 3 s per target (plus the replay of its corpus); a finding fails it.
+# The bounded run CI makes after the suite: 3 s per target (plus the replay of its corpus), two targets at a time;
+# a finding fails it.
 fuzz-ci: $(FULL)
-	$(BIN)/python fuzz/run.py --seconds 3
+	$(BIN)/python fuzz/run.py --seconds 3 --jobs 2
 
 bench-store: $(BASE)
 	$(BIN)/sluice bench store

@@ -34,7 +34,7 @@ def start_dev(root: Path, mode: str, topic: str) -> tuple[subprocess.Popen[str],
     config.write_text(f'[broker]\ntls_server_mode = "{mode}"\n')
     proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--config", str(config), "--store",
                              str(root / "store"), "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0",
-                             "--metrics-port", "0"],
+                             "--metrics-port", "0", "--no-dashboard"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     banner = ""

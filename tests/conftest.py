@@ -32,7 +32,7 @@ from tests.interop.go_clients import GoClients, ensure_go_build, go_missing, go_
 from tests.interop.java_clients import JavaBuild, ensure_java_build, java_required, java_tools_missing
 
 _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "crash", "spark": "spark",
-                  "fault": "fault"}
+                  "fault": "fault", "browser": "browser"}
 # Run on three workers (pytest-xdist, --dist loadgroup: make test), the tests of each group stay on one worker, in
 # turn: the Spark tests (one Spark session, built once), the Java client programs against Sluice, the differential
 # tests (one Apache RocketMQ node per worker: all on one), and the multi-process clusters whose timings they check
@@ -40,7 +40,7 @@ _GROUP_MARKERS = {"interop": "interop", "reference": "reference", "crash": "cras
 # tests first, one to a worker, and a worker busy with a group gets nothing else meanwhile. (The Java programs and
 # the differential tests were one group: at 820 s it was the whole run's length, the other workers idle at its end.)
 _XDIST_GROUPS = {"interop": "jvm", "reference": "reference", "spark": "spark", "ha": "clusters",
-                 "fault": "clusters"}
+                 "fault": "clusters", "browser": "browser"}
 # Interop tests that start no JVM (the C++, Go and Python 5.x clients) go wherever there is room: the Java group is
 # the suite's longest.
 _NO_JVM_INTEROP = ("test_cpp_", "test_python5_", "test_go_")
@@ -65,7 +65,8 @@ if _CPU_REPORT:
             resource.getrusage(resource.RUSAGE_CHILDREN)
         yield
         s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        line = json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - t0, 3),
+        line = json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - t0, 3), "end": round(time.time(), 1),
+                           "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
                            "self": round(s1.ru_utime + s1.ru_stime - s0.ru_utime - s0.ru_stime, 3),
                            "children": round(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, 3)})
         with open(_CPU_REPORT, "a") as f:

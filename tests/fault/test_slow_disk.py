@@ -54,9 +54,10 @@ class DevBroker:
         self.log = root / "dev.log"
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sluice.cli.main", "dev", "--no-grpc", "--no-metrics", "--config", str(config),
-                 "--store", str(store), "--flush", flush, "--namesrv-port", str(self.namesrv_port), "--broker-port",
-                 str(self.broker_port)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True)
+                [sys.executable, "-m", "sluice.cli.main", "dev", "--no-grpc", "--no-metrics", "--no-dashboard",
+                 "--config", str(config), "--store", str(store), "--flush", flush, "--namesrv-port",
+                 str(self.namesrv_port), "--broker-port", str(self.broker_port)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True)
         assert self.proc.stdout is not None
         banner = self.proc.stdout.readline()
         assert "ready" in banner, f"sluice dev did not start: {banner!r}\n{self.log.read_text()[-3000:]}"

@@ -543,7 +543,7 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--store", str(tmp_path / "store"),
                                  "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0",
-                                 "--metrics-port", "0"],
+                                 "--metrics-port", "0", "--dashboard-port", "0"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -565,6 +565,11 @@ def test_dev_server_driven_by_the_cli(tmp_path: Path):
 
         sent = json.loads(cli("msg", "send", "dev-topic", "hello from the CLI", "--keys", "dev-key", "--json"))
         assert sent["brokerName"] == "broker-a" and sent["status"] == "SEND_OK"
+
+        # Its dashboard (docs/dashboard.md) shows the topic the CLI made.
+        dashboard = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+)", text).group(1)
+        with urllib.request.urlopen(f"{dashboard}/topics", timeout=30) as page:
+            assert page.status == 200 and "dev-topic" in page.read().decode()
         assert cli("msg", "get-by-id", sent["offsetMsgId"], "--body-only") == "hello from the CLI"
         shown = cli("msg", "get-by-id", sent["msgId"], "--topic", "dev-topic")
         assert f"on {broker}" in shown and shown.splitlines()[-1] == "hello from the CLI"

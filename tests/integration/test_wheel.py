@@ -32,6 +32,9 @@ def test_wheel_holds_the_compiled_module_and_uses_it(tmp_path):
         names = z.namelist()
         assert [n for n in names if n.startswith("sluice/_speedups") and n.endswith(".so")]
         assert {"sluice/py.typed", "sluice/_speedups.pyi"} <= set(names)
+        # The dashboard's pages and the files they load ship in it (no CDN).
+        assert {"sluice/dashboard/templates/base.html", "sluice/dashboard/static/dashboard.js",
+                "sluice/dashboard/static/dashboard.css"} <= set(names)
         (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         headers = z.read(metadata).decode().split("\n\n")[0].splitlines()
         assert {"Name: sluice-mq", "License-Expression: Apache-2.0", "Classifier: Typing :: Typed"} <= set(headers)

@@ -1,8 +1,8 @@
 """Importing the client API loads none of the broker's or Spark's heavy dependencies.
 
-numpy serves only the broker's store and pyarrow / pyspark only ``sluice.spark``; an application that just
-produces and consumes must not pay their import time (or memory). Each check runs in a fresh interpreter,
-since this test process has long imported them.
+numpy serves only the broker's store, pyarrow / pyspark only ``sluice.spark``, aiohttp / jinja2 only the dashboard;
+an application that just produces and consumes must not pay their import time (or memory). Each check runs in a
+fresh interpreter, since this test process has long imported them.
 """
 
 import subprocess
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-HEAVY = ("numpy", "pyarrow", "pyspark")
+HEAVY = ("numpy", "pyarrow", "pyspark", "aiohttp", "jinja2")
 
 CLIENT_IMPORTS = [
     "import sluice",

@@ -334,8 +334,8 @@ def embedded_cluster(flush: str = "async", config: str | None = None) -> Iterato
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as store:
         extra = ["--config", config] if config else []
         proc = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "dev", "--store", store, "--namesrv-port",
-                                 "0", "--broker-port", "0", "--no-grpc", "--metrics-port", "0", "--flush", flush,
-                                 "--log-level", "warning", *extra],
+                                 "0", "--broker-port", "0", "--no-grpc", "--metrics-port", "0", "--no-dashboard",
+                                 "--flush", flush, "--log-level", "warning", *extra],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None

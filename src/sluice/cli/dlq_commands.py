@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -15,9 +14,7 @@ from typing import Any
 from sluice.cli.command import command
 from sluice.cli.output import Progress, body_preview, fmt_time, out, parse_time, print_json, print_table
 from sluice.client.admin import Admin, uncompressed
-from sluice.client.dead_letters import DeadLetterResend, dead_letters, summarize
-
-DEFAULT_STATE_DIR = os.path.join(os.path.expanduser("~"), ".sluice", "dlq")
+from sluice.client.dead_letters import DEFAULT_STATE_DIR, DeadLetterResend, dead_letters, summarize
 
 
 @command

@@ -10,6 +10,7 @@ import traceback
 from sluice import __version__
 from sluice.cli.admin_commands import ADMIN_COMMANDS, add_admin_commands
 from sluice.cli.command import namesrv_of
+from sluice.cli.dashboard_command import add_dashboard_command
 from sluice.cli.pipeline import add_pipeline_commands
 from sluice.cli.servers import add_server_commands
 
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="on an error, print its traceback too")
     sub = p.add_subparsers(dest="command", required=True)
     add_server_commands(sub)
+    add_dashboard_command(sub)
     add_admin_commands(sub)
     add_pipeline_commands(sub)
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)

@@ -169,8 +169,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     async def start() -> None:
         await runner.start()
         broker = runner.broker
-        assert broker is not None
-        await broker.register_broker_all()  # routed before "ready" when a name server answers (else it retries)
+        assert broker is not None  # (start() registered it: routed before "ready" when a name server answers)
         print(f"sluice broker {cfg.broker_name} ready on {broker.broker_addr} (store {cfg.store.store_path_root_dir}, "
               f"{cfg.store.flush_disk_type.value}, {broker.role.value}, name servers {cfg.namesrv_addr})", flush=True)
 
@@ -200,9 +199,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
         raise ConfigError(f"--grpc-port {args.grpc_port}: a port is 0 to 65535")
     if not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port {args.metrics_port}: a port is 0 to 65535")
+    if not args.no_dashboard and not 0 <= args.dashboard_port <= 65535:
+        raise ConfigError(f"--dashboard-port {args.dashboard_port}: a port is 0 to 65535")
     fast = bcfg.fast_listen_port if bcfg.fast_channel_enabled else 0
     for flag, port in (("--grpc-port", None if args.no_grpc else args.grpc_port),
                        ("--metrics-port", None if args.no_metrics else args.metrics_port),
+                       ("--dashboard-port", None if args.no_dashboard else args.dashboard_port),
                        ("--namesrv-port", nscfg.port)):
         if fast and port == fast:
             raise ConfigError(f"{flag} {port} is the broker's fast channel port (its listen_port - 2, where "
@@ -231,8 +233,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         bcfg.namesrv_addr = f"{announced_ip(nscfg.host)}:{ns.port}"
         broker = BrokerController(bcfg)
         try:
-            await broker.start()
-            await broker.register_broker_all()  # routes exist before "ready": clients may send at once
+            await broker.start()  # (registered within: routes exist before "ready", clients may send at once)
             grpc_line = ""
             if not args.no_grpc:
                 from sluice.proxy.messaging_service import serve
@@ -259,6 +260,16 @@ def cmd_dev(args: argparse.Namespace) -> int:
                                              "0 for any free one, or --no-metrics)") from exc
                 exporters.append(exporter)
                 grpc_line += f"\n  metrics      {exporter.address} (Prometheus)"
+            if not args.no_dashboard:
+                from sluice.cli.dashboard_command import start_dashboard
+
+                own = bcfg.inner_client_authentication_credentials  # (what it samples the broker with)
+                dashboard = await start_dashboard(
+                    bcfg.namesrv_addr, nscfg.host, args.dashboard_port, flag="--dashboard-port",
+                    credentials=(own.access_key, own.secret_key) if secured and own is not None else None,
+                    tls=_front_broker_tls(bcfg))
+                exporters.append(dashboard)
+                grpc_line += f"\n  dashboard    {dashboard.address}"
         except BaseException:
             for exporter in exporters:
                 await exporter.stop()
@@ -333,6 +344,7 @@ def _dev_ha(args: argparse.Namespace, nscfg: NamesrvConfig, bcfg: BrokerConfig, 
     ns = NamesrvController(nscfg)
     etcd = EtcdServer(Path(store) / "etcd", binary=binary)
     runners: list[BrokerRunner] = []
+    dashboards: list[Any] = []
 
     async def start() -> None:
         loop = asyncio.get_running_loop()
@@ -350,11 +362,19 @@ def _dev_ha(args: argparse.Namespace, nscfg: NamesrvConfig, bcfg: BrokerConfig, 
                 await asyncio.sleep(0.05)
         lines = "\n".join(f"  broker {r.config.broker_id}     {r.config.broker_ip}:{r.config.listen_port} "
                           f"(HA {r.config.ha_port})" for r in runners)
+        if not args.no_dashboard:
+            from sluice.cli.dashboard_command import start_dashboard
+
+            dashboards.append(await start_dashboard(namesrv, nscfg.host, args.dashboard_port,
+                                                    flag="--dashboard-port"))
+            lines += f"\n  dashboard    {dashboards[0].address}"
         print(f"sluice dev --ha ready\n  name server  {namesrv}\n  etcd         {endpoint}\n{lines}\n"
               f"  group        {bcfg.broker_name}, SYNC_MASTER, the master elected among the three\n"
               f"  store        {store}\nCtrl-C stops it.", flush=True)
 
     async def stop() -> None:
+        for d in dashboards:
+            await d.stop()
         for r in runners:
             await r.stop()
         await ns.stop()
@@ -473,6 +493,9 @@ def add_server_commands(sub: Any) -> None:
     dev.add_argument("--metrics-port", type=int, default=5557,
                      help="port of the Prometheus endpoint, /metrics (default 5557; 0: any free port)")
     dev.add_argument("--no-metrics", action="store_true", help="no Prometheus endpoint")
+    dev.add_argument("--dashboard-port", type=int, default=8080,
+                     help="port of the web dashboard (default 8080; 0: any free port)")
+    dev.add_argument("--no-dashboard", action="store_true", help="no web dashboard")
     dev.add_argument("--no-property-filter", action="store_true", help="no SQL92 / key=value filters (RocketMQ's "
                      "broker default; a dev node has them on)")
     dev.add_argument("--ha", action="store_true", help="three brokers of one group with automatic failover, "

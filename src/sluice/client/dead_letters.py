@@ -42,6 +42,9 @@ from sluice.common.properties import (
 from sluice.common.structs import MessageQueue
 from sluice.common.sysflag import COMPRESSED_FLAG
 
+# Where re-sends keep their cursor and record unless told otherwise (``sluice dlq resend`` and the dashboard alike:
+# a message re-sent by one is not re-sent by the other, nor after a restart).
+DEFAULT_STATE_DIR = os.path.join(os.path.expanduser("~"), ".sluice", "dlq")
 PULL_BATCH = 32
 CURSOR_SAVE_SECONDS = 1.0  # the cursor is written this often, and at the end (the record is what sends once)
 # Kept from a dead letter's properties when it is re-sent: what its producer set (user properties; keys and tags
@@ -111,6 +114,14 @@ async def _queues(admin: Admin, group: str) -> list[tuple[str, str, MessageQueue
             out.extend((qd.broker_name, addr, MessageQueue(topic, qd.broker_name, q))
                        for q in range(qd.read_queue_nums))
     return out
+
+
+async def dead_letter_count(admin: Admin, group: str) -> int:
+    """How many dead letters the group has (each DLQ queue's max offset less its min: nothing is read)."""
+    total = 0
+    for _, addr, mq in await _queues(admin, group):
+        total += max(await admin.api.get_max_offset(addr, mq) - await admin.api.get_min_offset(addr, mq), 0)
+    return total
 
 
 async def dead_letters(admin: Admin, group: str,
