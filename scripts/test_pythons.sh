@@ -5,6 +5,7 @@
 #   scripts/test_pythons.sh [VERSION ...]     default: 3.11 3.12 3.13
 #   PYTHON_TESTS="tests/unit" scripts/...     what pytest runs (default: the unit and integration tests)
 #   PYTHON_SETUP_ONLY=1 scripts/...           make the virtualenvs, run nothing (CI makes them while the suite runs)
+#   PYTHON_WORKERS=1 scripts/...              pytest-xdist workers per Python (default 2; CI runs 1 beside the suite)
 # An interpreter is python3.X on the PATH, else pyenv's (`pyenv install 3.X` adds one, found with or without pyenv on
 # the PATH); a missing one fails the run.
 # Every version runs even when one fails; the exit status says whether all passed.
@@ -44,7 +45,7 @@ for v in "${versions[@]}"; do
     fi
     [ -z "${PYTHON_SETUP_ONLY:-}" ] || continue
     echo "== Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())'): ${tests[*]}"
-    "$venv/bin/python" -m pytest -q -n 2 --dist loadgroup "${tests[@]}" || failed+=("$v")
+    "$venv/bin/python" -m pytest -q -n "${PYTHON_WORKERS:-2}" --dist loadgroup "${tests[@]}" || failed+=("$v")
 done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "test_pythons: tests failed on Python ${failed[*]}" >&2
