@@ -26,7 +26,9 @@ $(FULL): $(BUILD_INPUTS) scripts/ensure_fuse.sh scripts/ensure_go.sh scripts/ens
 	bash scripts/ensure_go.sh
 	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,spark]'
+	# (--no-compile: pyspark's thousands of modules are not byte-compiled at install, ~13 s; the few imported are
+	# compiled at their first import)
+	$(BIN)/python -m pip install -q --no-compile -e '.[test,spark]'
 	touch $@ $(BASE)
 
 setup: $(FULL)

@@ -40,7 +40,7 @@ for v in "${versions[@]}"; do
     # Reinstalled when what the install builds from changed (the Makefile's BUILD_INPUTS).
     if [ ! -e "$stamp" ] || [ -n "$(find pyproject.toml setup.py src/sluice/_speedups.c -newer "$stamp")" ]; then
         "$venv/bin/python" -m pip install -q --upgrade pip
-        "$venv/bin/python" -m pip install -q -e '.[test]'
+        "$venv/bin/python" -m pip install -q --no-compile -e '.[test]'
         touch "$stamp"
     fi
     [ -z "${PYTHON_SETUP_ONLY:-}" ] || continue
