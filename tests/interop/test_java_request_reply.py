@@ -12,6 +12,9 @@ from sluice.common.message import MessageExt
 from tests.integration.helpers import wait_until
 
 COUNT = 3
+# How long the Java requester waits for each reply: the first one waits for the responder's first rebalance, pull
+# and reply-route lookup too (a JVM's first steps, over 20 s on a loaded machine); the others return at their reply.
+REQUEST_MS = 60_000
 
 
 def _replies_ok(records: list[dict[str, object]]) -> None:
@@ -39,8 +42,8 @@ def test_a_java_requester_gets_the_replies_of_a_sluice_responder(sluice, java, t
 
             async with consumer:
                 requester = java.start("request-reply", namesrv=ns, topic=topic, group="rr-java-requester",
-                                       role="request", count=COUNT, request_timeout_ms=20_000, timeout=120)
-                return await asyncio.to_thread(requester.wait, 150)
+                                       role="request", count=COUNT, request_timeout_ms=REQUEST_MS, timeout=240)
+                return await asyncio.to_thread(requester.wait, 270)
 
     _replies_ok(asyncio.run(go()))
 
@@ -78,11 +81,11 @@ def test_java_requester_and_java_responder_through_sluice(sluice, java, tmp_path
     sluice.create_topic(topic, 2)
     stop = tmp_path / "stop-responder"
     responder = java.start("request-reply", namesrv=ns, topic=topic, group="rr-jj-responder", role="respond",
-                           stop_file=stop, timeout=150)
+                           stop_file=stop, timeout=270)
     wait_until(lambda: responder.records("started"), 60, "the Java responder's start")
     try:
         records = java.start("request-reply", namesrv=ns, topic=topic, group="rr-jj-requester", role="request",
-                             count=COUNT, request_timeout_ms=20_000, timeout=120).wait(150)
+                             count=COUNT, request_timeout_ms=REQUEST_MS, timeout=240).wait(270)
     finally:
         stop.touch()
         responder.wait(60)
