@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import struct
 
-import numpy as np
-
 from sluice.common.batch_codec import (
     BATCH_RECORD_OVERHEAD,
     decode_batch,
@@ -24,10 +22,10 @@ from sluice.common.batch_codec import (
 from sluice.common.errors import MessageFormatError
 from sluice.common.hashing import index_key_hash, tag_hash_code
 from sluice.common.message import host_to_bytes
-from sluice.common.message_codec import RECORD_FIXED_SIZE, RECORD_HEADER, body_crc, check_record, decode_records
+from sluice.common.message_codec import RECORD_HEADER, body_crc, check_record, decode_records
 from sluice.common.properties import decode_properties, property_value
 from sluice.common.sysflag import MESSAGE_MAGIC_CODE_V1
-from sluice.store.batch_encoder import HEADER_DTYPE, BatchBody, crc32s, encode_records, index_entries, tags_codes
+from sluice.store.batch_encoder import BatchBody, bulk_stored_records, index_entries, stored_records, tags_codes
 
 from ._common import expect
 
@@ -58,22 +56,16 @@ def reference_scan(data: bytes) -> list[tuple[int, int, int, int]] | None:
 
 
 def _stored_records(body: BatchBody) -> bytes:
-    """The records ``CommitLog.append_raw_batch`` writes for ``body`` (its header fields, here at offset 0)."""
-    cols = body.cols
+    """The records ``CommitLog.append_raw_batch`` writes for ``body`` (its header fields, here at offset 0), by the
+    compiled encoder in use and by its numpy twin, which must agree."""
     topic_b = TOPIC.encode()
-    sizes = (RECORD_FIXED_SIZE - 2 + len(topic_b)) + (cols.end - cols.body_start)
-    bodies, crcs = crc32s(body)
     addr, port = host_to_bytes("127.0.0.1:10911")
-    headers = np.empty(cols.count, HEADER_DTYPE)
-    headers[:] = np.frombuffer(RECORD_HEADER.pack(0, MESSAGE_MAGIC_CODE_V1, 0, 0, 0, 0, 0, 0, 0, addr, port, 0, addr,
-                                                  port, 0, 0, 0), HEADER_DTYPE)[0]
-    headers["total"] = sizes
-    headers["crc"] = crcs
-    headers["flag"] = cols.flag
-    headers["body_len"] = cols.props_len_pos - cols.body_start
-    headers["queue_offset"] = np.arange(cols.count)
-    headers["phys"] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    return encode_records(body, bodies, headers, bytes([len(topic_b)]) + topic_b)
+    header = RECORD_HEADER.pack(0, MESSAGE_MAGIC_CODE_V1, 0, 0, 0, 0, 0, 0, 0, addr, port, 0, addr, port, 0, 0, 0)
+    tail = bytes([len(topic_b)]) + topic_b
+    records = stored_records(body, header, tail, 0, 0, 0)
+    twin = bulk_stored_records(body, header, tail, 0, 0, 0)
+    expect(records == twin, "the compiled and the numpy batch encoders disagree")
+    return records
 
 
 def _check_body(data: bytes) -> None:

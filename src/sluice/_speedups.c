@@ -139,6 +139,13 @@ put_i32(unsigned char *p, int32_t v)
     p[3] = (unsigned char)u;
 }
 
+static inline void
+put_i64(unsigned char *p, int64_t v)
+{
+    put_i32(p, (int32_t)((uint64_t)v >> 32));
+    put_i32(p + 4, (int32_t)(uint64_t)v);
+}
+
 /* == CRC32 (IEEE, zlib's), slicing by 8 ========================================================== */
 
 static uint32_t crc_table[8][256];
@@ -515,52 +522,6 @@ span_at(const Py_buffer *starts, const Py_buffer *ends, Py_ssize_t i, Py_ssize_t
     return 0;
 }
 
-/* body_crcs(data, starts, ends) -> BODYCRC of each data[starts[i]:ends[i]] (native int64 arrays as bytes).
- * The spans are copied and checked with the GIL held: the caller's arrays may change once it is released. */
-static PyObject *
-body_crcs(PyObject *self, PyObject *args)
-{
-    Py_buffer data, starts, ends;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &data, &starts, &ends))
-        return NULL;
-    PyObject *out = NULL;
-    int64_t *spans = NULL;
-    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t);
-    if (starts.len != ends.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
-        goto done;
-    }
-    spans = PyMem_Malloc(2 * (size_t)(count ? count : 1) * sizeof(int64_t));
-    if (spans == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t s, e;
-        if (span_at(&starts, &ends, i, data.len, &s, &e) < 0)
-            goto done;
-        spans[2 * i] = s;
-        spans[2 * i + 1] = e;
-    }
-    out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
-    if (out == NULL)
-        goto done;
-    char *crc = PyBytes_AS_STRING(out);
-    const unsigned char *d = data.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t c = crc32_of(d + spans[2 * i], (Py_ssize_t)(spans[2 * i + 1] - spans[2 * i])) & 0x7FFFFFFF;
-        memcpy(crc + i * (Py_ssize_t)sizeof(int64_t), &c, sizeof(int64_t));
-    }
-    Py_END_ALLOW_THREADS
-done:
-    PyMem_Free(spans);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&ends);
-    return out;
-}
-
 /* The last start s in [lo, hi - mlen] where d[s:s + mlen] == m (Python's bytes.rfind(m, lo, hi)), else -1. */
 static Py_ssize_t
 rfind_in(const unsigned char *d, Py_ssize_t lo, Py_ssize_t hi, const unsigned char *m, Py_ssize_t mlen)
@@ -630,6 +591,96 @@ done:
     PyBuffer_Release(&ends);
     PyBuffer_Release(&marker);
     return result;
+}
+
+/* encode_records(data, body_start, props_len_pos, end, flag, header, topic_tail, first_phys, first_queue_offset,
+ * store_timestamp) -> bytes: the stored records of a batch body (batch_encoder's numpy path is its twin). Record i
+ * is ``header`` (the 88 bytes every record shares) with its TOTALSIZE, BODYCRC, FLAG, QUEUEOFFSET, PHYSICALOFFSET,
+ * STORETIMESTAMP and BODYLENGTH, then data[body_start:props_len_pos], ``topic_tail``, data[props_len_pos:end];
+ * queue offsets count up from first_queue_offset, physical offsets from first_phys by each record's size. The
+ * columns are copied and checked with the GIL held, the records written with it released. */
+static PyObject *
+encode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer data, bs, pl, en, fl, header, tail;
+    long long first_phys, first_qoff, store_ts;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*LLL", &data, &bs, &pl, &en, &fl, &header, &tail, &first_phys,
+                          &first_qoff, &store_ts))
+        return NULL;
+    PyObject *out = NULL;
+    int64_t *cols = NULL;
+    Py_ssize_t count = bs.len / (Py_ssize_t)sizeof(int64_t), total = 0;
+    if (bs.len % (Py_ssize_t)sizeof(int64_t) || pl.len != bs.len || en.len != bs.len || fl.len != bs.len) {
+        PyErr_SetString(PyExc_ValueError, "the columns must be int64 arrays of one length");
+        goto done;
+    }
+    if (header.len != HEADER_SIZE) {
+        PyErr_Format(PyExc_ValueError, "the header template is %zd bytes, not %d", header.len, HEADER_SIZE);
+        goto done;
+    }
+    cols = PyMem_Malloc(4 * (size_t)(count ? count : 1) * sizeof(int64_t));
+    if (cols == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t b, p, e, f;
+        if (span_at(&bs, &en, i, data.len, &b, &e) < 0)
+            goto done;
+        memcpy(&p, (const char *)pl.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
+        memcpy(&f, (const char *)fl.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(int64_t));
+        if (p < b || p > e) {
+            PyErr_Format(PyExc_ValueError, "record %zd: its properties at %lld lie outside [%lld, %lld]", i,
+                         (long long)p, (long long)b, (long long)e);
+            goto done;
+        }
+        int64_t size = HEADER_SIZE + (int64_t)tail.len + (e - b);
+        if (size > INT32_MAX || total > PY_SSIZE_T_MAX - size) {
+            PyErr_SetString(PyExc_OverflowError, "the records are too large");
+            goto done;
+        }
+        total += (Py_ssize_t)size;
+        cols[4 * i] = b;
+        cols[4 * i + 1] = p;
+        cols[4 * i + 2] = e;
+        cols[4 * i + 3] = f;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    const unsigned char *d = data.buf, *h = header.buf, *t = tail.buf;
+    Py_ssize_t tlen = tail.len;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t phys = (int64_t)first_phys;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t b = cols[4 * i], p = cols[4 * i + 1], e = cols[4 * i + 2];
+        int32_t size = (int32_t)(HEADER_SIZE + tlen + (e - b));
+        memcpy(w, h, HEADER_SIZE);
+        put_i32(w, size);
+        put_i32(w + POS_BODY_CRC, (int32_t)(crc32_of(d + b, (Py_ssize_t)(p - b)) & 0x7FFFFFFF));
+        put_i32(w + 16, (int32_t)cols[4 * i + 3]);
+        put_i64(w + 20, (int64_t)first_qoff + i);
+        put_i64(w + 28, phys);
+        put_i64(w + 56, (int64_t)store_ts);
+        put_i32(w + POS_BODY_LENGTH, (int32_t)(p - b));
+        memcpy(w + HEADER_SIZE, d + b, (size_t)(p - b));
+        memcpy(w + HEADER_SIZE + (p - b), t, (size_t)tlen);
+        memcpy(w + HEADER_SIZE + (p - b) + tlen, d + p, (size_t)(e - p));
+        w += size;
+        phys += size;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(cols);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&pl);
+    PyBuffer_Release(&en);
+    PyBuffer_Release(&fl);
+    PyBuffer_Release(&header);
+    PyBuffer_Release(&tail);
+    return out;
 }
 
 /* encode_batch_record(body, properties, flag=0) -> one batch record. */
@@ -949,8 +1000,9 @@ static PyMethodDef methods[] = {
      "check_record(buf, pos, limit, check_crc=True) -> size (0 clean end, -1 BLANK filler)."},
     {"scan_batch", scan_batch, METH_VARARGS,
      "scan_batch(body) -> (body_start, props_len_pos, end, flag) as native int64 bytes."},
-    {"body_crcs", body_crcs, METH_VARARGS,
-     "body_crcs(data, starts, ends) -> the BODYCRC of every span, native int64 bytes."},
+    {"encode_records", encode_records, METH_VARARGS,
+     "encode_records(data, body_start, props_len_pos, end, flag, header, topic_tail, first_phys, first_queue_offset, "
+     "store_timestamp) -> a batch body's stored records."},
     {"property_spans", property_spans, METH_VARARGS,
      "property_spans(data, starts, ends, marker) -> (record, start, end) of a property's values, native int64."},
     {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_VARARGS | METH_KEYWORDS,

@@ -23,8 +23,11 @@ def check_record(buf: ReadableBuffer, pos: int, limit: int, check_crc: bool = Tr
 def scan_batch(body: ReadableBuffer, /) -> tuple[bytes, bytes, bytes, bytes]:
     """Each record of a batch body: (body_start, props_len_pos, end, flag), columns of native int64."""
 
-def body_crcs(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, /) -> bytes:
-    """The BODYCRC of every span ``data[starts[i]:ends[i]]`` (native int64 columns in and out)."""
+def encode_records(data: ReadableBuffer, body_start: ReadableBuffer, props_len_pos: ReadableBuffer,
+                   end: ReadableBuffer, flag: ReadableBuffer, header: ReadableBuffer, topic_tail: ReadableBuffer,
+                   first_phys: int, first_queue_offset: int, store_timestamp: int, /) -> bytes:
+    """The stored records of a batch body (native int64 columns in): ``header`` with each record's own fields,
+    its body, ``topic_tail`` and its properties tail."""
 
 def property_spans(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, marker: ReadableBuffer,
                    /) -> tuple[bytes, bytes, bytes]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
@@ -110,17 +109,6 @@ def test_c_scan_batch_equals_python(data: bytes) -> None:
             assert a.dtype == b.dtype == np.int64 and a.tolist() == b.tolist()
 
 
-@needs_c
-@SETTINGS
-@given(st.binary(max_size=300), st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300)), max_size=8))
-def test_c_body_crcs_equal_zlib(data: bytes, spans: list[tuple[int, int]]) -> None:
-    spans = [(min(a, b, len(data)), min(max(a, b), len(data))) for a, b in spans]
-    starts = np.array([a for a, _ in spans], dtype=np.int64)
-    ends = np.array([b for _, b in spans], dtype=np.int64)
-    got = np.frombuffer(speedups.body_crcs(data, starts, ends), dtype=np.int64).tolist()
-    assert got == [zlib.crc32(data[a:b]) & 0x7FFFFFFF for a, b in spans]
-
-
 # Properties made to trip a property search: markers inside values, repeated names, a name that ends another's.
 tricky_props = st.lists(st.sampled_from([b"TAGS\x01a", b"KEYS\x01k1 k2", b"xTAGS\x01no", b"UNIQ_KEY\x01u",
                                          b"TAGS\x01", b"a\x01TAGS\x01in-value", b"TAGS\x01TAGS\x01b", b"\x02",
@@ -145,6 +133,58 @@ def test_c_property_spans_equal_the_pure_python_searches(records: list[tuple[byt
 
 
 @needs_c
+@SETTINGS
+@given(st.lists(st.tuples(st.binary(max_size=40), tricky_props | props, int32), min_size=1, max_size=6),
+       st.text(min_size=1, max_size=12), st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**62))
+def test_c_encode_records_equal_the_numpy_encoder_and_decode_to_the_batch(
+        records: list[tuple[bytes, bytes, int]], topic: str, first_phys: int, first_qoff: int, store_ts: int) -> None:
+    from sluice.common.message import host_to_bytes
+    from sluice.common.message_codec import RECORD_HEADER, decode_records
+    from sluice.common.sysflag import MESSAGE_MAGIC_CODE_V1
+    from sluice.store.batch_encoder import BatchBody, bulk_stored_records, record_sizes, stored_records
+    data = b"".join(batch_codec.encode_batch_record(b, p, f) for b, p, f in records)
+    body = BatchBody(data, batch_codec.scan_batch_columns(data))
+    addr, port = host_to_bytes("10.0.0.7:4321")
+    header = RECORD_HEADER.pack(0, MESSAGE_MAGIC_CODE_V1, 0, 3, 0, 0, 0, 0, 1234, addr, port, 0, addr, port, 2, 0, 0)
+    topic_b = topic.encode()[:255]
+    tail = bytes([len(topic_b)]) + topic_b
+    compiled = stored_records(body, header, tail, first_phys, first_qoff, store_ts)
+    assert compiled == bulk_stored_records(body, header, tail, first_phys, first_qoff, store_ts)
+    assert len(compiled) == int(record_sizes(body.cols, len(tail)).sum())
+    stored = decode_records(compiled)
+    assert [(m.body, m.flag, m.queue_offset, m.store_timestamp) for m in stored] == \
+        [(b, f, first_qoff + i, store_ts) for i, (b, _, f) in enumerate(records)]
+    assert [m.commit_log_offset for m in stored][0] == first_phys
+
+
+@needs_c
+def test_c_encode_records_refuse_columns_that_do_not_fit_the_body() -> None:
+    one = np.array([0], dtype=np.int64)
+    with pytest.raises(ValueError, match="outside"):
+        speedups.encode_records(b"abc", one, one, np.array([4], dtype=np.int64), one, bytes(88), b"\x01t", 0, 0, 0)
+    with pytest.raises(ValueError, match="properties at 2 lie outside"):
+        speedups.encode_records(b"abc", one, np.array([2], dtype=np.int64), np.array([1], dtype=np.int64), one,
+                                bytes(88), b"", 0, 0, 0)
+    with pytest.raises(ValueError, match="one length"):
+        speedups.encode_records(b"abc", one, one, one, np.array([], dtype=np.int64), bytes(88), b"", 0, 0, 0)
+    with pytest.raises(ValueError, match="88"):
+        speedups.encode_records(b"abc", one, one, one, one, bytes(87), b"", 0, 0, 0)
+
+
+@needs_c
+def test_c_encode_records_take_columns_of_any_alignment() -> None:
+    data = batch_codec.encode_batch_record(b"abc", b"K\x01v", 7)
+    cols = batch_codec.scan_batch_columns(data)
+    raw = bytearray(1 + 8 * 4)
+    for i, col in enumerate(cols):
+        raw[1 + 8 * i:9 + 8 * i] = col.tobytes()
+    view = memoryview(raw)
+    unaligned = [view[1 + 8 * i:9 + 8 * i] for i in range(4)]
+    assert speedups.encode_records(data, *unaligned, bytes(88), b"\x01t", 5, 6, 7) == \
+        speedups.encode_records(data, *cols, bytes(88), b"\x01t", 5, 6, 7)
+
+
+@needs_c
 def test_c_property_spans_refuse_spans_outside_the_data_and_an_empty_marker() -> None:
     with pytest.raises(ValueError, match="outside"):
         speedups.property_spans(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64), b"T\x01")
@@ -152,14 +192,6 @@ def test_c_property_spans_refuse_spans_outside_the_data_and_an_empty_marker() ->
         speedups.property_spans(b"abc", np.array([1], dtype=np.int64), np.array([], dtype=np.int64), b"T\x01")
     with pytest.raises(ValueError, match="marker is empty"):
         speedups.property_spans(b"abc", np.array([0], dtype=np.int64), np.array([3], dtype=np.int64), b"")
-
-
-@needs_c
-def test_c_body_crcs_refuse_spans_outside_the_data() -> None:
-    with pytest.raises(ValueError, match="outside"):
-        speedups.body_crcs(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64))
-    with pytest.raises(ValueError, match="one length"):
-        speedups.body_crcs(b"abc", np.array([1], dtype=np.int64), np.array([], dtype=np.int64))
 
 
 @needs_c
@@ -173,16 +205,6 @@ def test_c_encode_batch_record_equals_python(body: bytes, properties: bytes, fla
         outcome(batch_codec.py_encode_batch_record, body, properties, flag)
     assert outcome(lambda: speedups.encode_batch_record(body, properties, flag=flag)) == \
         outcome(batch_codec.py_encode_batch_record, body, properties, flag)
-
-
-@needs_c
-def test_c_body_crcs_take_spans_of_any_alignment() -> None:
-    raw = bytearray(17)
-    starts = memoryview(raw)[1:9]
-    ends = memoryview(raw)[9:17]
-    ends[:] = (3).to_bytes(8, sys.byteorder)
-    assert np.frombuffer(speedups.body_crcs(b"abcdef", starts, ends), dtype=np.int64).tolist() == \
-        [zlib.crc32(b"abc") & 0x7FFFFFFF]
 
 
 @needs_c

@@ -56,7 +56,7 @@ from sluice.common.sysflag import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from sluice.store.batch_encoder import HEADER_DTYPE, BatchBody, crc32s, encode_records, index_entries, tags_codes
+from sluice.store.batch_encoder import BatchBody, index_entries, record_sizes, stored_records, tags_codes
 from sluice.store.mapped_file import MappedFile
 from sluice.store.mapped_file_queue import MappedFileQueue
 
@@ -360,24 +360,18 @@ class CommitLog:
             raise MessageFormatError("a batch message cannot carry a delay level")
         topic_b = batch.topic.encode("utf-8")
         topic_tail = _TAIL_TOPIC.pack(len(topic_b)) + topic_b
-        sizes = (RECORD_FIXED_SIZE - 2 + len(topic_b)) + (cols.end - cols.body_start)
+        sizes = record_sizes(cols, len(topic_tail))
         batch_bytes = int(sizes.sum())
         tags = tags_codes(body)
         if self.config.message_index_enable:
             index_hashes, index_records = index_entries(body, batch.topic)
         else:
             index_hashes = index_records = np.zeros(0, dtype=np.int64)
-        bodies, crcs = crc32s(body)
         born_addr, born_port = host_to_bytes(batch.born_host)
         store_addr, store_port = host_to_bytes(batch.store_host) if batch.store_host else self.default_store_host
-        headers = np.empty(n, HEADER_DTYPE)
-        headers[:] = np.frombuffer(RECORD_HEADER.pack(
-            0, MESSAGE_MAGIC_CODE_V1, 0, batch.queue_id, 0, 0, 0, batch.sys_flag & _V6_MASK, batch.born_timestamp,
-            born_addr, born_port, 0, store_addr, store_port, batch.reconsume_times, 0, 0), HEADER_DTYPE)[0]
-        headers["total"] = sizes
-        headers["crc"] = crcs
-        headers["flag"] = cols.flag
-        headers["body_len"] = cols.props_len_pos - cols.body_start
+        header = RECORD_HEADER.pack(0, MESSAGE_MAGIC_CODE_V1, 0, batch.queue_id, 0, 0, 0, batch.sys_flag & _V6_MASK,
+                                    batch.born_timestamp, born_addr, born_port, 0, store_addr, store_port,
+                                    batch.reconsume_times, 0, 0)
         key = (batch.topic, batch.queue_id)
         with self._append_section(batch_bytes) as (mf, store_ts):
             first_phys = mf.file_from_offset + mf.wrote_position
@@ -389,10 +383,7 @@ class CommitLog:
             phys[0] = first_phys
             np.cumsum(sizes[:-1], out=phys[1:])
             phys[1:] += first_phys
-            headers["queue_offset"] = np.arange(first_qoff, first_qoff + n)
-            headers["phys"] = phys
-            headers["store_ts"] = store_ts
-            mf.append(encode_records(body, bodies, headers, topic_tail))
+            mf.append(stored_records(body, header, topic_tail, first_phys, first_qoff, store_ts))
             self.topic_queue_table[key] = first_qoff + n
             dispatcher(BatchDispatch(batch.topic, batch.queue_id, first_qoff, phys, sizes, tags, index_hashes,
                                      index_records, store_ts))
