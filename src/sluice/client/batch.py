@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sluice.client.message import DEFAULT_MAX_BODY_SIZE, MAX_PROPERTIES_SIZE, Message
+from sluice.client.message import DEFAULT_MAX_BODY_SIZE, Message
 from sluice.client.message_id import create_uniq_ids
 from sluice.common.batch_codec import encode_batch_record
 from sluice.common.errors import MessageFormatError
@@ -88,11 +88,7 @@ def encode_message_batch(
     size = 0
     for i, (msg, uniq) in enumerate(zip(messages, ids, strict=True)):
         _check_member(i, msg, first, max_body_size)
-        msg._check()  # fields are mutable: re-check what the constructor checked
-        props = msg.wire_properties(uniq)
-        if len(props) > MAX_PROPERTIES_SIZE:
-            raise MessageFormatError(f"message properties (tags, keys, user properties) take {len(props)} bytes "
-                                     f"encoded, over the limit of {MAX_PROPERTIES_SIZE}")
+        props = msg.wire_for_send(uniq, max_body_size)  # (fields are mutable: checked again, once)
         record = encode_batch_record(msg.body, props, msg.flag)
         size += len(record)
         if size > max_body_size:
