@@ -652,7 +652,7 @@ encode_records(PyObject *self, PyObject *args)
     const unsigned char *d = data.buf, *h = header.buf, *t = tail.buf;
     Py_ssize_t tlen = tail.len;
     Py_BEGIN_ALLOW_THREADS
-    int64_t phys = (int64_t)first_phys;
+    uint64_t phys = (uint64_t)first_phys;  /* (unsigned: wraps as Java's long does, never undefined) */
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t b = cols[4 * i], p = cols[4 * i + 1], e = cols[4 * i + 2];
         int32_t size = (int32_t)(HEADER_SIZE + tlen + (e - b));
@@ -660,15 +660,15 @@ encode_records(PyObject *self, PyObject *args)
         put_i32(w, size);
         put_i32(w + POS_BODY_CRC, (int32_t)(crc32_of(d + b, (Py_ssize_t)(p - b)) & 0x7FFFFFFF));
         put_i32(w + 16, (int32_t)cols[4 * i + 3]);
-        put_i64(w + 20, (int64_t)first_qoff + i);
-        put_i64(w + 28, phys);
+        put_i64(w + 20, (int64_t)((uint64_t)first_qoff + (uint64_t)i));
+        put_i64(w + 28, (int64_t)phys);
         put_i64(w + 56, (int64_t)store_ts);
         put_i32(w + POS_BODY_LENGTH, (int32_t)(p - b));
         memcpy(w + HEADER_SIZE, d + b, (size_t)(p - b));
         memcpy(w + HEADER_SIZE + (p - b), t, (size_t)tlen);
         memcpy(w + HEADER_SIZE + (p - b) + tlen, d + p, (size_t)(e - p));
         w += size;
-        phys += size;
+        phys += (uint64_t)size;
     }
     Py_END_ALLOW_THREADS
 done:

@@ -27,10 +27,15 @@ def test_pacer_sends_rate_times_duration_each_at_a_tick_of_a_timer_at_the_send_i
     timer_fd = pacer.interval_timer_fd
 
     def recorded(interval: float) -> int:
+        fd = timer_fd(interval)
         intervals.append(interval)
-        return timer_fd(interval)
+        return fd
+
+    async def no_loop_timers(*args: object) -> int:
+        raise AssertionError("the pacer fell back to the loop's timers")
 
     monkeypatch.setattr(pacer, "interval_timer_fd", recorded)
+    monkeypatch.setattr(pacer, "_pace_with_sleep", no_loop_timers)
     t0 = time.perf_counter()
     n, times = _pace_times(2000, 0.5)
     assert n == len(times) == 1000
@@ -39,6 +44,23 @@ def test_pacer_sends_rate_times_duration_each_at_a_tick_of_a_timer_at_the_send_i
     # which a timing assertion here would measure instead of the pacer.
     assert intervals == [1 / 2000]
     assert all(t - t0 >= (k + 1) / 2000 for k, t in enumerate(times))
+
+
+def test_a_tick_that_finds_several_expirations_makes_as_many_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import sys
+
+    from sluice.bench import pacer
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.write(write_end, (3).to_bytes(8, sys.byteorder))  # three intervals passed while the loop was busy
+    monkeypatch.setattr(pacer, "interval_timer_fd", lambda interval: read_end)
+    try:
+        n, times = _pace_times(3, 1.0)
+    finally:
+        os.close(write_end)
+    assert n == len(times) == 3
 
 
 def test_pacer_sends_at_least_once():
