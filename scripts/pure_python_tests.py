@@ -40,7 +40,7 @@ def _targets() -> None:
     for fn in (message_codec.py_decode_records, message_codec.py_check_record, batch_codec.py_encode_batch_record,
                batch_codec.py_scan_batch_columns, message_id.MessageIdGenerator._py_create,
                mapped_file.py_store_spans, batch_encoder.bulk_stored_records,
-               batch_encoder.BatchBody.bulk_property_spans):
+               batch_encoder.BatchBody.bulk_property_spans, batch_encoder.BatchBody.bulk_props_have_nul):
         _calls[fn.__code__] = fn.__qualname__
     for fn, text in ((message_id.MessageIdGenerator.create_many, "now_ms = time.time_ns()"),):
         lines, start = inspect.getsourcelines(fn)

@@ -107,6 +107,7 @@ def _check_body(data: bytes) -> None:
     expect(list(zip(hashes.tolist(), recs.tolist(), strict=True)) == want_index, "index entries disagree")
     has_nul = any(0 in pr for pr in props)
     expect(body.props_have_nul() == has_nul, "props_have_nul disagrees")
+    expect(body.bulk_props_have_nul() == has_nul, "bulk_props_have_nul disagrees")
     if not ref or has_nul:  # the store refuses both before writing
         return
     stored = _stored_records(body)

@@ -522,6 +522,35 @@ span_at(const Py_buffer *starts, const Py_buffer *ends, Py_ssize_t i, Py_ssize_t
     return 0;
 }
 
+/* spans_hold_nul(data, starts, ends) -> whether any span data[starts[i]:ends[i]] holds a NUL byte (native int64
+ * arrays); the spans are checked first. */
+static PyObject *
+spans_hold_nul(PyObject *self, PyObject *args)
+{
+    Py_buffer data, starts, ends;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &data, &starts, &ends))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t);
+    if (starts.len != ends.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
+    int found = 0;
+    for (Py_ssize_t i = 0; i < count && !found; i++) {
+        int64_t lo, hi;
+        if (span_at(&starts, &ends, i, data.len, &lo, &hi) < 0)
+            goto done;
+        found = hi > lo && memchr((const char *)data.buf + lo, 0, (size_t)(hi - lo)) != NULL;
+    }
+    result = PyBool_FromLong(found);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
 /* The last start s in [lo, hi - mlen] where d[s:s + mlen] == m (Python's bytes.rfind(m, lo, hi)), else -1. */
 static Py_ssize_t
 rfind_in(const unsigned char *d, Py_ssize_t lo, Py_ssize_t hi, const unsigned char *m, Py_ssize_t mlen)
@@ -1003,6 +1032,8 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(data, body_start, props_len_pos, end, flag, header, topic_tail, first_phys, first_queue_offset, "
      "store_timestamp) -> a batch body's stored records."},
+    {"spans_hold_nul", spans_hold_nul, METH_VARARGS,
+     "spans_hold_nul(data, starts, ends) -> whether a span holds a NUL byte (native int64 arrays)."},
     {"property_spans", property_spans, METH_VARARGS,
      "property_spans(data, starts, ends, marker) -> (record, start, end) of a property's values, native int64."},
     {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_VARARGS | METH_KEYWORDS,

@@ -29,6 +29,9 @@ def encode_records(data: ReadableBuffer, body_start: ReadableBuffer, props_len_p
     """The stored records of a batch body (native int64 columns in): ``header`` with each record's own fields,
     its body, ``topic_tail`` and its properties tail."""
 
+def spans_hold_nul(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, /) -> bool:
+    """Whether any span ``data[starts[i]:ends[i]]`` holds a NUL byte (native int64 columns)."""
+
 def property_spans(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, marker: ReadableBuffer,
                    /) -> tuple[bytes, bytes, bytes]:
     """Which records of ``data`` (properties at ``data[starts[i]:ends[i]]``) hold the property ``marker`` names

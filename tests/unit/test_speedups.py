@@ -185,6 +185,26 @@ def test_c_encode_records_take_columns_of_any_alignment() -> None:
 
 
 @needs_c
+@SETTINGS
+@given(st.lists(st.tuples(st.binary(max_size=12), st.binary(max_size=30) | tricky_props), min_size=1, max_size=6))
+def test_c_nul_check_of_the_properties_equals_numpys(records: list[tuple[bytes, bytes]]) -> None:
+    from sluice.store.batch_encoder import BatchBody
+    data = b"".join(batch_codec.encode_batch_record(b, p) for b, p in records)
+    body = BatchBody(data, batch_codec.scan_batch_columns(data))
+    assert body.props_have_nul() == body.bulk_props_have_nul() == any(0 in p for _, p in records)
+
+
+@needs_c
+def test_c_nul_check_refuses_spans_outside_the_data() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        speedups.spans_hold_nul(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64))
+    with pytest.raises(ValueError, match="one length"):
+        speedups.spans_hold_nul(b"abc", np.array([1], dtype=np.int64), np.array([], dtype=np.int64))
+    assert speedups.spans_hold_nul(b"a\0c", np.array([0, 2], dtype=np.int64), np.array([1, 3], dtype=np.int64)) \
+        is False
+
+
+@needs_c
 def test_c_property_spans_refuse_spans_outside_the_data_and_an_empty_marker() -> None:
     with pytest.raises(ValueError, match="outside"):
         speedups.property_spans(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64), b"T\x01")

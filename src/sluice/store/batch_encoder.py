@@ -59,7 +59,14 @@ class BatchBody:
         return self.props_end - self.props_start
 
     def props_have_nul(self) -> bool:
-        """Whether any record's properties hold a NUL byte."""
+        """Whether any record's properties hold a NUL byte: compiled, else ``bulk_props_have_nul``."""
+        if speedups is None:
+            return self.bulk_props_have_nul()
+        return speedups.spans_hold_nul(self.data, np.ascontiguousarray(self.props_start, np.int64),
+                                       np.ascontiguousarray(self.props_end, np.int64))
+
+    def bulk_props_have_nul(self) -> bool:
+        """``props_have_nul`` with numpy."""
         nonempty = self.props_end > self.props_start
         if not nonempty.any():
             return False
