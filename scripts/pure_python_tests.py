@@ -35,12 +35,13 @@ def _targets() -> None:
     """What runs only where the compiled codecs are off: each twin, and the fallback line of a function without one."""
     from sluice.client import message_id
     from sluice.common import batch_codec, message_codec
-    from sluice.store import batch_encoder, mapped_file
+    from sluice.store import batch_encoder, index_file, mapped_file
 
     for fn in (message_codec.py_decode_records, message_codec.py_check_record, batch_codec.py_encode_batch_record,
                batch_codec.py_scan_batch_columns, message_id.MessageIdGenerator._py_create,
                mapped_file.py_store_spans, batch_encoder.bulk_stored_records,
-               batch_encoder.BatchBody.bulk_property_spans, batch_encoder.BatchBody.bulk_props_have_nul):
+               batch_encoder.BatchBody.bulk_property_spans, batch_encoder.BatchBody.bulk_props_have_nul,
+               index_file.IndexFile.bulk_put):
         _calls[fn.__code__] = fn.__qualname__
     for fn, text in ((message_id.MessageIdGenerator.create_many, "now_ms = time.time_ns()"),):
         lines, start = inspect.getsourcelines(fn)

@@ -551,6 +551,70 @@ done:
     return result;
 }
 
+/* index_put_many(buf, slot_num, entries_base, first_number, hashes, phys, time_diff) -> slots newly used, or -1:
+ * IndexFile.put_many's entries and slots (its numpy path is the twin). Key i becomes entry first_number + i
+ * (hash, commit-log offset, time_diff, the previous head of its slot's chain), then its slot's head. -1, with
+ * nothing written, when a touched slot points at or past first_number (a header older than its slots, after a
+ * crash: the caller repairs those chains). The columns are checked with the GIL held, written with it released. */
+static PyObject *
+index_put_many(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, hashes, phys;
+    Py_ssize_t slot_num, entries_base, first;
+    int time_diff;
+    if (!PyArg_ParseTuple(args, "w*nnny*y*i", &buf, &slot_num, &entries_base, &first, &hashes, &phys, &time_diff))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *cols = NULL;
+    Py_ssize_t k = hashes.len / (Py_ssize_t)sizeof(int64_t);
+    if (hashes.len % (Py_ssize_t)sizeof(int64_t) || phys.len != hashes.len) {
+        PyErr_SetString(PyExc_ValueError, "hashes and phys must be int64 arrays of one length");
+        goto done;
+    }
+    if (slot_num <= 0 || first <= 0 || first > INT32_MAX - k || entries_base < 40 + 4 * slot_num
+            || entries_base > buf.len || (buf.len - entries_base) / 20 < first + k) {
+        PyErr_SetString(PyExc_ValueError, "the slots or the entries do not fit the index file");
+        goto done;
+    }
+    cols = PyMem_Malloc(2 * (size_t)(k ? k : 1) * sizeof(int64_t));
+    if (cols == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(cols, hashes.buf, (size_t)hashes.len);
+    memcpy(cols + k, phys.buf, (size_t)phys.len);
+    unsigned char *b = buf.buf;
+    long used = 0;
+    int stale = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < k && !stale; i++) {
+        int64_t slot = ((cols[i] % slot_num) + slot_num) % slot_num;
+        stale = get_i32(b + 40 + 4 * slot) >= first;
+    }
+    for (Py_ssize_t i = 0; i < k && !stale; i++) {
+        int64_t slot = ((cols[i] % slot_num) + slot_num) % slot_num;
+        unsigned char *sp = b + 40 + 4 * slot, *e = b + entries_base + 20 * (first + i);
+        int32_t prev = get_i32(sp);
+        if (prev <= 0) {
+            prev = 0;
+            used++;
+        }
+        put_i32(e, (int32_t)cols[i]);
+        put_i64(e + 4, cols[k + i]);
+        put_i32(e + 12, time_diff);
+        put_i32(e + 16, prev);
+        put_i32(sp, (int32_t)(first + i));
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromLong(stale ? -1 : used);
+done:
+    PyMem_Free(cols);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&hashes);
+    PyBuffer_Release(&phys);
+    return result;
+}
+
 /* The last start s in [lo, hi - mlen] where d[s:s + mlen] == m (Python's bytes.rfind(m, lo, hi)), else -1. */
 static Py_ssize_t
 rfind_in(const unsigned char *d, Py_ssize_t lo, Py_ssize_t hi, const unsigned char *m, Py_ssize_t mlen)
@@ -1034,6 +1098,8 @@ static PyMethodDef methods[] = {
      "store_timestamp) -> a batch body's stored records."},
     {"spans_hold_nul", spans_hold_nul, METH_VARARGS,
      "spans_hold_nul(data, starts, ends) -> whether a span holds a NUL byte (native int64 arrays)."},
+    {"index_put_many", index_put_many, METH_VARARGS,
+     "index_put_many(buf, slot_num, entries_base, first_number, hashes, phys, time_diff) -> slots newly used, or -1."},
     {"property_spans", property_spans, METH_VARARGS,
      "property_spans(data, starts, ends, marker) -> (record, start, end) of a property's values, native int64."},
     {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_VARARGS | METH_KEYWORDS,

@@ -32,6 +32,11 @@ def encode_records(data: ReadableBuffer, body_start: ReadableBuffer, props_len_p
 def spans_hold_nul(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, /) -> bool:
     """Whether any span ``data[starts[i]:ends[i]]`` holds a NUL byte (native int64 columns)."""
 
+def index_put_many(buf: WriteableBuffer, slot_num: int, entries_base: int, first_number: int, hashes: ReadableBuffer,
+                   phys: ReadableBuffer, time_diff: int, /) -> int:
+    """An IndexFile's entries and slot heads for keys hashed in ``hashes`` (native int64, with ``phys``), entry
+    numbers from ``first_number``; the slots newly used, or -1 (nothing written) where a slot needs repair."""
+
 def property_spans(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, marker: ReadableBuffer,
                    /) -> tuple[bytes, bytes, bytes]:
     """Which records of ``data`` (properties at ``data[starts[i]:ends[i]]``) hold the property ``marker`` names

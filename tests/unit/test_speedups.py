@@ -205,6 +205,22 @@ def test_c_nul_check_refuses_spans_outside_the_data() -> None:
 
 
 @needs_c
+def test_c_index_put_refuses_entries_or_slots_outside_the_file_and_writes_nothing() -> None:
+    from sluice.store.index_file import index_file_size
+    buf = bytearray(index_file_size(4, 8))  # entries 0 .. 7 after 4 slots
+    one = np.array([5], dtype=np.int64)
+    base = 40 + 4 * 4
+    with pytest.raises(ValueError, match="do not fit"):
+        speedups.index_put_many(buf, 4, base, 8, one, one, 0)  # entry 8 of 8
+    with pytest.raises(ValueError, match="do not fit"):
+        speedups.index_put_many(buf, 5, base, 1, one, one, 0)  # a fifth slot over the entries
+    with pytest.raises(ValueError, match="one length"):
+        speedups.index_put_many(buf, 4, base, 1, one, np.array([], dtype=np.int64), 0)
+    assert buf == bytearray(len(buf))
+    assert speedups.index_put_many(buf, 4, base, 7, one, one, 0) == 1  # the last entry fits
+
+
+@needs_c
 def test_c_property_spans_refuse_spans_outside_the_data_and_an_empty_marker() -> None:
     with pytest.raises(ValueError, match="outside"):
         speedups.property_spans(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64), b"T\x01")

@@ -19,6 +19,7 @@ from typing import Final
 import numpy as np
 
 from sluice.common.hashing import index_key_hash, index_key_hashes
+from sluice.common.speedups import speedups
 from sluice.store.mapped_file import MappedFile, store_spans
 
 log = logging.getLogger(__name__)
@@ -91,16 +92,31 @@ class IndexFile:
         return True
 
     def put_many(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamp: int) -> int:
-        """``put_hashed`` for many keys stored at one timestamp, in order, in bulk; returns how many fit."""
+        """``put_hashed`` for many keys stored at one timestamp, in order, in bulk; returns how many fit. In one
+        compiled call, else (or where a slot needs repair after a crash) ``bulk_put``."""
         k = min(len(key_hashes), self.index_num - self.index_count)
         if k <= 0:
             return 0
         hashes, phys = key_hashes[:k], phy_offsets[:k]
-        n0 = self.index_count
-        if n0 == 1:
+        if self.index_count == 1:
             self.begin_timestamp = store_timestamp
             self.begin_phy_offset = int(phys[0])
         time_diff = max(0, min((store_timestamp - self.begin_timestamp) // 1000, _INT_MAX))
+        n0 = self.index_count
+        used = -1 if speedups is None else speedups.index_put_many(
+            self.mf.buf, self.hash_slot_num, self._entries_base, n0, np.ascontiguousarray(hashes, np.int64),
+            np.ascontiguousarray(phys, np.int64), time_diff)
+        if used < 0:
+            return self.bulk_put(hashes, phys, store_timestamp, time_diff)
+        self.hash_slot_count += used
+        self._entries_added(k, phys, store_timestamp)
+        store_spans(self.mf.buf, [(0, self._header())])
+        return k
+
+    def bulk_put(self, hashes: np.ndarray, phys: np.ndarray, store_timestamp: int, time_diff: int) -> int:
+        """``put_many``'s entries (each number in ``hashes`` / ``phys``, all fitting) with numpy."""
+        k = len(hashes)
+        n0 = self.index_count
         buf = self.mf.buf
         slots = np.frombuffer(buf, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
         slot_no = hashes % self.hash_slot_num
@@ -126,14 +142,17 @@ class IndexFile:
         entries["prev"] = prev
         last = np.append(first[1:], True)
         slot_at = INDEX_HEADER_SIZE + sorted_slots[last].astype(np.int64) * HASH_SLOT_SIZE
-        self.index_count = n0 + k
-        self.end_phy_offset = max(self.end_phy_offset, int(phys.max()))
-        self.end_timestamp = max(self.end_timestamp, store_timestamp)
+        self._entries_added(k, phys, store_timestamp)
         # Entries, slots and header in one copy with the GIL released (see store_spans).
         store_spans(self.mf.buf, [(self._entries_base + n0 * INDEX_ENTRY_SIZE, entries.tobytes()), (0, self._header())],
                     slot_at.tobytes(), sorted_numbers[last].astype(">i4").tobytes(), HASH_SLOT_SIZE)
-        self.dirty = True
         return k
+
+    def _entries_added(self, k: int, phys: np.ndarray, store_timestamp: int) -> None:
+        self.index_count += k
+        self.end_phy_offset = max(self.end_phy_offset, int(phys.max()))
+        self.end_timestamp = max(self.end_timestamp, store_timestamp)
+        self.dirty = True
 
     def _repair_chain(self, n: int) -> int:
         """A slot pointing at or past the entry count (a header older than the slots, after a crash):
