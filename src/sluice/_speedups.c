@@ -571,7 +571,8 @@ index_put_many(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "hashes and phys must be int64 arrays of one length");
         goto done;
     }
-    if (slot_num <= 0 || first <= 0 || first > INT32_MAX - k || entries_base < 40 + 4 * slot_num
+    if (slot_num <= 0 || slot_num > (buf.len - 40) / 4 || first <= 0 || first > INT32_MAX - k
+            || entries_base < 40 + 4 * slot_num
             || entries_base > buf.len || (buf.len - entries_base) / 20 < first + k) {
         PyErr_SetString(PyExc_ValueError, "the slots or the entries do not fit the index file");
         goto done;

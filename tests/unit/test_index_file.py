@@ -86,6 +86,27 @@ def test_putting_many_keys_at_once_writes_what_putting_them_one_by_one_writes(ba
         single.close()
 
 
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=12), min_size=1, max_size=4),
+       slots=st.integers(1, 6))
+def test_the_compiled_batch_put_writes_what_the_numpy_one_writes_for_any_hash(batches, slots):
+    # (hashes over the whole int64 range: the slot is their floor modulo, the entry keeps their low 32 bits)
+    with tempfile.TemporaryDirectory() as d:
+        files = [IndexFile(os.path.join(d, f"0000000000000000{i}"), slots, 20) for i in (1, 2)]
+        for n, hashes in enumerate(batches):
+            phys = np.array([1000 * n + i for i in range(len(hashes))], dtype=np.int64)
+            puts = []
+            for f, compiled in zip(files, (True, False), strict=True):
+                with patch.object(index_file, "speedups", index_file.speedups if compiled else None):
+                    puts.append(f.put_many(np.array(hashes, dtype=np.int64), phys, 1_700_000_000_000 + n * 1000))
+            assert puts[0] == puts[1]
+        for f in files:
+            f.write_header()
+        assert bytes(files[0].mf.buf) == bytes(files[1].mf.buf)
+        for f in files:
+            f.close()
+
+
 def test_recovery_keeps_every_flushed_key_when_the_header_is_older_than_the_slots(tmp_path):
     # A power loss after the kernel wrote some pages back on its own: the header on disk counts fewer entries
     # than the slots and entries that reached the disk point at. Entries of messages before the last complete

@@ -214,6 +214,8 @@ def test_c_index_put_refuses_entries_or_slots_outside_the_file_and_writes_nothin
         speedups.index_put_many(buf, 4, base, 8, one, one, 0)  # entry 8 of 8
     with pytest.raises(ValueError, match="do not fit"):
         speedups.index_put_many(buf, 5, base, 1, one, one, 0)  # a fifth slot over the entries
+    with pytest.raises(ValueError, match="do not fit"):
+        speedups.index_put_many(buf, 2**62, base, 1, one, one, 0)  # slots past any buffer (no overflow)
     with pytest.raises(ValueError, match="one length"):
         speedups.index_put_many(buf, 4, base, 1, one, np.array([], dtype=np.int64), 0)
     assert buf == bytearray(len(buf))

@@ -111,6 +111,7 @@ class IndexFile:
         self.hash_slot_count += used
         self._entries_added(k, phys, store_timestamp)
         store_spans(self.mf.buf, [(0, self._header())])
+        self.dirty = True  # (after the writes: a flush meanwhile must not take them as flushed)
         return k
 
     def bulk_put(self, hashes: np.ndarray, phys: np.ndarray, store_timestamp: int, time_diff: int) -> int:
@@ -146,13 +147,13 @@ class IndexFile:
         # Entries, slots and header in one copy with the GIL released (see store_spans).
         store_spans(self.mf.buf, [(self._entries_base + n0 * INDEX_ENTRY_SIZE, entries.tobytes()), (0, self._header())],
                     slot_at.tobytes(), sorted_numbers[last].astype(">i4").tobytes(), HASH_SLOT_SIZE)
+        self.dirty = True
         return k
 
     def _entries_added(self, k: int, phys: np.ndarray, store_timestamp: int) -> None:
         self.index_count += k
         self.end_phy_offset = max(self.end_phy_offset, int(phys.max()))
         self.end_timestamp = max(self.end_timestamp, store_timestamp)
-        self.dirty = True
 
     def _repair_chain(self, n: int) -> int:
         """A slot pointing at or past the entry count (a header older than the slots, after a crash):
