@@ -41,7 +41,7 @@ def _targets() -> None:
                batch_codec.py_scan_batch_columns, message_id.MessageIdGenerator._py_create,
                mapped_file.py_store_spans, batch_encoder.bulk_stored_records,
                batch_encoder.BatchBody.bulk_property_spans, batch_encoder.BatchBody.bulk_props_have_nul,
-               index_file.IndexFile.bulk_put):
+               index_file.IndexFile.bulk_put, batch_encoder.bulk_prefixed_hashes):
         _calls[fn.__code__] = fn.__qualname__
     for fn, text in ((message_id.MessageIdGenerator.create_many, "now_ms = time.time_ns()"),):
         lines, start = inspect.getsourcelines(fn)

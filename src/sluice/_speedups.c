@@ -616,6 +616,54 @@ done:
     return result;
 }
 
+/* prefixed_index_hashes(data, starts, ends, prefix_hash) -> IndexFile key hashes (native int64) of prefix + each
+ * span data[starts[i]:ends[i]], or None where a span holds a byte >= 0x80 (UTF-8 beyond ASCII: the caller hashes
+ * its decoded text). Java's String.hashCode of prefix + value is hash(prefix) * 31**len(value) + hash(value) mod
+ * 2**32 (prefix_hash: hash(prefix) as unsigned 32 bits); the key hash is its absolute value, Integer.MIN_VALUE 0. */
+static PyObject *
+prefixed_index_hashes(PyObject *self, PyObject *args)
+{
+    Py_buffer data, starts, ends;
+    unsigned long long prefix_hash;
+    if (!PyArg_ParseTuple(args, "y*y*y*K", &data, &starts, &ends, &prefix_hash))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t);
+    if (starts.len != ends.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL)
+        goto done;
+    char *w = PyBytes_AS_STRING(out);
+    const unsigned char *d = data.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t lo, hi;
+        if (span_at(&starts, &ends, i, data.len, &lo, &hi) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        uint32_t h = (uint32_t)prefix_hash;
+        for (int64_t j = lo; j < hi; j++) {
+            if (d[j] >= 0x80) {
+                Py_CLEAR(out);
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+            h = h * 31u + d[j];
+        }
+        int32_t signed_h = (int32_t)h;
+        int64_t key = signed_h == INT32_MIN ? 0 : (signed_h < 0 ? -(int64_t)signed_h : (int64_t)signed_h);
+        memcpy(w + i * (Py_ssize_t)sizeof(int64_t), &key, sizeof(int64_t));
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return out;
+}
+
 /* The last start s in [lo, hi - mlen] where d[s:s + mlen] == m (Python's bytes.rfind(m, lo, hi)), else -1. */
 static Py_ssize_t
 rfind_in(const unsigned char *d, Py_ssize_t lo, Py_ssize_t hi, const unsigned char *m, Py_ssize_t mlen)
@@ -1101,6 +1149,8 @@ static PyMethodDef methods[] = {
      "spans_hold_nul(data, starts, ends) -> whether a span holds a NUL byte (native int64 arrays)."},
     {"index_put_many", index_put_many, METH_VARARGS,
      "index_put_many(buf, slot_num, entries_base, first_number, hashes, phys, time_diff) -> slots newly used, or -1."},
+    {"prefixed_index_hashes", prefixed_index_hashes, METH_VARARGS,
+     "prefixed_index_hashes(data, starts, ends, prefix_hash) -> IndexFile hashes of prefix + each span, or None."},
     {"property_spans", property_spans, METH_VARARGS,
      "property_spans(data, starts, ends, marker) -> (record, start, end) of a property's values, native int64."},
     {"encode_batch_record", (PyCFunction)(void (*)(void))encode_batch_record, METH_VARARGS | METH_KEYWORDS,

@@ -37,6 +37,11 @@ def index_put_many(buf: WriteableBuffer, slot_num: int, entries_base: int, first
     """An IndexFile's entries and slot heads for keys hashed in ``hashes`` (native int64, with ``phys``), entry
     numbers from ``first_number``; the slots newly used, or -1 (nothing written) where a slot needs repair."""
 
+def prefixed_index_hashes(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, prefix_hash: int,
+                          /) -> bytes | None:
+    """IndexFile key hashes (native int64) of a prefix (its Java hash as unsigned 32 bits) and each span of
+    ``data``; None where a span holds a byte beyond ASCII."""
+
 def property_spans(data: ReadableBuffer, starts: ReadableBuffer, ends: ReadableBuffer, marker: ReadableBuffer,
                    /) -> tuple[bytes, bytes, bytes]:
     """Which records of ``data`` (properties at ``data[starts[i]:ends[i]]``) hold the property ``marker`` names

@@ -223,6 +223,31 @@ def test_c_index_put_refuses_entries_or_slots_outside_the_file_and_writes_nothin
 
 
 @needs_c
+@SETTINGS
+@given(st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\x00\x01\x02"), max_size=40) |
+                st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1, max_size=8),
+       st.text(min_size=1, max_size=20))
+def test_c_index_hashes_of_property_values_equal_java_string_hashes(values: list[str], topic: str) -> None:
+    from sluice.common.hashing import index_key_hash
+    from sluice.store.batch_encoder import BatchBody, _prefixed_hashes, bulk_prefixed_hashes
+    data = b"".join(batch_codec.encode_batch_record(b"x", f"UNIQ_KEY\x01{v}".encode()) for v in values)
+    body = BatchBody(data, batch_codec.scan_batch_columns(data))
+    spans = body.property_spans("UNIQ_KEY")
+    prefix = topic + "#"
+    want = [index_key_hash(prefix + v) for v in values]
+    assert _prefixed_hashes(body, prefix, spans).tolist() == bulk_prefixed_hashes(body, prefix, spans).tolist() == want
+
+
+@needs_c
+def test_c_index_hashes_leave_values_beyond_ascii_to_python_and_refuse_spans_outside_the_data() -> None:
+    one, two = np.array([0], dtype=np.int64), np.array([2], dtype=np.int64)
+    assert speedups.prefixed_index_hashes("é".encode(), one, two, 0) is None
+    assert np.frombuffer(speedups.prefixed_index_hashes(b"ab", one, two, 0), dtype=np.int64).tolist() == [3105]
+    with pytest.raises(ValueError, match="outside"):
+        speedups.prefixed_index_hashes(b"a", one, two, 0)
+
+
+@needs_c
 def test_c_property_spans_refuse_spans_outside_the_data_and_an_empty_marker() -> None:
     with pytest.raises(ValueError, match="outside"):
         speedups.property_spans(b"abc", np.array([1], dtype=np.int64), np.array([4], dtype=np.int64), b"T\x01")

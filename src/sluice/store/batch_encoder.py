@@ -182,7 +182,19 @@ def index_entries(body: BatchBody, topic: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _prefixed_hashes(body: BatchBody, prefix: str, spans: PropertySpans) -> np.ndarray:
-    """``index_key_hash(prefix + value)`` of each span; in bulk when the values are ASCII of one length."""
+    """``index_key_hash(prefix + value)`` of each span: compiled where the values are ASCII, else
+    ``bulk_prefixed_hashes``."""
+    if len(spans.record) and speedups is not None:
+        found = speedups.prefixed_index_hashes(body.data, np.ascontiguousarray(spans.start, np.int64),
+                                               np.ascontiguousarray(spans.end, np.int64),
+                                               java_string_hash(prefix) & _MASK32)
+        if found is not None:
+            return np.frombuffer(found, dtype=np.int64)
+    return bulk_prefixed_hashes(body, prefix, spans)
+
+
+def bulk_prefixed_hashes(body: BatchBody, prefix: str, spans: PropertySpans) -> np.ndarray:
+    """``_prefixed_hashes`` with numpy when the values are ASCII of one length, else key by key."""
     n = len(spans.record)
     if n == 0:
         return _EMPTY
@@ -258,5 +270,5 @@ def record_sizes(cols: BatchColumns, topic_tail_len: int) -> np.ndarray:
 _ZERO = np.zeros(1, dtype=np.int64)
 
 
-__all__ = ["HEADER_DTYPE", "BatchBody", "PropertySpans", "bulk_stored_records", "index_entries", "record_sizes",
-           "stored_records", "tags_codes"]
+__all__ = ["HEADER_DTYPE", "BatchBody", "PropertySpans", "bulk_prefixed_hashes", "bulk_stored_records",
+           "index_entries", "record_sizes", "stored_records", "tags_codes"]
