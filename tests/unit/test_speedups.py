@@ -228,7 +228,7 @@ def test_c_index_put_refuses_entries_or_slots_outside_the_file_and_writes_nothin
                 st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1, max_size=8),
        st.text(min_size=1, max_size=20))
 def test_c_index_hashes_of_property_values_equal_java_string_hashes(values: list[str], topic: str) -> None:
-    from sluice.common.hashing import index_key_hash
+    from sluice.common.hashing import index_key_hash, java_string_hash
     from sluice.store.batch_encoder import BatchBody, _prefixed_hashes, bulk_prefixed_hashes
     data = b"".join(batch_codec.encode_batch_record(b"x", f"UNIQ_KEY\x01{v}".encode()) for v in values)
     body = BatchBody(data, batch_codec.scan_batch_columns(data))
@@ -236,6 +236,11 @@ def test_c_index_hashes_of_property_values_equal_java_string_hashes(values: list
     prefix = topic + "#"
     want = [index_key_hash(prefix + v) for v in values]
     assert _prefixed_hashes(body, prefix, spans).tolist() == bulk_prefixed_hashes(body, prefix, spans).tolist() == want
+    compiled = speedups.prefixed_index_hashes(data, spans.start, spans.end, java_string_hash(prefix) & 0xFFFFFFFF)
+    if all(v.isascii() for v in values):  # (the compiled hash answers, not the Python one behind it)
+        assert compiled is not None and np.frombuffer(compiled, dtype=np.int64).tolist() == want
+    else:
+        assert compiled is None
 
 
 @needs_c
@@ -243,6 +248,13 @@ def test_c_index_hashes_leave_values_beyond_ascii_to_python_and_refuse_spans_out
     one, two = np.array([0], dtype=np.int64), np.array([2], dtype=np.int64)
     assert speedups.prefixed_index_hashes("é".encode(), one, two, 0) is None
     assert np.frombuffer(speedups.prefixed_index_hashes(b"ab", one, two, 0), dtype=np.int64).tolist() == [3105]
+    # (its String.hashCode is Integer.MIN_VALUE, whose absolute value RocketMQ's IndexFile takes as 0)
+    assert np.frombuffer(speedups.prefixed_index_hashes(b"polygenelubricants", one, np.array([18], dtype=np.int64),
+                                                        0), dtype=np.int64).tolist() == [0]
+    from sluice.common.hashing import index_key_hash, java_string_hash
+    seed = java_string_hash("polygene") & 0xFFFFFFFF  # the same key as a prefix and a value
+    assert np.frombuffer(speedups.prefixed_index_hashes(b"lubricants", one, np.array([10], dtype=np.int64), seed),
+                         dtype=np.int64).tolist() == [0] == [index_key_hash("polygenelubricants")]
     with pytest.raises(ValueError, match="outside"):
         speedups.prefixed_index_hashes(b"a", one, two, 0)
 
