@@ -601,3 +601,31 @@ def test_a_listener_that_never_returns_lets_its_message_come_back_and_its_queue_
     finally:
         release.set()
         c.shutdown()
+
+
+def test_a_listener_call_under_way_at_shutdown_finishes_and_its_messages_are_not_delivered_again(cluster):
+    topic, group = "delivery-shutdown", "delivery-shutdown-cg"
+    cluster.create_topic(topic, 1)
+    with Producer("delivery-shutdown-pg", namesrv=cluster.namesrv_addr) as producer:
+        producer.send(Message(topic, b"slow"))
+    entered, seen = threading.Event(), []
+
+    def slow(msgs: list[MessageExt]) -> ConsumeStatus:
+        seen.extend(m.body for m in msgs)
+        entered.set()
+        time.sleep(1.0)  # (still running when shutdown begins)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    first = PushConsumer(group, namesrv=cluster.namesrv_addr, **FAST)
+    first.subscribe(topic)
+    first.register_listener(slow)
+    first.start()
+    assert entered.wait(60), "the listener was never called"
+    first.shutdown()  # while the listener sleeps: its call finishes, and its message's offset is committed
+    assert seen == [b"slow"]
+    with Producer("delivery-shutdown-pg", namesrv=cluster.namesrv_addr) as producer:
+        producer.send(Message(topic, b"after"))
+    rec = Recorder()
+    with consumers(1, group, topic, rec, namesrv=cluster.namesrv_addr, **FAST):  # (FAST: from the first)
+        wait_until(lambda: b"after" in rec.bodies, 60, "the message sent after the restart")
+    assert b"slow" not in rec.bodies, "a message consumed before the shutdown was delivered again"

@@ -147,13 +147,17 @@ class PushConsumer(ConsumerBase):
         self.client.consumers.pop(self.group, None)
         mqs = list(self.process_queues)
         for mq in mqs:
-            self.process_queues[mq].dropped = True
             task = self._pull_tasks.pop(mq, None)
             if task is not None:
                 task.cancel()
+        # The listener calls under way finish while their queues are still held, so that what they consumed is
+        # committed below (RocketMQ 5's awaitTerminationMillisWhenShutdown; a dropped queue commits nothing): a
+        # consumer stopped right after its listener returned must not hand those messages out again.
         pending = list(self._consume_tasks) + list(self._orderly_tasks.values())
         if pending:
             await asyncio.wait(pending, timeout=max(self.config.consumer_pull_timeout_millis / 1000, 1.0))
+        for mq in mqs:
+            self.process_queues[mq].dropped = True
         await self.persist_all_offsets(mqs)
         if self.orderly and self.clustering:
             await self._unlock(mqs)
@@ -450,7 +454,7 @@ class PushConsumer(ConsumerBase):
     async def _consume_concurrently_once(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         assert self._consume_sem is not None
         async with self._consume_sem:
-            if pq.dropped:
+            if pq.dropped or not self.started:  # (stopping: only the calls already under way finish)
                 return
             key = next(self._inflight_ids)
             began = time.monotonic()
