@@ -145,7 +145,8 @@ class PushConsumer(ConsumerBase):
             t.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
         self.client.consumers.pop(self.group, None)
-        mqs = list(self.process_queues)
+        held = list(self.process_queues.items())  # (a rebalance under way may drop one while the calls finish)
+        mqs = [mq for mq, _ in held]
         for mq in mqs:
             task = self._pull_tasks.pop(mq, None)
             if task is not None:
@@ -156,8 +157,8 @@ class PushConsumer(ConsumerBase):
         pending = list(self._consume_tasks) + list(self._orderly_tasks.values())
         if pending:
             await asyncio.wait(pending, timeout=max(self.config.consumer_pull_timeout_millis / 1000, 1.0))
-        for mq in mqs:
-            self.process_queues[mq].dropped = True
+        for _, pq in held:
+            pq.dropped = True
         await self.persist_all_offsets(mqs)
         if self.orderly and self.clustering:
             await self._unlock(mqs)
