@@ -191,13 +191,17 @@ def test_the_endpoint_answers_metrics_only_and_closes_on_a_bad_request(broker: B
     assert "rocketmq_topic_number" in scrape(base + "/metrics")
 
 
-def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_cluster: Cluster,
-                                                                    broker: BrokerController) -> None:
+@pytest.mark.parametrize("merge", [False, True], ids=["written-at-once", "buffered"])
+def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_cluster: Cluster, merge: bool) -> None:
     """RocketMQ's POP lag: messages not yet popped plus those popped and not acknowledged; still a POP group's once
-    nothing is open."""
+    nothing is open. Checkpoints written at each pop: a revive record a pop and an ack; buffered (for longer than
+    the test): none, the buffer's gauges counting them instead."""
     from sluice.client.aio.simple_consumer import SimpleConsumer
 
     cluster = empty_cluster
+    broker = cluster.start_broker("broker-a", metrics_exporter_type="PROM", metrics_prom_exporter_port=0,
+                                  metrics_label="region:test", enable_pop_buffer_merge=merge,
+                                  pop_ck_stay_buffer_time=3_600_000)
     cluster.create_topic("metrics-pop", 1)
     ns = cluster.namesrv_addr
     assert broker.metrics_exporter is not None
@@ -226,6 +230,9 @@ def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_clust
                     await popper.ack(m)
                 await _until(lambda: gauges() == (3, 3, 0))  # 3 popped and not acknowledged
                 seen.append((3, 3, 0))
+                samples = scrape(url)
+                buffered = [value(samples, f"rocketmq_pop_{g}_buffer_size") for g in ("checkpoint", "offset")]
+                assert (min(buffered) >= 1) if merge else buffered == [0, 0]
                 for i in range(4):
                     await producer.send(Message("metrics-pop", b"q%d" % i))
                 await _until(lambda: gauges() == (7, 3, 4))
@@ -235,18 +242,23 @@ def test_a_pop_groups_lag_counts_what_is_popped_and_not_acknowledged(empty_clust
                 await _until(lambda: gauges() == (4, 0, 4))  # nothing open: still a POP group's numbers
                 seen.append((4, 0, 4))
                 samples = scrape(url)
+                assert [value(samples, f"rocketmq_pop_{g}_buffer_size") for g in ("checkpoint", "offset")] == [0, 0]
                 pop = dict(consumer_group="metrics-pop-g", topic="metrics-pop")
-                written_cks = value(samples, "rocketmq_pop_revive_in_message_total", **pop, revive_message_type="CK",
-                                    put_status="PUT_OK")
-                assert value(samples, "rocketmq_pop_revive_in_message_total", **pop, revive_message_type="ACK",
-                             put_status="PUT_OK") == 5  # one record an ack
-                assert 1 <= written_cks <= 5  # one record a pop of the queue
-                done: dict[str, float] = {}
-                for s in samples.get("rocketmq_pop_revive_out_message_total", []):
-                    if s.labels.get("consumer_group") == "metrics-pop-g":  # (by revive queue: summed)
-                        kind = s.labels["revive_message_type"]
-                        done[kind] = done.get(kind, 0) + s.value
-                assert done == {"CK": written_cks, "ACK": 5}  # every checkpoint settled, every ack applied
+                if merge:  # nothing written: merged and settled in memory
+                    assert not [x for x in samples.get("rocketmq_pop_revive_in_message_total", [])
+                                if x.labels.get("consumer_group") == "metrics-pop-g"]
+                else:
+                    written_cks = value(samples, "rocketmq_pop_revive_in_message_total", **pop,
+                                        revive_message_type="CK", put_status="PUT_OK")
+                    assert value(samples, "rocketmq_pop_revive_in_message_total", **pop, revive_message_type="ACK",
+                                 put_status="PUT_OK") == 5  # one record an ack
+                    assert 1 <= written_cks <= 5  # one record a pop of the queue
+                    done: dict[str, float] = {}
+                    for s in samples.get("rocketmq_pop_revive_out_message_total", []):
+                        if s.labels.get("consumer_group") == "metrics-pop-g":  # (by revive queue: summed)
+                            kind = s.labels["revive_message_type"]
+                            done[kind] = done.get(kind, 0) + s.value
+                    assert done == {"CK": written_cks, "ACK": 5}  # every checkpoint settled, every ack applied
             conns = [sample for sample in scrape(url).get("rocketmq_consumer_connections", [])
                      if sample.labels.get("consumer_group") == "metrics-pop-g"]
             assert [(c.labels["consume_mode"], c.value) for c in conns] == [("pop", 1)]

@@ -1,7 +1,8 @@
 """POP consumption (RocketMQ 5's, NSQ's in-flight model): received messages are invisible until acknowledged,
 given more time, or their invisible time passes — then they come back, one more reconsume each, and into the
-group's DLQ past its retries. Checkpoints and acks go through the store, so a restarted broker still knows
-which messages are out."""
+group's DLQ past its retries. A checkpoint stays in memory with its acks merged until it has stayed
+``pop_ck_stay_buffer_time``, then goes through the store with its acks (the group's offset moving past a pop only
+then, or once it is settled), so a restarted broker still knows which messages are out."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import time
 import pytest
 
 from sluice import BrokerResponseError, Message, Producer, SimpleConsumer
+from sluice.broker.pop.pop_revive_service import ACK_TAG, BATCH_ACK_TAG, CK_TAG, CheckPoint, revive_topic
 from sluice.common.extra_info import PROPERTY_POP_CK, Receipt
+from sluice.common.message_codec import decode_records
 from sluice.remoting import RemotingCommand, RequestCode, ResponseCode
 from sluice.remoting.client import RemotingClient
 from tests.integration.helpers import wait_until
@@ -31,6 +34,17 @@ def receive_all(c: SimpleConsumer, n: int, invisible: float = 30.0, timeout: flo
     while len(got) < n and time.monotonic() < deadline:
         got += c.receive(32, invisible, wait=1.0)
     return got
+
+
+def revive_log(broker) -> list[tuple[str, bytes]]:
+    """(tag, body) of every record in ``broker``'s revive log."""
+    topic, out = revive_topic(broker.config.broker_cluster_name), []
+    for qid in range(broker.config.revive_queue_num):
+        r = broker.store.get_messages("test-reader", topic, qid, 0, 1000)
+        if r.status.name == "FOUND":
+            out += [(m.tags, m.body) for m in decode_records(b"".join(r.buffers))]
+            r.release()
+    return out
 
 
 def consumer(cluster, group: str, topic: str, **kw) -> SimpleConsumer:
@@ -434,5 +448,69 @@ def test_a_suspended_message_comes_back_without_a_delivery_counted(cluster):
         c.nack(nacked, 0.3)
         back = {m.body: m.reconsume_times for m in receive_all(c, 2, timeout=30)}
         assert back == {suspended.body: 0, nacked.body: 1}
+    finally:
+        c.shutdown()
+
+
+def test_a_pop_acknowledged_within_its_stay_writes_nothing_but_its_offset_to_the_revive_log(cluster):
+    cluster.create_topic("PopMerge", 1)
+    produce(cluster.namesrv_addr, "PopMerge", 10)
+    broker = cluster.brokers[0]
+    c = consumer(cluster, "pop-merge", "PopMerge")
+    try:
+        got = receive_all(c, 10)
+        assert len(got) == 10 and broker.pop_buffer.size >= 1
+        # handed out, not settled, only in memory: the group's offset stays before them
+        assert broker.store.consumer_offsets.query_offset("pop-merge", "PopMerge", 0) == 0
+        c.ack_many(got)
+        assert broker.store.consumer_offsets.query_offset("pop-merge", "PopMerge", 0) == 10
+        assert broker.pop_buffer.size == 0 and broker.pop_revive.checkpoints == {}
+        assert c.receive(32, wait=0.3) == []
+        assert not [tag for tag, _ in revive_log(broker) if tag in (CK_TAG, ACK_TAG, BATCH_ACK_TAG)]
+    finally:
+        c.shutdown()
+
+
+def test_a_checkpoint_open_past_its_stay_is_written_with_its_acks_and_later_acks_follow_it(empty_cluster):
+    broker = empty_cluster.start_broker(pop_ck_stay_buffer_time=300)
+    empty_cluster.create_topic("PopStay", 1)
+    produce(empty_cluster.namesrv_addr, "PopStay", 4)
+    c = consumer(empty_cluster, "pop-stay", "PopStay")
+    try:
+        got = sorted(receive_all(c, 4, invisible=8.0), key=lambda m: m.queue_offset)
+        c.ack(got[0])
+        wait_until(lambda: any(tag == CK_TAG for tag, _ in revive_log(broker)), 30, "the checkpoint written")
+        (body,) = [b for tag, b in revive_log(broker) if tag == CK_TAG]
+        ck = CheckPoint.from_json(body, 0, 0)
+        assert (ck.start_offset, ck.diffs, ck.acked) == (0, [0, 1, 2, 3], 0b0001)
+        assert not [tag for tag, _ in revive_log(broker) if tag in (ACK_TAG, BATCH_ACK_TAG)]  # (merged into it)
+        # written: nothing of the pop can be lost any more, so the group's offset is past it
+        wait_until(lambda: broker.store.consumer_offsets.query_offset("pop-stay", "PopStay", 0) == 4, 30,
+                   "the offset past the written checkpoint")
+        c.ack(got[1])
+        assert [tag for tag, _ in revive_log(broker) if tag in (ACK_TAG, BATCH_ACK_TAG)] == [ACK_TAG]
+    finally:
+        c.shutdown()
+    broker = empty_cluster.restart_broker(broker)
+    c = consumer(empty_cluster, "pop-stay", "PopStay")
+    try:  # the two not acknowledged come back once their time is up; the two acknowledged never
+        back = receive_all(c, 2, timeout=60)
+        assert sorted(m.body for m in back) == sorted(m.body for m in got[2:])
+    finally:
+        c.shutdown()
+
+
+def test_without_the_buffer_every_pop_and_ack_is_written_at_once(empty_cluster):
+    broker = empty_cluster.start_broker(enable_pop_buffer_merge=False)
+    empty_cluster.create_topic("PopNoMerge", 1)
+    produce(empty_cluster.namesrv_addr, "PopNoMerge", 3)
+    c = consumer(empty_cluster, "pop-nomerge", "PopNoMerge")
+    try:
+        got = receive_all(c, 3)
+        assert [tag for tag, _ in revive_log(broker)] == [CK_TAG]
+        assert broker.store.consumer_offsets.query_offset("pop-nomerge", "PopNoMerge", 0) == 3
+        c.ack_many(got)
+        assert [tag for tag, _ in revive_log(broker)] == [CK_TAG, BATCH_ACK_TAG]
+        assert broker.pop_revive.checkpoints == {} and broker.pop_buffer.size == 0
     finally:
         c.shutdown()

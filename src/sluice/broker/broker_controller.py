@@ -27,6 +27,7 @@ from sluice.broker.consumer_manager import ConsumerManager
 from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
 from sluice.broker.lite.lite_topics import LiteTopics
 from sluice.broker.pop.ack_message_processor import AckMessageProcessor
+from sluice.broker.pop.pop_buffer_merge_service import PopBufferMergeService
 from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
 from sluice.broker.pop.pop_message_processor import PopMessageProcessor
 from sluice.broker.pop.pop_revive_service import PopReviveService
@@ -132,6 +133,7 @@ class BrokerController(AsyncService):
         self.hold_service = PullRequestHoldService(config.max_held_pulls)
         self.pop_polling = PopLongPollingService(config.max_pop_polling_size, config.pop_polling_size)
         self.pop_revive: PopReviveService = None  # type: ignore[assignment]
+        self.pop_buffer: PopBufferMergeService = None  # type: ignore[assignment]
         self.lite: LiteTopics | None = None  # (made with the processors: it needs the store)
         self.request_modes = MessageRequestModeManager(config.store.store_path_config)
         self.order_info = ConsumerOrderInfoManager(config.store.store_path_config)
@@ -235,7 +237,8 @@ class BrokerController(AsyncService):
         if slave:
             self._start_replication()
         else:
-            for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive):
+            for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive,
+                            self.pop_buffer):
                 service.start()
             if self.lite is not None:
                 self.lite.start()
@@ -374,14 +377,17 @@ class BrokerController(AsyncService):
         self.pop_revive = PopReviveService(c, self.broker_addr, self.store, self.subscription_group_manager,
                                            self.ensure_system_topic)
         await asyncio.get_running_loop().run_in_executor(None, self.pop_revive.load)  # before the first pop or ack
+        self.pop_buffer = PopBufferMergeService(c, self.store, self.pop_revive)
 
     def _register_processors(self) -> None:
         """Each processor, given what it uses; a slave refuses what would write."""
         c, store, addr = self.config, self.store, self.broker_addr
         topics, groups = self.topic_config_manager, self.subscription_group_manager
         pop = PopMessageProcessor(c, addr, store, self.stats, topics, groups, self.ensure_system_topic,
-                                  self.pop_revive, self.pop_polling, self.order_info, self.swapped_out)
-        ack = AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info)
+                                  self.pop_revive, self.pop_polling, self.order_info, self.swapped_out,
+                                  self.pop_buffer)
+        ack = AckMessageProcessor(c, store, topics, self.pop_revive, self.pop_polling, self.order_info,
+                                  self.pop_buffer)
         self.lite = LiteTopics(c, store, topics, groups, self.order_info, pop, self.pop_revive, self._topic_route)
         ack.lite_bind_topic = self.lite.bind_topic
         ack.on_lite_settled = self.lite.settled
@@ -502,8 +508,9 @@ class BrokerController(AsyncService):
             await self.slave_sync.stop()
         if self.ha_service is not None:
             await self.ha_service.stop()
-        for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_revive,
-                        self.lite):
+        # (the buffered pop checkpoints are written before the revive service commits its offsets)
+        for service in (self.schedule_service, self.transaction_service, self.timer_service, self.pop_buffer,
+                        self.pop_revive, self.lite):
             if service is not None:
                 await service.stop()
         await self.client.close()

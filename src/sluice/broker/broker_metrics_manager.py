@@ -25,6 +25,7 @@ from sluice.remoting.rpc_latency_family import rpc_latency_family
 if TYPE_CHECKING:
     from sluice.broker.broker_stats import BrokerStats
     from sluice.broker.consumer_manager import ConsumerManager
+    from sluice.broker.pop.pop_buffer_merge_service import PopBufferMergeService
     from sluice.broker.pop.pop_revive_service import PopReviveService
     from sluice.broker.producer_manager import ProducerManager
     from sluice.broker.subscription_group_manager import SubscriptionGroupManager
@@ -60,6 +61,8 @@ class BrokerMetricsView(Protocol):
     def consumer_manager(self) -> ConsumerManager: ...
     @property
     def pop_revive(self) -> PopReviveService: ...
+    @property
+    def pop_buffer(self) -> PopBufferMergeService: ...
     @property
     def rpc_latency(self) -> RpcLatency: ...
     @property
@@ -207,6 +210,7 @@ class BrokerMetricsManager:
         store, offsets, topics = b.store, b.store.consumer_offsets, b.topic_config_manager.table
         now = int(time.time() * 1000)
         pop_inflight = self._inflight_pop()
+        pop_buffer = b.pop_buffer
         lag: list[Series] = []
         lag_latency: list[Series] = []
         inflight: list[Series] = []
@@ -238,7 +242,9 @@ class BrokerMetricsManager:
                     committed = offsets.query_offset(group, read_topic, qid)
                     if is_pop:
                         n_inflight, first = pop_inflight.get((group, read_topic, qid), (0, -1))
-                        pulled = committed if committed >= 0 else max_off
+                        # (past the committed offset while pops of the queue are only in memory)
+                        ahead = pop_buffer.pop_offset(group, read_topic, qid) if pop_buffer is not None else None
+                        pulled = ahead if ahead is not None else committed if committed >= 0 else max_off
                         consumed = first if n_inflight else pulled
                         total_lag += max(0, max_off - pulled) + n_inflight
                         total_inflight += n_inflight
@@ -312,8 +318,9 @@ class BrokerMetricsManager:
             return
         f, now = self.labels, int(time.time() * 1000)
         checkpoints = list(revive.checkpoints.values())
-        yield f.gauge("rocketmq_pop_checkpoint_buffer_size", [({}, len(checkpoints))])
-        yield f.gauge("rocketmq_pop_offset_buffer_size", [({}, 0)])  # (offsets are committed at once here)
+        buffered = self.broker.pop_buffer.stats() if self.broker.pop_buffer is not None else {}
+        yield f.gauge("rocketmq_pop_checkpoint_buffer_size", [({}, buffered.get("buffered_checkpoints", 0))])
+        yield f.gauge("rocketmq_pop_offset_buffer_size", [({}, buffered.get("pending_offsets", 0))])
         # Per revive queue: how long its oldest checkpoint past its revive time has waited (lag), and how far the
         # queue's revive is behind now (latency); 0 when nothing is overdue.
         overdue: dict[int, int] = {}

@@ -445,6 +445,14 @@ class BrokerConfig(AuthSettings):
     enable_mixed_message_type: bool = False
     pop_polling_size: Positive = 1024
     max_pop_polling_size: Positive = 100_000
+    # A pop's checkpoint stays in memory, its acks merged there, and is written to the revive log only if still
+    # open after ``pop_ck_stay_buffer_time`` ms (or when more than ``pop_ck_max_buffer_size`` are buffered, or a
+    # queue has more than ``pop_ck_offset_max_queue_size`` pops its group's offset waits on); off: written at
+    # each pop, each ack written (RocketMQ's enablePopBufferMerge, off there; docs/client.md).
+    enable_pop_buffer_merge: bool = True
+    pop_ck_stay_buffer_time: Annotated[int, Meta(ge=100, le=3_600_000)] = 10_000
+    pop_ck_max_buffer_size: Positive = 200_000
+    pop_ck_offset_max_queue_size: Positive = 20_000
     # Lite topics (RocketMQ 5.5, docs/lite-topics.md; they need [store] enable_lmq and enable_multi_dispatch):
     # every ``lite_event_check_interval`` ms each reader's lite topics with messages it has not had are offered
     # to it again; every ``lite_ttl_check_interval`` ms the lite topics idle longer than their parent's

@@ -1,6 +1,7 @@
-"""ACK_MESSAGE and BATCH_ACK_MESSAGE: a popped message is done (NSQ's FIN), written to the revive log before
-SUCCESS; and CHANGE_MESSAGE_INVISIBLETIME (NSQ's TOUCH, or REQ with a delay): a new checkpoint for the message
-from now, and an ack of its old one, in one put.
+"""ACK_MESSAGE and BATCH_ACK_MESSAGE: a popped message is done (NSQ's FIN): merged into its checkpoint while that
+is only in memory (PopBufferMergeService), else written to the revive log before SUCCESS; and
+CHANGE_MESSAGE_INVISIBLETIME (NSQ's TOUCH, or REQ with a delay): a new checkpoint for the message from now, and an
+ack of its old one, in one put.
 
 A receipt the broker holds no open checkpoint for — its message already acknowledged, or put back once its
 invisible time passed, or a receipt this broker never made — is answered NO_MESSAGE with a remark saying so:
@@ -30,6 +31,7 @@ from sluice.store.results import PutMessageResult
 
 if TYPE_CHECKING:
     from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
+    from sluice.broker.pop.pop_buffer_merge_service import PopBufferMergeService
     from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
     from sluice.broker.pop.pop_revive_service import PopReviveService
     from sluice.broker.topic_config_manager import TopicConfigManager
@@ -54,13 +56,14 @@ class AckRefused(Exception):
 class AckMessageProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore, topic_config_manager: TopicConfigManager,
                  pop_revive: PopReviveService, pop_polling: PopLongPollingService,
-                 order_info: ConsumerOrderInfoManager) -> None:
+                 order_info: ConsumerOrderInfoManager, pop_buffer: PopBufferMergeService) -> None:
         self.config = config
         self.store = store
         self.topic_config_manager = topic_config_manager
         self.pop_revive = pop_revive
         self.pop_polling = pop_polling
         self.order_info = order_info
+        self.pop_buffer = pop_buffer
         # Lite topics: the parent topic a group is bound to (None: no lite group), and what runs after a lite
         # topic's message is acknowledged or comes back (the event dispatcher offers the lite topic again).
         self.lite_bind_topic: Callable[[str], str | None] = lambda group: None
@@ -165,11 +168,13 @@ class AckMessageProcessor:
         return await self._ack(req, [(ck, offset)])
 
     async def _ack(self, req: RemotingCommand, acks: list[tuple[CheckPoint, int]]) -> RemotingCommand:
-        """Mark each (checkpoint, offset) acked, then write one ack record per checkpoint, to its own revive
-        queue (undone if that fails)."""
-        done: dict[int, tuple[CheckPoint, list[int]]] = {}  # id(checkpoint) → (it, offsets)
+        """Mark each (checkpoint, offset) acked, then write one ack record per checkpoint that is in the revive log,
+        to its own revive queue (undone if that fails). Acks of a checkpoint still only in memory are merged into
+        it there, and written with it if it ever is."""
+        done: dict[int, tuple[CheckPoint, list[int]]] = {}  # id(checkpoint) → (it, offsets), of logged ones
         for ck, offset in acks:
-            if self.pop_revive.ack(ck, offset):
+            logged = not ck.buffered  # (before the ack: settling it takes it out of the buffer)
+            if self.pop_revive.ack(ck, offset) and logged:
                 done.setdefault(id(ck), (ck, []))[1].append(offset)
         if not done:
             return req.response(ResponseCode.SUCCESS)
@@ -261,9 +266,13 @@ class AckMessageProcessor:
         now = self.pop_revive.next_pop_time()
         new = CheckPoint(topic, group, queue_id, offset, now, invisible, self.config.broker_name, [0], old.revive_qid,
                          suspend=h.suspend)
+        # The new checkpoint is written at once, so first the queue's checkpoints still only in memory: a restart
+        # after a crash moves the group's offset past every checkpoint it finds in the log.
+        flushed = self.pop_buffer.take_queue(group, old.topic, old.queue_id)
         self.pop_revive.open(new)
         self.pop_revive.ack(old, offset)
-        records = [self.pop_revive.checkpoint_record(new),
+        records = [*(self.pop_revive.checkpoint_record(ck) for ck in flushed),
+                   self.pop_revive.checkpoint_record(new),
                    self.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset, old.pop_time,
                                                      old.broker_name, (offset,)), old.revive_qid)]
 
@@ -273,6 +282,7 @@ class AckMessageProcessor:
             if not r.stored:
                 self.pop_revive.forget(new)
                 self.pop_revive.unack(old, offset)
+            self.pop_buffer.written(flushed, r)
 
         (r,) = await put_all(self.store, [records], written)
         if not r.stored:

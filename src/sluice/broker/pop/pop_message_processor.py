@@ -56,6 +56,7 @@ from sluice.store.results import GetMessageResult, GetMessageStatus, PutMessageR
 if TYPE_CHECKING:
     from sluice.broker.broker_stats import BrokerStats
     from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
+    from sluice.broker.pop.pop_buffer_merge_service import PopBufferMergeService
     from sluice.broker.pop.pop_long_polling_service import PopLongPollingService
     from sluice.broker.pop.pop_revive_service import PopReviveService
     from sluice.broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
@@ -145,7 +146,7 @@ class PopMessageProcessor:
                  topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
                  ensure_system_topic: EnsureSystemTopic, pop_revive: PopReviveService,
                  pop_polling: PopLongPollingService, order_info: ConsumerOrderInfoManager,
-                 swapped_out: Callable[[str, int, int], bool]) -> None:
+                 swapped_out: Callable[[str, int, int], bool], pop_buffer: PopBufferMergeService) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.store = store
@@ -157,6 +158,7 @@ class PopMessageProcessor:
         self.pop_polling = pop_polling
         self.order_info = order_info
         self.swapped_out = swapped_out
+        self.pop_buffer = pop_buffer
         self._busy: set[tuple[str, str, int]] = set()  # queues a pop is writing the checkpoint of
         self._busy_waiters: dict[tuple[str, str, int], list[asyncio.Future[None]]] = {}
 
@@ -232,8 +234,7 @@ class PopMessageProcessor:
         rest = 0
         budget = max_nums
         for qid in queues:
-            offset = max(self.store.consumer_offsets.query_offset(group, topic, qid),
-                         self.store.get_min_offset_in_queue(topic, qid))
+            offset = max(self._read_offset(group, topic, qid), self.store.get_min_offset_in_queue(topic, qid))
             r = self.store.get_messages(group, topic, qid, offset, budget) if budget > 0 else None
             if r is not None and r.status is GetMessageStatus.FOUND:
                 parts += [bytes(v) for v in r.buffers]
@@ -322,12 +323,17 @@ class PopMessageProcessor:
         if tc is None:
             return False
         for qid in [queue_id] if queue_id >= 0 else range(tc.read_queue_nums):
-            offset = self.store.consumer_offsets.query_offset(group, topic, qid)
+            offset = self._read_offset(group, topic, qid)
             if offset < 0:
                 offset = self.store.get_min_offset_in_queue(topic, qid)
             if self.store.get_max_offset_in_queue(topic, qid) > offset:
                 return True
         return False
+
+    def _read_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Where the group's next pop of the queue reads (-1: nowhere yet)."""
+        ahead = self.pop_buffer.pop_offset(group, topic, queue_id)
+        return ahead if ahead is not None else self.store.consumer_offsets.query_offset(group, topic, queue_id)
 
     def _empty(self, req: RemotingCommand, h: PopMessageRequestHeader, code: int, remark: str) -> RemotingCommand:
         return req.response(code, remark, {"popTime": str(now_ms()), "invisibleTime": str(h.invisible_time),
@@ -360,6 +366,7 @@ class PopMessageProcessor:
         budget = h.max_msg_nums
         reads: list[_Read] = []
         rest = 0
+        buffered = self.pop_buffer.enabled
         for topic, qid, tag_codes, flt in plan:
             if budget <= 0:
                 break
@@ -375,11 +382,21 @@ class PopMessageProcessor:
                 budget -= r.message_count
                 rest += r.max_offset - r.next_begin_offset
             elif r.status in _SKIP and r.next_begin_offset != offset:
-                self.store.consumer_offsets.commit_offset(h.consumer_group, topic, qid, r.next_begin_offset)
+                if buffered:  # (behind the pops of the queue still only in memory)
+                    self.pop_buffer.popped(h.consumer_group, topic, qid, r.next_begin_offset, None)
+                else:
+                    self.store.consumer_offsets.commit_offset(h.consumer_group, topic, qid, r.next_begin_offset)
         if not reads:
             return None
         pop_time = self.pop_revive.next_pop_time()
         revive_qid = self.pop_revive.next_revive_qid()
+        if buffered:  # the checkpoints stay in memory: nothing to wait for
+            for rd in reads:
+                rd.ck = CheckPoint(rd.topic, h.consumer_group, rd.queue_id, rd.start, pop_time, h.invisible_time,
+                                   self.config.broker_name, [q - rd.start for q in rd.result.queue_offsets],
+                                   revive_qid)
+                self.pop_buffer.popped(h.consumer_group, rd.topic, rd.queue_id, rd.result.next_begin_offset, rd.ck)
+            return self._found(req, h, reads, pop_time, revive_qid, rest)
         for rd in reads:
             rd.ck = CheckPoint(rd.topic, h.consumer_group, rd.queue_id, rd.start, pop_time, h.invisible_time,
                                self.config.broker_name, [q - rd.start for q in rd.result.queue_offsets], revive_qid)
@@ -573,8 +590,9 @@ class PopMessageProcessor:
         offsets = self.store.consumer_offsets
         reset = offsets.take_reset_offset(h.consumer_group, topic, qid)
         if reset is not None:
+            self.pop_buffer.reset(h.consumer_group, topic, qid)
             return reset
-        offset = offsets.query_offset(h.consumer_group, topic, qid)
+        offset = self._read_offset(h.consumer_group, topic, qid)
         if offset >= 0:
             return offset
         store = self.store

@@ -1,7 +1,8 @@
 """POP invisibility (RocketMQ's PopReviveService and its revive log).
 
-Every pop of a queue writes a *checkpoint* (CK: the group, the queue, the offsets popped, pop time and invisible
-time) to the revive topic ``rmq_sys_REVIVE_LOG_<cluster>``; every ack writes an *ack* record there. The broker
+Every pop of a queue makes a *checkpoint* (CK: the group, the queue, the offsets popped, pop time and invisible
+time), written to the revive topic ``rmq_sys_REVIVE_LOG_<cluster>`` at once or, by default, only if it is still open
+after a while (``PopBufferMergeService``); every ack of a written checkpoint writes an *ack* record there. The broker
 keeps the checkpoints not yet settled in memory; once a checkpoint's revive time (pop time + invisible time)
 passes, each of its messages not acknowledged is put again into the POP retry topic ``%RETRY%<group>_<topic>``
 with ``reconsumeTimes`` + 1 (past the group's ``retryMaxTimes``: into ``%DLQ%<group>``), and the checkpoint is
@@ -10,8 +11,9 @@ settled.
 Unlike RocketMQ, which hands checkpoints to its timer wheel and reads them back when due, Sluice reads the
 revive log only when it starts: from the revive offset it committed (under ``CID_RMQ_SYS_REVIVE_GROUP``, the
 oldest record of a checkpoint not yet settled) to the end, replaying checkpoints and acks. So after a crash
-every popped-but-unacknowledged message comes back once its time is up, and none twice unless its revive was
-under way.
+every popped-but-unacknowledged message of a written checkpoint comes back once its time is up, and none twice
+unless its revive was under way; those of a checkpoint only in memory come back at once (the group's offset had
+not moved past them).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import heapq
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +51,8 @@ CK_TAG = "ck"
 ACK_TAG = "ack"
 BATCH_ACK_TAG = "bAck"
 REVIVED_TAG = "rv"  # a checkpoint whose messages were put back (Sluice's own: RocketMQ's timer ordering avoids it)
+# Pop offsets moved by checkpoints settled in memory (Sluice's own: [[group, topic, queue id, offset], ...]).
+OFFSET_TAG = "po"
 # How often a checkpoint whose messages could not be put again is retried.
 REVIVE_RETRY_SECONDS = 1.0
 
@@ -81,6 +86,8 @@ class CheckPoint:
     revive_offset: int = -1  # where its record lies in its revive queue (a lower bound until written)
     revived: bool = False  # its unacknowledged messages were put back
     suspend: bool = False  # (RocketMQ 5.5) its messages come back without a delivery counted
+    buffered: bool = False  # only in memory (PopBufferMergeService): no record of it in the revive log
+    writing: bool = False  # its record is being written
 
     @property
     def key(self) -> CheckPointKey:
@@ -105,7 +112,7 @@ class CheckPoint:
         return [self.start_offset + d for i, d in enumerate(self.diffs) if not self.acked >> i & 1]
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": 0,
+        return orjson.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": self.acked,
                              "n": len(self.diffs), "q": self.queue_id, "t": self.topic, "c": self.group,
                              "d": self.diffs, "bn": self.broker_name, "reviveTime": self.revive_time,
                              "sp": self.suspend})
@@ -167,6 +174,8 @@ class PopReviveService(AsyncService):
         self._next_qid = 0
         self._last_pop_time = 0
         self._wake = asyncio.Event()
+        # Called with each checkpoint that leaves ``checkpoints`` (settled, revived, or not written).
+        self.on_done: Callable[[CheckPoint], None] = lambda ck: None
         self.revived = 0  # messages put back (stats, tests)
         self.dead = 0  # of them, into a DLQ
         # RocketMQ's POP revive counters (PopMetricsManager), bounded as the broker's: checkpoint (CK) and ack
@@ -200,7 +209,8 @@ class PopReviveService(AsyncService):
                     try:
                         if msg.tags == CK_TAG:
                             ck = CheckPoint.from_json(msg.body, qid, q)
-                            self._track(ck)
+                            if not ck.settled:  # (written with every ack merged in: nothing left of it)
+                                self._track(ck)
                             self._last_pop_time = max(self._last_pop_time, ck.pop_time)
                             if crashed:
                                 self._popped_past(ck)
@@ -210,6 +220,8 @@ class PopReviveService(AsyncService):
                             acks += 1
                         elif msg.tags == REVIVED_TAG:
                             self.checkpoints.pop(CheckPoint.from_json(msg.body, qid, q).key, None)
+                        elif msg.tags == OFFSET_TAG and crashed:
+                            self._offsets_moved(orjson.loads(msg.body))
                     except (ValueError, KeyError, TypeError) as exc:  # not ours: skip it, never stop here
                         log.error("revive log %s queue %d offset %d: unreadable record skipped: %s", self.topic, qid,
                                   q, exc)
@@ -227,6 +239,14 @@ class PopReviveService(AsyncService):
         end = ck.start_offset + max(ck.diffs, default=-1) + 1
         if offsets.query_offset(ck.group, ck.topic, ck.queue_id) < end:
             offsets.commit_offset(ck.group, ck.topic, ck.queue_id, end)
+
+    def _offsets_moved(self, entries: list[list[Any]]) -> None:
+        """After a crash, a journal of pop offsets: the group's offset is at least there (as ``_popped_past``)."""
+        offsets = self.store.consumer_offsets
+        for group, topic, queue_id, offset in entries:
+            group, topic, queue_id, offset = str(group), str(topic), int(queue_id), int(offset)
+            if offsets.query_offset(group, topic, queue_id) < offset:
+                offsets.commit_offset(group, topic, queue_id, offset)
 
     def start(self) -> None:
         self._spawn(self._run())
@@ -280,6 +300,9 @@ class PopReviveService(AsyncService):
     def checkpoint_record(self, ck: CheckPoint, tag: str = CK_TAG) -> MessageExtBrokerInner:
         return self._record(ck.revive_qid, tag, ck.to_json())
 
+    def offset_record(self, entries: list[list[Any]]) -> MessageExtBrokerInner:
+        return self._record(0, OFFSET_TAG, orjson.dumps(entries))
+
     def ack_record(self, ack: AckRecord, revive_qid: int) -> MessageExtBrokerInner:
         return self._record(revive_qid, ACK_TAG if len(ack.offsets) == 1 else BATCH_ACK_TAG, ack.to_json())
 
@@ -291,8 +314,15 @@ class PopReviveService(AsyncService):
     def open(self, ck: CheckPoint) -> None:
         """Track a checkpoint about to be written (its messages are invisible from now on)."""
         ck.revive_offset = self.store.get_max_offset_in_queue(self.topic, ck.revive_qid)
+        self.track(ck)
+
+    def track(self, ck: CheckPoint) -> None:
+        """Track a checkpoint: its messages are invisible from now on, until acknowledged or its revive time."""
         self._track(ck)
         self._wake.set()
+
+    def is_open(self, ck: CheckPoint) -> bool:
+        return self.checkpoints.get(ck.key) is ck
 
     def written(self, ck: CheckPoint, r: PutMessageResult) -> None:
         """Its record is stored (``r``): note where, for the revive offset."""
@@ -307,8 +337,9 @@ class PopReviveService(AsyncService):
     def _drop(self, ck: CheckPoint) -> None:
         if self.checkpoints.get(ck.key) is ck:
             del self.checkpoints[ck.key]
-            if ck.settled or ck.revived:
+            if (ck.settled or ck.revived) and not ck.buffered:  # (a buffered one never was in the log)
                 self._count_out(ck.group, ck.topic, ck.revive_qid, "CK")
+            self.on_done(ck)
 
     def find(self, topic: str, group: str, queue_id: int, start_offset: int, pop_time: int,
              broker_name: str) -> CheckPoint | None:
@@ -436,6 +467,8 @@ class PopReviveService(AsyncService):
         store = self.store
         oldest: dict[int, int] = {}
         for ck in self.checkpoints.values():
+            if ck.buffered:  # (nothing of it in the log yet)
+                continue
             if ck.revive_offset < oldest.get(ck.revive_qid, 1 << 62):
                 oldest[ck.revive_qid] = ck.revive_offset
         for qid in range(self.queue_num):
@@ -446,5 +479,5 @@ class PopReviveService(AsyncService):
         return {"open_checkpoints": len(self.checkpoints), "revived": self.revived, "dead": self.dead}
 
 
-__all__ = ["ACK_TAG", "BATCH_ACK_TAG", "CK_TAG", "REVIVED_TAG", "REVIVE_GROUP", "AckRecord", "CheckPoint",
+__all__ = ["ACK_TAG", "BATCH_ACK_TAG", "CK_TAG", "OFFSET_TAG", "REVIVED_TAG", "REVIVE_GROUP", "AckRecord", "CheckPoint",
            "PopReviveService", "revive_topic"]
