@@ -3,6 +3,8 @@ the broker could not have made."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -49,3 +51,22 @@ def test_offset_infos_are_what_the_java_client_parses():
     assert back.start == info.start and back.offsets == info.offsets
     with pytest.raises(ReceiptError):
         OffsetInfo.parse("0 1 5;0 1 6", "")
+
+
+@pytest.mark.parametrize("second", ["1 2 3 4 0 b 0 -6", "1 2 3 4 0 b 0 ５", "1 2 3 4 0 b 0 x", "1 2 3 4 0 b 0 ",
+                                    "1 2 3 4 0 b 0 99999999999999999999", "1 2 3 4 0 b 0 0"])
+def test_ack_many_checks_every_receipt_not_only_the_first_of_its_pop(second):
+    """The receipts of one pop share all but their offset, parsed once; each offset is still checked (and none may
+    lie before its checkpoint's start)."""
+    from sluice.client.aio.simple_consumer import SimpleConsumer
+    from sluice.common.errors import ClientError
+    from sluice.common.extra_info import PROPERTY_POP_CK
+    from sluice.common.message import MessageExt
+
+    def popped(receipt: str) -> MessageExt:
+        return MessageExt("T", b"x", 0, 0, 0, 0, 0, 0, "127.0.0.1:1", 0, "127.0.0.1:2", 0, 0,
+                          {PROPERTY_POP_CK: receipt}, 0, 0)
+
+    c = SimpleConsumer("g", namesrv="127.0.0.1:1")
+    with pytest.raises(ClientError, match="malformed|lies before"):
+        asyncio.run(c.ack_many([popped("1 2 3 4 0 b 0 5"), popped(second)]))

@@ -373,20 +373,29 @@ class MQClientAPI:
         except (KeyError, ValueError) as exc:
             raise ClientError(f"broker {addr} answered a pop with a malformed header: {exc}") from None
         msgs = decode_records(resp.body)
+        # Each (topic, queue)'s receipts share all but their last field: built once, the offset appended.
+        heads: dict[tuple[str, int], tuple[str, str]] = {}  # → (retry flag, receipt without its offset)
+        first_pop = str(pop_time)
         for m in msgs:
             props = m.properties
-            if not _broker_receipt(props.get(PROPERTY_POP_CK), broker_name, pop_time, m.queue_offset):
-                key = (retry_flag(m.topic), m.queue_id)
-                start = info.start.get(key)
-                if start is None:
+            head = heads.get((m.topic, m.queue_id))
+            if head is None:
+                flag = retry_flag(m.topic)
+                start = info.start.get((flag, m.queue_id))
+                head = heads[(m.topic, m.queue_id)] = (flag, "" if start is None else str(
+                    Receipt(start, pop_time, invisible, revive_qid, flag, broker_name, m.queue_id, 0))[:-1])
+            ck = props.get(PROPERTY_POP_CK)
+            if ck is None or not _broker_receipt(ck, broker_name, pop_time, m.queue_offset):
+                if not head[1]:
                     raise ClientError(f"broker {addr} answered a pop without the offsets of {m.topic} "
                                       f"queue {m.queue_id}")
-                props[PROPERTY_POP_CK] = str(Receipt(start, pop_time, invisible, revive_qid, key[0], broker_name,
-                                                     m.queue_id, m.queue_offset))
-            props.setdefault(PROPERTY_FIRST_POP_TIME, str(pop_time))
-            times = order_counts.get(f"{retry_flag(m.topic)}@qo{m.queue_id}%{m.queue_offset}")
-            if times:
-                m.reconsume_times = times
+                props[PROPERTY_POP_CK] = head[1] + str(m.queue_offset)
+            if PROPERTY_FIRST_POP_TIME not in props:
+                props[PROPERTY_FIRST_POP_TIME] = first_pop
+            if order_counts:
+                times = order_counts.get(f"{head[0]}@qo{m.queue_id}%{m.queue_offset}")
+                if times:
+                    m.reconsume_times = times
             m.topic = topic
         if any(m.sys_flag & COMPRESSED_FLAG for m in msgs):
             await asyncio.to_thread(inflate_bodies, msgs)

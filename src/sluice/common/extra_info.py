@@ -79,6 +79,14 @@ class Receipt:
         return KEY_SEPARATOR.join(map(str, (self.ck_offset, self.pop_time, self.invisible_time, self.revive_qid,
                                             self.retry, self.broker_name, self.queue_id, self.queue_offset)))
 
+    @staticmethod
+    def offset_field(text: str) -> int:
+        """A receipt's last field (queueOffset), checked as ``parse`` checks it."""
+        value = _long(text, "queueOffset")
+        if value < 0:
+            raise ReceiptError("a receipt field is negative")
+        return value
+
     @classmethod
     def parse(cls, text: str) -> Receipt:
         """Parse a ``POP_CK`` string; ``ReceiptError`` says what is wrong with one the broker did not make."""

@@ -25,6 +25,7 @@ from sluice.client.subscription import build_subscription, matches
 from sluice.common.config import ClientConfig
 from sluice.common.errors import BrokerResponseError, ClientError
 from sluice.common.extra_info import (
+    KEY_SEPARATOR,
     PROPERTY_POP_CK,
     Receipt,
     ReceiptError,
@@ -225,12 +226,25 @@ class SimpleConsumer:
     async def ack_many(self, msgs: list[MessageExt]) -> None:
         """Acknowledge several messages in one BATCH_ACK_MESSAGE per broker (what one ``ack`` each does, cheaper).
         Receipts that expired are skipped; ``BrokerResponseError`` NO_MESSAGE when none of a broker's was open."""
-        per_broker: dict[str, dict[tuple[str, str, int, int, int, int, int], list[int]]] = {}
+        # Receipts of one pop of one queue differ only in their last field (the offset): parsed once per head.
+        heads: dict[tuple[str, str], list[str]] = {}  # (topic, receipt up to its offset) → offsets
         for m in msgs:
-            r = receipt_of(m)
-            key = (wrap(self.namespace, m.topic), r.retry, r.queue_id, r.ck_offset, r.pop_time, r.invisible_time,
+            text = m.properties.get(PROPERTY_POP_CK)
+            if text is None:
+                receipt_of(m)  # (raises: not received by POP)
+                continue
+            head, _, offset = text.rpartition(KEY_SEPARATOR)
+            heads.setdefault((m.topic, head), []).append(offset)
+        per_broker: dict[str, dict[tuple[str, str, int, int, int, int, int], list[int]]] = {}
+        for (topic, head), texts in heads.items():
+            try:
+                r = Receipt.parse(f"{head}{KEY_SEPARATOR}{texts[0]}")
+                offsets = [r.queue_offset, *(Receipt.offset_field(t) for t in texts[1:])]
+            except ReceiptError as exc:
+                raise ClientError(f"the message's receipt handle is malformed: {exc}") from None
+            key = (wrap(self.namespace, topic), r.retry, r.queue_id, r.ck_offset, r.pop_time, r.invisible_time,
                    r.revive_qid)
-            per_broker.setdefault(r.broker_name, {}).setdefault(key, []).append(r.queue_offset)
+            per_broker.setdefault(r.broker_name, {}).setdefault(key, []).extend(offsets)
         for broker, groups in per_broker.items():
             acks = []
             for (topic, retry, queue_id, start, pop_time, invisible, revive_qid), offsets in groups.items():
