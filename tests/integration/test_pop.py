@@ -514,3 +514,52 @@ def test_without_the_buffer_every_pop_and_ack_is_written_at_once(empty_cluster):
         assert broker.pop_revive.checkpoints == {} and broker.pop_buffer.size == 0
     finally:
         c.shutdown()
+
+
+def test_a_change_of_invisible_time_in_a_buffered_pop_writes_only_the_new_checkpoint(cluster):
+    """The new checkpoint is written at once, marked as a change (a restart does not move the offset by it); the
+    pop it came from stays in memory, and the group's offset moves past it once its other messages are settled."""
+    cluster.create_topic("PopChange", 1)
+    produce(cluster.namesrv_addr, "PopChange", 3)
+    broker = cluster.brokers[0]
+    c = consumer(cluster, "pop-change", "PopChange")
+    try:
+        got = sorted(receive_all(c, 3), key=lambda m: m.queue_offset)
+        c.change_invisible_duration(got[1], 30.0)
+        cks = [CheckPoint.from_json(b, 0, 0) for tag, b in revive_log(broker) if tag == CK_TAG]
+        assert [(ck.start_offset, ck.diffs, ck.changed) for ck in cks] == [(1, [0], True)]
+        assert not [tag for tag, _ in revive_log(broker) if tag in (ACK_TAG, BATCH_ACK_TAG)]
+        assert broker.store.consumer_offsets.query_offset("pop-change", "PopChange", 0) == 0
+        c.ack_many([got[0], got[2]])
+        assert broker.store.consumer_offsets.query_offset("pop-change", "PopChange", 0) == 3
+        assert c.receive(32, wait=0.3) == []  # the changed one is still out
+        c.ack(got[1])  # (its renewed receipt)
+        assert broker.pop_revive.checkpoints == {}
+    finally:
+        c.shutdown()
+
+
+def test_an_admin_reset_of_a_popping_group_is_not_undone_by_the_acks_of_earlier_pops(cluster):
+    from sluice.client import _loop
+    from sluice.client.admin import Admin
+
+    cluster.create_topic("PopReset", 1)
+    sent = produce(cluster.namesrv_addr, "PopReset", 6)
+    broker = cluster.brokers[0]
+    c = consumer(cluster, "pop-reset", "PopReset")
+    try:
+        got = receive_all(c, 6)
+
+        async def reset() -> None:
+            async with Admin(cluster.namesrv_addr) as admin:
+                await admin.reset_offset("pop-reset", "PopReset", 0)
+
+        _loop.run(reset())
+        c.ack_many(got)  # (settles the pop before the reset: the group's offset stays where the reset put it)
+        assert broker.store.consumer_offsets.query_offset("pop-reset", "PopReset", 0) == 0
+        again = receive_all(c, 6)
+        assert sorted(m.body for m in again) == sorted(sent)
+        c.ack_many(again)
+        assert broker.store.consumer_offsets.query_offset("pop-reset", "PopReset", 0) == 6
+    finally:
+        c.shutdown()

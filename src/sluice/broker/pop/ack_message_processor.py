@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from sluice.broker.pop.pop_message_processor import check_invisible_time, put_all
 from sluice.broker.pop.pop_revive_service import AckRecord, CheckPoint, now_ms
@@ -165,30 +166,35 @@ class AckMessageProcessor:
             ck = self._open_checkpoint(group, topic, queue_id, offset, receipt)
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
-        return await self._ack(req, [(ck, offset)])
+        return await self._ack(req, [(ck, 1 << ck.index_of(offset))])
 
     async def _ack(self, req: RemotingCommand, acks: list[tuple[CheckPoint, int]]) -> RemotingCommand:
-        """Mark each (checkpoint, offset) acked, then write one ack record per checkpoint that is in the revive log,
-        to its own revive queue (undone if that fails). Acks of a checkpoint still only in memory are merged into
-        it there, and written with it if it ever is."""
-        done: dict[int, tuple[CheckPoint, list[int]]] = {}  # id(checkpoint) → (it, offsets), of logged ones
-        for ck, offset in acks:
-            logged = not ck.buffered  # (before the ack: settling it takes it out of the buffer)
-            if self.pop_revive.ack(ck, offset) and logged:
-                done.setdefault(id(ck), (ck, []))[1].append(offset)
+        """Mark each checkpoint's messages of the bits of its mask (by index) acked, then write one ack record per
+        checkpoint that is in the revive log, to its own revive queue (undone if that fails). Acks of a checkpoint
+        still only in memory are merged into it there, and written with it if it ever is."""
+        # A checkpoint being written is acked once it is (in the log, or back in memory): an ack in memory of one
+        # whose record then lands would be lost, an ack record of one that then fails would be undone.
+        await self.pop_buffer.until_written([ck for ck, _ in acks])
+        done: list[tuple[CheckPoint, int]] = []  # logged checkpoints and the bits newly acked
+        for ck, mask in acks:
+            logged = ck.logged
+            new = self.pop_revive.ack_mask(ck, mask)
+            if new and logged:
+                done.append((ck, new))
         if not done:
             return req.response(ResponseCode.SUCCESS)
         records = [self.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time,
-                                                     ck.broker_name, tuple(offsets)), ck.revive_qid)
-                   for ck, offsets in done.values()]
+                                                     ck.broker_name, tuple(ck.start_offset + ck.diffs[i]
+                                                                           for i in _indices(new))), ck.revive_qid)
+                   for ck, new in done]
 
         def written(_i: int, r: PutMessageResult) -> None:
-            for ck, _ in done.values():
+            for ck, _ in done:
                 self.pop_revive.count_put(ck.group, ck.topic, "ACK", r.status, ck.revive_qid)
             if not r.stored:
-                for ck, offsets in done.values():
-                    for offset in offsets:
-                        self.pop_revive.unack(ck, offset)
+                for ck, new in done:
+                    for i in _indices(new):
+                        self.pop_revive.unack(ck, ck.start_offset + ck.diffs[i])
 
         (r,) = await put_all(self.store, [records], written)
         if not r.stored:
@@ -199,7 +205,7 @@ class AckMessageProcessor:
         """A JSON body ``{"brokerName", "acks": [{c, t, r, so, q, rq, pt, it, b}]}``: per checkpoint, the offsets
         ``so + i`` for each bit i of ``b`` (a base64 java.util.BitSet)."""
         try:
-            body = json.loads(bytes(req.body)) if req.body else {}
+            body = orjson.loads(req.body) if req.body else {}
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequestError(f"the batch ack body is not valid JSON: {exc}") from None
         items = body.get("acks", []) if isinstance(body, dict) else None
@@ -229,7 +235,7 @@ class AckMessageProcessor:
                 continue
             ck = self.pop_revive.find(real, group, queue_id, start, pop_time, self.config.broker_name)
             if ck is not None:  # only its own offsets are looked up in the bit set: never all of them
-                acks += [(ck, start + d) for d in ck.diffs if _bit(bits, d)]
+                acks.append((ck, _mask(ck.diffs, bits)))
         if not acks:
             if orderly:
                 return req.response(ResponseCode.SUCCESS)
@@ -263,26 +269,38 @@ class AckMessageProcessor:
             old = self._open_checkpoint(group, topic, queue_id, offset, receipt)
         except AckRefused as exc:
             return req.response(exc.code, exc.remark)
+        await self.pop_buffer.until_written([old])
+        i = old.index_of(offset)
+        if not self.pop_revive.is_open(old) or old.acked >> i & 1:  # (settled or put back meanwhile)
+            expired = _expired(group, topic, queue_id, offset)
+            return req.response(expired.code, expired.remark)
         now = self.pop_revive.next_pop_time()
+        # The new checkpoint is written at once (its message lies inside ``old``'s pop, past which the group's
+        # offset may move); marked as made by a change, a restart does not move the offset by it. ``old``'s ack:
+        # a record when ``old`` is in the log, else merged in memory once the new one is written.
         new = CheckPoint(topic, group, queue_id, offset, now, invisible, self.config.broker_name, [0], old.revive_qid,
-                         suspend=h.suspend)
-        # The new checkpoint is written at once, so first the queue's checkpoints still only in memory: a restart
-        # after a crash moves the group's offset past every checkpoint it finds in the log.
-        flushed = self.pop_buffer.take_queue(group, old.topic, old.queue_id)
+                         suspend=h.suspend, changed=True)
         self.pop_revive.open(new)
-        self.pop_revive.ack(old, offset)
-        records = [*(self.pop_revive.checkpoint_record(ck) for ck in flushed),
-                   self.pop_revive.checkpoint_record(new),
-                   self.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset, old.pop_time,
-                                                     old.broker_name, (offset,)), old.revive_qid)]
+        logged = old.logged
+        records = [self.pop_revive.checkpoint_record(new)]
+        if logged:
+            self.pop_revive.ack(old, offset)
+            records.append(self.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset,
+                                                                old.pop_time, old.broker_name, (offset,)),
+                                                      old.revive_qid))
+        old.busy += 1  # (neither written nor put back while this put is under way: it would miss the ack)
 
         def written(_i: int, r: PutMessageResult) -> None:
-            self.pop_revive.count_put(group, topic, "ACK", r.status, old.revive_qid)
+            old.busy -= 1
+            if logged:
+                self.pop_revive.count_put(group, topic, "ACK", r.status, old.revive_qid)
             self.pop_revive.written(new, r)
             if not r.stored:
                 self.pop_revive.forget(new)
-                self.pop_revive.unack(old, offset)
-            self.pop_buffer.written(flushed, r)
+                if logged:
+                    self.pop_revive.unack(old, offset)
+            elif not logged:
+                self.pop_revive.ack(old, offset)
 
         (r,) = await put_all(self.store, [records], written)
         if not r.stored:
@@ -319,6 +337,18 @@ def _batch_ack_fields(item: dict[str, Any]) -> tuple[str, str, str, int, int, in
 def _bit(bits: bytes, i: int) -> bool:
     """Bit ``i`` of a java.util.BitSet's toByteArray (little-endian)."""
     return 0 <= i < len(bits) * 8 and bool(bits[i >> 3] >> (i & 7) & 1)
+
+
+def _mask(diffs: list[int], bits: bytes) -> int:
+    """The indices in a checkpoint of ``diffs`` whose bits ``bits`` sets, as a mask."""
+    n = len(diffs)
+    if n and diffs[-1] == n - 1:  # its offsets follow each other (no filter skipped any): the same bits
+        return int.from_bytes(bits, "little") & ((1 << n) - 1)
+    return sum(1 << i for i, d in enumerate(diffs) if _bit(bits, d))
+
+
+def _indices(mask: int) -> list[int]:
+    return [i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
 def _set_bits(bits: bytes, start: int) -> list[int]:

@@ -8,22 +8,28 @@ the buffer. A pop + ack so costs no write at all in the common case, instead of 
 
 What this changes for a crash: the group's consumer offset of a queue moves past a pop only once its checkpoint is
 settled, put back or written, in the order of the pops (the next pop reads from the offset the last one reached,
-held here meanwhile). A broker killed with checkpoints in memory hands their messages out again after it restarts
-— acknowledged ones included (at least once, as a pull consumer's uncommitted offsets) — never loses one. A broker
-that stops writes every open checkpoint first.
+held here meanwhile), and offsets so moved are journaled to the revive log every ``JOURNAL_MS`` (read back only
+after a crash: the offsets file is seconds old then). A broker killed with checkpoints in memory hands their
+messages out again after it restarts — acknowledged ones included (at least once, as a pull consumer's
+uncommitted offsets) — never loses one. A broker that stops writes every open checkpoint first.
+
+A checkpoint is in one of three states: only in memory (``buffered``; its acks final there), being written
+(``writing``: acks of it wait for the outcome) or in the log (``logged``; its acks written as records). Writes go
+oldest first, as the broker's own puts (never turned down by back-pressure); while more than
+``pop_ck_max_buffer_size`` wait (the store refuses them), pops are answered SYSTEM_BUSY.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from sluice.broker.pop.pop_message_processor import put_all
 from sluice.broker.pop.pop_revive_service import CheckPoint, now_ms
 from sluice.common.service import AsyncService
-from sluice.store.results import PutMessageResult
+from sluice.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from sluice.broker.pop.pop_revive_service import PopReviveService
@@ -36,6 +42,8 @@ QueueKey = tuple[str, str, int]  # group, topic, queue id
 RETRY_SECONDS = 1.0  # a write that failed is tried again after this
 JOURNAL_MS = 200
 JOURNAL_ENTRIES = 1000  # queues' offsets in one record at most
+WRITE_CHUNK = 512  # checkpoints in one put at most
+BUSY_SECONDS = 0.01  # a due checkpoint named by a put under way is looked at again after this
 
 
 class _Queue:
@@ -50,8 +58,9 @@ class _Queue:
 
 
 def _offset_free(ck: CheckPoint | None) -> bool:
-    """Whether the group's offset may move past ``ck``: nothing of it can be lost by a crash any more."""
-    return ck is None or not ck.writing and (ck.settled or ck.revived or not ck.buffered)
+    """Whether the group's offset may move past ``ck``: nothing of it can be lost by a crash any more (written, or
+    every message acknowledged or put back; an ack of one only in memory is never undone)."""
+    return ck is None or ck.writing is None and (ck.logged or ck.settled or ck.revived)
 
 
 class PopBufferMergeService(AsyncService):
@@ -73,9 +82,15 @@ class PopBufferMergeService(AsyncService):
         # written (its interval is seconds).
         self._moved: dict[QueueKey, int] = {}
         self.journal_ms = JOURNAL_MS
+        self._journal_timer: asyncio.TimerHandle | None = None
         revive.on_done = self._done
 
     # == what a pop asks =============================================================================
+    @property
+    def full(self) -> bool:
+        """Too many checkpoints wait to be written (the store refuses them): pops are turned down meanwhile."""
+        return self.size >= self.max_size
+
     def pop_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """Where the group's next pop of the queue reads, when it is past the committed offset."""
         q = self.queues.get((group, topic, queue_id))
@@ -83,7 +98,7 @@ class PopBufferMergeService(AsyncService):
 
     def reset(self, group: str, topic: str, queue_id: int) -> None:
         """The group's offset of the queue was reset: its pops so far no longer move it (their checkpoints stay
-        open, and revive as before)."""
+        open, and revive as before; a reset forward skips their messages, as it skips the others)."""
         self.queues.pop((group, topic, queue_id), None)
 
     def popped(self, group: str, topic: str, queue_id: int, next_offset: int, ck: CheckPoint | None) -> None:
@@ -94,8 +109,7 @@ class PopBufferMergeService(AsyncService):
         q = self.queues.get(key)
         if q is None:
             if ck is None:  # nothing before it waits: move the offset now
-                self.store.consumer_offsets.commit_offset(group, topic, queue_id, next_offset)
-                self._moved[key] = next_offset
+                self._commit(key, next_offset)
                 return
             q = self.queues[key] = _Queue()
         q.ahead = next_offset
@@ -119,6 +133,8 @@ class PopBufferMergeService(AsyncService):
         if q is None:
             return []
         taken = [ck for ck, _ in q.pending if ck is not None and ck.buffered and not ck.settled and not ck.revived]
+        if any(ck.busy for ck in taken):
+            return []  # (later: the queue's checkpoints are written as a prefix of its pops)
         for ck in taken:
             self._writing(ck)
         return taken
@@ -126,7 +142,7 @@ class PopBufferMergeService(AsyncService):
     # == state changes ===============================================================================
     def _writing(self, ck: CheckPoint) -> None:
         ck.buffered = False
-        ck.writing = True
+        ck.writing = asyncio.get_running_loop().create_future()
         self.size -= 1
         ck.revive_offset = self.store.get_max_offset_in_queue(self.revive.topic, ck.revive_qid)
 
@@ -134,9 +150,13 @@ class PopBufferMergeService(AsyncService):
         """The put of ``cks``' records ended with ``r``."""
         back: list[CheckPoint] = []
         for ck in cks:
-            ck.writing = False
+            fut, ck.writing = ck.writing, None
+            if fut is not None and not fut.done():
+                fut.set_result(None)
             self.revive.count_put(ck.group, ck.topic, "CK", r.status)
-            if not r.stored and not ck.settled and not ck.revived and self.revive.is_open(ck):
+            if r.stored:
+                ck.logged = True
+            elif not ck.settled and not ck.revived:
                 ck.buffered = True
                 self.size += 1
                 back.append(ck)
@@ -160,11 +180,27 @@ class PopBufferMergeService(AsyncService):
         while pending and _offset_free(pending[0][0]):
             committed = pending.popleft()[1]
         if committed >= 0:
-            self.store.consumer_offsets.commit_offset(key[0], key[1], key[2], committed)
-            self._moved[key] = committed
+            self._commit(key, committed)
         if not pending:
             del self.queues[key]
             self._full.discard(key)
+
+    def _commit(self, key: QueueKey, offset: int) -> None:
+        offsets = self.store.consumer_offsets
+        if offsets.has_offset_reset(*key):  # (an admin's reset waits for the next pop: not overwritten)
+            return
+        offsets.commit_offset(key[0], key[1], key[2], offset)
+        self._moved[key] = offset
+        if self._journal_timer is None and self.enabled:
+            self._journal_timer = asyncio.get_running_loop().call_later(self.journal_ms / 1000, self._wake.set)
+
+    async def until_written(self, cks: list[CheckPoint]) -> None:
+        """Wait while any of ``cks`` is being written: then each is either only in memory or in the log."""
+        while True:
+            writes = {id(f): f for ck in cks if (f := ck.writing) is not None}
+            if not writes:
+                return
+            await asyncio.wait(writes.values())
 
     # == writing =====================================================================================
     def start(self) -> None:
@@ -174,6 +210,9 @@ class PopBufferMergeService(AsyncService):
     async def stop(self) -> None:
         """Stop, writing every checkpoint still open first (a restart then knows them all)."""
         await super().stop()
+        if self._journal_timer is not None:
+            self._journal_timer.cancel()
+            self._journal_timer = None
         if self.size:
             await self._write(self._take(None))
         self._moved.clear()  # (the offsets file is written at the stop: current)
@@ -183,10 +222,10 @@ class PopBufferMergeService(AsyncService):
             self._wake.clear()
             try:
                 ok = await self._write(self._take(now_ms() - self.stay_ms))
-                ok = await self._journal() and ok
-                delay = self._next_due() if ok else RETRY_SECONDS
-                if self._moved:
-                    delay = min(delay, self.journal_ms / 1000)
+                if self._journal_timer is not None and self._journal_timer.when() <= asyncio.get_running_loop().time():
+                    self._journal_timer = None
+                    ok = await self._journal() and ok
+                delay = max(BUSY_SECONDS, self._next_due()) if ok else RETRY_SECONDS
             except Exception:
                 log.exception("writing buffered pop checkpoints failed")
                 delay = RETRY_SECONDS
@@ -205,11 +244,12 @@ class PopBufferMergeService(AsyncService):
         entries = [[g, t, q, o] for (g, t, q), o in moved.items()]
         records = [self.revive.offset_record(entries[i:i + JOURNAL_ENTRIES])
                    for i in range(0, len(entries), JOURNAL_ENTRIES)]
-        (r,) = await put_all(self.store, [records])
+        r = await self.store.put_async(records)  # (the broker's own: not turned down by back-pressure)
         if not r.stored:
             log.warning("cannot journal %d pop offsets: %s %s; trying again", len(entries), r.status.name, r.remark)
             for key, offset in moved.items():
                 self._moved.setdefault(key, offset)
+            self._journal_timer = asyncio.get_running_loop().call_later(RETRY_SECONDS, self._wake.set)
         return r.stored
 
     def _next_due(self) -> float:
@@ -232,8 +272,8 @@ class PopBufferMergeService(AsyncService):
             if not ck.buffered or ck.settled or ck.revived:
                 unwritten.popleft()
                 continue
-            if popped_by is not None and ck.pop_time > popped_by and self.size <= self.max_size:
-                break
+            if popped_by is not None and (ck.busy or ck.pop_time > popped_by and self.size <= self.max_size):
+                break  # (a busy one is written next time, before any popped after it; at the stop, now)
             unwritten.popleft()
             self._writing(ck)
             out.append(ck)
@@ -243,14 +283,26 @@ class PopBufferMergeService(AsyncService):
         return out
 
     async def _write(self, cks: list[CheckPoint]) -> bool:
-        if not cks:
-            return True
-        records = [self.revive.checkpoint_record(ck) for ck in cks]
-        (r,) = await put_all(self.store, [records], lambda _i, res: self.written(cks, res))
-        if not r.stored:
-            log.warning("cannot write %d buffered pop checkpoints: %s %s; trying again", len(cks), r.status.name,
-                        r.remark)
-        return r.stored
+        """Write ``cks`` (taken, in pop order), a chunk a put; after a chunk that fails, the rest go back to the
+        buffer unwritten (a queue's checkpoints reach the log in the order of its pops)."""
+        for i in range(0, len(cks), WRITE_CHUNK):
+            chunk = cks[i:i + WRITE_CHUNK]
+            try:
+                records = [self.revive.checkpoint_record(ck) for ck in chunk]
+            except BaseException:
+                self.written(cks[i:], PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
+                raise
+            try:  # (once submitted, the put answers ``written`` whatever becomes of this task)
+                r = await self.store.put_async(records, functools.partial(self.written, chunk))
+            except BaseException:
+                self.written(cks[i + WRITE_CHUNK:], PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
+                raise
+            if not r.stored:
+                log.warning("cannot write %d buffered pop checkpoints: %s %s; trying again", len(cks) - i,
+                            r.status.name, r.remark)
+                self.written(cks[i + WRITE_CHUNK:], r)
+                return False
+        return True
 
     def stats(self) -> dict[str, int]:
         return {"buffered_checkpoints": self.size,

@@ -332,8 +332,11 @@ class PopMessageProcessor:
 
     def _read_offset(self, group: str, topic: str, queue_id: int) -> int:
         """Where the group's next pop of the queue reads (-1: nowhere yet)."""
+        offsets = self.store.consumer_offsets
         ahead = self.pop_buffer.pop_offset(group, topic, queue_id)
-        return ahead if ahead is not None else self.store.consumer_offsets.query_offset(group, topic, queue_id)
+        if ahead is None or offsets.has_offset_reset(group, topic, queue_id):  # (a reset: the offset it set)
+            return offsets.query_offset(group, topic, queue_id)
+        return ahead
 
     def _empty(self, req: RemotingCommand, h: PopMessageRequestHeader, code: int, remark: str) -> RemotingCommand:
         return req.response(code, remark, {"popTime": str(now_ms()), "invisibleTime": str(h.invisible_time),
@@ -367,6 +370,9 @@ class PopMessageProcessor:
         reads: list[_Read] = []
         rest = 0
         buffered = self.pop_buffer.enabled
+        if buffered and self.pop_buffer.full:
+            return req.response(ResponseCode.SYSTEM_BUSY, f"broker busy: {self.pop_buffer.size} pop checkpoints wait "
+                                                          f"to be written (pop_ck_max_buffer_size); try again later")
         for topic, qid, tag_codes, flt in plan:
             if budget <= 0:
                 break

@@ -86,8 +86,11 @@ class CheckPoint:
     revive_offset: int = -1  # where its record lies in its revive queue (a lower bound until written)
     revived: bool = False  # its unacknowledged messages were put back
     suspend: bool = False  # (RocketMQ 5.5) its messages come back without a delivery counted
-    buffered: bool = False  # only in memory (PopBufferMergeService): no record of it in the revive log
-    writing: bool = False  # its record is being written
+    changed: bool = False  # made by a change of invisible time: its message lies inside an earlier pop's
+    buffered: bool = False  # only in memory (PopBufferMergeService), waiting to be written
+    writing: asyncio.Future[None] | None = None  # its record is being written: done once it is, or failed
+    logged: bool = False  # its record is in the revive log
+    busy: int = 0  # puts under way that name it (its revive, a change of invisible time): not written meanwhile
 
     @property
     def key(self) -> CheckPointKey:
@@ -115,14 +118,14 @@ class CheckPoint:
         return orjson.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": self.acked,
                              "n": len(self.diffs), "q": self.queue_id, "t": self.topic, "c": self.group,
                              "d": self.diffs, "bn": self.broker_name, "reviveTime": self.revive_time,
-                             "sp": self.suspend})
+                             "sp": self.suspend, "ci": self.changed})
 
     @classmethod
     def from_json(cls, body: bytes, revive_qid: int, revive_offset: int) -> CheckPoint:
         d = orjson.loads(body)
         return cls(str(d["t"]), str(d["c"]), int(d["q"]), int(d["so"]), int(d["pt"]), int(d["it"]), str(d["bn"]),
                    [int(x) for x in d["d"]], revive_qid, int(d.get("bm", 0)), revive_offset,
-                   suspend=bool(d.get("sp", False)))
+                   suspend=bool(d.get("sp", False)), changed=bool(d.get("ci", False)), logged=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +215,7 @@ class PopReviveService(AsyncService):
                             if not ck.settled:  # (written with every ack merged in: nothing left of it)
                                 self._track(ck)
                             self._last_pop_time = max(self._last_pop_time, ck.pop_time)
-                            if crashed:
+                            if crashed and not ck.changed:  # (a changed one's offset is its pop's to move)
                                 self._popped_past(ck)
                             cks += 1
                         elif msg.tags in (ACK_TAG, BATCH_ACK_TAG):
@@ -329,6 +332,7 @@ class PopReviveService(AsyncService):
         self.count_put(ck.group, ck.topic, "CK", r.status)
         if r.stored:
             ck.revive_offset = r.queue_offset
+            ck.logged = True
 
     def forget(self, ck: CheckPoint) -> None:
         """A checkpoint whose record could not be written: its messages were not handed out."""
@@ -337,7 +341,7 @@ class PopReviveService(AsyncService):
     def _drop(self, ck: CheckPoint) -> None:
         if self.checkpoints.get(ck.key) is ck:
             del self.checkpoints[ck.key]
-            if (ck.settled or ck.revived) and not ck.buffered:  # (a buffered one never was in the log)
+            if (ck.settled or ck.revived) and ck.logged:  # (a buffered one never was in the log)
                 self._count_out(ck.group, ck.topic, ck.revive_qid, "CK")
             self.on_done(ck)
 
@@ -348,12 +352,17 @@ class PopReviveService(AsyncService):
     def ack(self, ck: CheckPoint, offset: int) -> bool:
         """Mark ``offset`` of ``ck`` acknowledged in memory; False if it was already (or is not one of it)."""
         i = ck.index_of(offset)
-        if i < 0 or ck.acked >> i & 1:
-            return False
-        ck.acked |= 1 << i
-        if ck.settled:
-            self._drop(ck)
-        return True
+        return i >= 0 and self.ack_mask(ck, 1 << i) != 0
+
+    def ack_mask(self, ck: CheckPoint, mask: int) -> int:
+        """Mark ``ck``'s messages of the bits of ``mask`` (by their index in it) acknowledged in memory; the bits
+        that were not already."""
+        new = mask & ~ck.acked & ((1 << len(ck.diffs)) - 1)
+        if new:
+            ck.acked |= new
+            if ck.settled:
+                self._drop(ck)
+        return new
 
     def unack(self, ck: CheckPoint, offset: int) -> None:
         """Undo ``ack`` (its record could not be written): the message comes back when its time is up."""
@@ -404,13 +413,19 @@ class PopReviveService(AsyncService):
     async def _revive(self, ck: CheckPoint) -> bool:
         if self.checkpoints.get(ck.key) is not ck:
             return True
+        if ck.busy:  # a change of its invisible time is being written: again in a moment
+            return False
         msgs: list[MessageExtBrokerInner] = []
         for offset in ck.unacked_offsets():
             msg = self._load(ck, offset)
             if msg is not None:
                 msgs.append(self._again(ck, msg))
         if msgs:  # with the mark that they are back, for a replay of the revive log
-            r = await self.store.put_async([*msgs, self.checkpoint_record(ck, REVIVED_TAG)])
+            ck.busy += 1  # (not written meanwhile: its record would follow the mark)
+            try:
+                r = await self.store.put_async([*msgs, self.checkpoint_record(ck, REVIVED_TAG)])
+            finally:
+                ck.busy -= 1
             if r.status is PutMessageStatus.MESSAGE_ILLEGAL:  # never to be stored: say so once, and let it go
                 log.error("pop revive of %s queue %d (group %s): its messages cannot be put back (%s); dropped: %s",
                           ck.topic, ck.queue_id, ck.group, r.remark, ck.unacked_offsets())
@@ -467,7 +482,7 @@ class PopReviveService(AsyncService):
         store = self.store
         oldest: dict[int, int] = {}
         for ck in self.checkpoints.values():
-            if ck.buffered:  # (nothing of it in the log yet)
+            if not ck.logged and ck.writing is None:  # (nothing of it in the log yet)
                 continue
             if ck.revive_offset < oldest.get(ck.revive_qid, 1 << 62):
                 oldest[ck.revive_qid] = ck.revive_offset
