@@ -49,7 +49,7 @@ Listener = Callable[[MessageExt], Any]
 
 def receipt_of(msg: MessageExt) -> Receipt:
     """The receipt handle a received message carries (``ClientError`` for a message not received by POP)."""
-    text = msg.properties.get(PROPERTY_POP_CK)
+    text = msg.get_property(PROPERTY_POP_CK)
     if text is None:
         raise ClientError("the message has no receipt handle: it was not received by a SimpleConsumer")
     try:
@@ -229,7 +229,7 @@ class SimpleConsumer:
         # Receipts of one pop of one queue differ only in their last field (the offset): parsed once per head.
         heads: dict[tuple[str, str], list[str]] = {}  # (topic, receipt up to its offset) → offsets
         for m in msgs:
-            text = m.properties.get(PROPERTY_POP_CK)
+            text = m.get_property(PROPERTY_POP_CK)
             if text is None:
                 receipt_of(m)  # (raises: not received by POP)
                 continue
