@@ -563,3 +563,25 @@ def test_an_admin_reset_of_a_popping_group_is_not_undone_by_the_acks_of_earlier_
         assert broker.store.consumer_offsets.query_offset("pop-reset", "PopReset", 0) == 6
     finally:
         c.shutdown()
+
+
+def test_past_the_buffers_bound_the_oldest_checkpoints_are_written_early_and_pops_go_on(empty_cluster):
+    broker = empty_cluster.start_broker(pop_ck_max_buffer_size=2)
+    empty_cluster.create_topic("PopBound", 1)
+    produce(empty_cluster.namesrv_addr, "PopBound", 4)
+    c = consumer(empty_cluster, "pop-bound", "PopBound")
+    try:
+        got = []
+        for _ in range(4):  # one pop a message: four checkpoints of one queue, none acknowledged
+            got += c.receive(1, 30.0, wait=5.0)
+        assert len(got) == 4  # (never SYSTEM_BUSY: that is for twice the bound, with the store refusing writes)
+        wait_until(lambda: len([t for t, _ in revive_log(broker) if t == CK_TAG]) >= 3, 30,
+                   "the oldest checkpoints written before their stay time")
+        cks = [CheckPoint.from_json(b, 0, 0).start_offset for t, b in revive_log(broker) if t == CK_TAG]
+        assert cks == sorted(cks) and cks[0] == 0  # oldest first
+        assert broker.pop_buffer.size < 2
+        wait_until(lambda: broker.store.consumer_offsets.query_offset("pop-bound", "PopBound", 0) >= len(cks), 30,
+                   "the offset past the written ones")
+        c.ack_many(got)
+    finally:
+        c.shutdown()

@@ -28,7 +28,7 @@ from sluice.remoting.command import RemotingCommand
 from sluice.remoting.connection import Connection
 from sluice.remoting.errors import BadRequestError
 from sluice.remoting.headers import AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader
-from sluice.store.results import PutMessageResult
+from sluice.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from sluice.broker.consumer_order_info_manager import ConsumerOrderInfoManager
@@ -127,7 +127,7 @@ class AckMessageProcessor:
         ck = self.pop_revive.find(topic, group, queue_id, receipt.ck_offset, receipt.pop_time,
                                          receipt.broker_name)
         i = -1 if ck is None else ck.index_of(offset)
-        if ck is None or i < 0 or ck.acked >> i & 1:
+        if ck is None or i < 0 or (ck.acked | ck.changing) >> i & 1:
             raise _expired(group, topic, queue_id, offset)
         if receipt.revive_qid != ck.revive_qid:
             raise AckRefused(ResponseCode.INVALID_PARAMETER,
@@ -177,6 +177,9 @@ class AckMessageProcessor:
         await self.pop_buffer.until_written([ck for ck, _ in acks])
         done: list[tuple[CheckPoint, int]] = []  # logged checkpoints and the bits newly acked
         for ck, mask in acks:
+            if not self.pop_revive.is_open(ck):  # (put back while the ack waited)
+                continue
+            mask &= ~ck.changing
             logged = ck.logged
             new = self.pop_revive.ack_mask(ck, mask)
             if new and logged:
@@ -234,8 +237,9 @@ class AckMessageProcessor:
                         pass
                 continue
             ck = self.pop_revive.find(real, group, queue_id, start, pop_time, self.config.broker_name)
-            if ck is not None:  # only its own offsets are looked up in the bit set: never all of them
-                acks.append((ck, _mask(ck.diffs, bits)))
+            mask = 0 if ck is None else _mask(ck.diffs, bits) & ~ck.changing
+            if ck is not None and mask:  # only its own offsets are looked up in the bit set: never all of them
+                acks.append((ck, mask))
         if not acks:
             if orderly:
                 return req.response(ResponseCode.SUCCESS)
@@ -271,7 +275,7 @@ class AckMessageProcessor:
             return req.response(exc.code, exc.remark)
         await self.pop_buffer.until_written([old])
         i = old.index_of(offset)
-        if not self.pop_revive.is_open(old) or old.acked >> i & 1:  # (settled or put back meanwhile)
+        if not self.pop_revive.is_open(old) or (old.acked | old.changing) >> i & 1:  # (settled or put back meanwhile)
             expired = _expired(group, topic, queue_id, offset)
             return req.response(expired.code, expired.remark)
         now = self.pop_revive.next_pop_time()
@@ -288,10 +292,17 @@ class AckMessageProcessor:
             records.append(self.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset,
                                                                 old.pop_time, old.broker_name, (offset,)),
                                                       old.revive_qid))
-        old.busy += 1  # (neither written nor put back while this put is under way: it would miss the ack)
+        # While this put is under way ``old`` is neither written nor put back (either would miss the ack), and its
+        # message takes no other ack or change.
+        old.busy += 1
+        old.changing |= 1 << i
+        answered = False
 
         def written(_i: int, r: PutMessageResult) -> None:
+            nonlocal answered
+            answered = True
             old.busy -= 1
+            old.changing &= ~(1 << i)
             if logged:
                 self.pop_revive.count_put(group, topic, "ACK", r.status, old.revive_qid)
             self.pop_revive.written(new, r)
@@ -302,7 +313,12 @@ class AckMessageProcessor:
             elif not logged:
                 self.pop_revive.ack(old, offset)
 
-        (r,) = await put_all(self.store, [records], written)
+        try:
+            (r,) = await put_all(self.store, [records], written)
+        except Exception:  # (raised before the put was submitted: nothing will answer it)
+            if not answered:
+                written(0, PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
+            raise
         if not r.stored:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"cannot write the new checkpoint: {r.status.name} {r.remark}")

@@ -15,14 +15,14 @@ uncommitted offsets) — never loses one. A broker that stops writes every open 
 
 A checkpoint is in one of three states: only in memory (``buffered``; its acks final there), being written
 (``writing``: acks of it wait for the outcome) or in the log (``logged``; its acks written as records). Writes go
-oldest first, as the broker's own puts (never turned down by back-pressure); while more than
-``pop_ck_max_buffer_size`` wait (the store refuses them), pops are answered SYSTEM_BUSY.
+oldest first, as the broker's own puts (never turned down by back-pressure), early from ``pop_ck_max_buffer_size``
+buffered on; while twice that many wait (the store refuses them), pops are answered SYSTEM_BUSY.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import heapq
 import logging
 from collections import deque
 from typing import TYPE_CHECKING
@@ -44,6 +44,7 @@ JOURNAL_MS = 200
 JOURNAL_ENTRIES = 1000  # queues' offsets in one record at most
 WRITE_CHUNK = 512  # checkpoints in one put at most
 BUSY_SECONDS = 0.01  # a due checkpoint named by a put under way is looked at again after this
+STOP_WAIT_SECONDS = 5.0  # at the stop, how long such puts are waited for
 
 
 class _Queue:
@@ -55,6 +56,10 @@ class _Queue:
     def __init__(self) -> None:
         self.pending: deque[tuple[CheckPoint | None, int]] = deque()
         self.ahead = 0
+
+
+def _pop_time(ck: CheckPoint) -> int:
+    return ck.pop_time
 
 
 def _offset_free(ck: CheckPoint | None) -> bool:
@@ -88,8 +93,9 @@ class PopBufferMergeService(AsyncService):
     # == what a pop asks =============================================================================
     @property
     def full(self) -> bool:
-        """Too many checkpoints wait to be written (the store refuses them): pops are turned down meanwhile."""
-        return self.size >= self.max_size
+        """Twice ``max_size`` checkpoints wait (from ``max_size`` on they are written early, so the store refuses
+        them): pops are turned down meanwhile."""
+        return self.size >= 2 * self.max_size
 
     def pop_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """Where the group's next pop of the queue reads, when it is past the committed offset."""
@@ -119,7 +125,7 @@ class PopBufferMergeService(AsyncService):
             self.size += 1
             self._unwritten.append(ck)
             self.revive.track(ck)
-            if self.size > self.max_size:
+            if self.size >= self.max_size:
                 self._wake.set()
             if len(q.pending) > self.max_queue:
                 self._full.add(key)
@@ -160,7 +166,8 @@ class PopBufferMergeService(AsyncService):
                 ck.buffered = True
                 self.size += 1
                 back.append(ck)
-        self._unwritten.extendleft(reversed(back))
+        if back:  # (back in pop order among the others: a queue's are written as a prefix of its pops)
+            self._unwritten = deque(heapq.merge(back, self._unwritten, key=_pop_time))
         for ck in cks:
             self._done(ck)
 
@@ -214,6 +221,11 @@ class PopBufferMergeService(AsyncService):
             self._journal_timer.cancel()
             self._journal_timer = None
         if self.size:
+            # (a revive or a change of invisible time under way first: its checkpoint's record must not miss it)
+            deadline = asyncio.get_running_loop().time() + STOP_WAIT_SECONDS
+            while any(ck.busy for ck in self._unwritten if ck.buffered) and \
+                    asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(BUSY_SECONDS)
             await self._write(self._take(None))
         self._moved.clear()  # (the offsets file is written at the stop: current)
 
@@ -242,9 +254,12 @@ class PopBufferMergeService(AsyncService):
             return True
         self._moved = {}
         entries = [[g, t, q, o] for (g, t, q), o in moved.items()]
-        records = [self.revive.offset_record(entries[i:i + JOURNAL_ENTRIES])
-                   for i in range(0, len(entries), JOURNAL_ENTRIES)]
-        r = await self.store.put_async(records)  # (the broker's own: not turned down by back-pressure)
+        try:
+            records = [self.revive.offset_record(entries[i:i + JOURNAL_ENTRIES])
+                       for i in range(0, len(entries), JOURNAL_ENTRIES)]
+            r = await self.store.put_async(records)  # (the broker's own: not turned down by back-pressure)
+        except Exception:
+            r = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written")
         if not r.stored:
             log.warning("cannot journal %d pop offsets: %s %s; trying again", len(entries), r.status.name, r.remark)
             for key, offset in moved.items():
@@ -272,35 +287,45 @@ class PopBufferMergeService(AsyncService):
             if not ck.buffered or ck.settled or ck.revived:
                 unwritten.popleft()
                 continue
-            if popped_by is not None and (ck.busy or ck.pop_time > popped_by and self.size <= self.max_size):
+            if popped_by is not None and (ck.busy or ck.pop_time > popped_by and self.size < self.max_size):
                 break  # (a busy one is written next time, before any popped after it; at the stop, now)
             unwritten.popleft()
             self._writing(ck)
             out.append(ck)
         for key in list(self._full):
-            self._full.discard(key)
-            out += self.take_queue(*key)
+            taken = self.take_queue(*key)
+            if taken or key not in self.queues:
+                self._full.discard(key)
+            out += taken  # (none while one of the queue's is busy: again next time)
         return out
 
     async def _write(self, cks: list[CheckPoint]) -> bool:
         """Write ``cks`` (taken, in pop order), a chunk a put; after a chunk that fails, the rest go back to the
         buffer unwritten (a queue's checkpoints reach the log in the order of its pops)."""
+        failed = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written")
         for i in range(0, len(cks), WRITE_CHUNK):
-            chunk = cks[i:i + WRITE_CHUNK]
+            chunk, rest = cks[i:i + WRITE_CHUNK], cks[i + WRITE_CHUNK:]
+            answered: list[bool] = []
+
+            def on_done(r: PutMessageResult, chunk: list[CheckPoint] = chunk, answered: list[bool] = answered) -> None:
+                answered.append(True)
+                self.written(chunk, r)
+
             try:
                 records = [self.revive.checkpoint_record(ck) for ck in chunk]
-            except BaseException:
-                self.written(cks[i:], PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
+                r = await self.store.put_async(records, on_done)  # (once submitted, on_done answers it, always)
+            except asyncio.CancelledError:
+                self.written(rest, failed)
                 raise
-            try:  # (once submitted, the put answers ``written`` whatever becomes of this task)
-                r = await self.store.put_async(records, functools.partial(self.written, chunk))
-            except BaseException:
-                self.written(cks[i + WRITE_CHUNK:], PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
+            except Exception:
+                if not answered:  # (raised before it was submitted)
+                    self.written(chunk, failed)
+                self.written(rest, failed)
                 raise
             if not r.stored:
                 log.warning("cannot write %d buffered pop checkpoints: %s %s; trying again", len(cks) - i,
                             r.status.name, r.remark)
-                self.written(cks[i + WRITE_CHUNK:], r)
+                self.written(rest, r)
                 return False
         return True
 

@@ -371,8 +371,9 @@ class PopMessageProcessor:
         rest = 0
         buffered = self.pop_buffer.enabled
         if buffered and self.pop_buffer.full:
-            return req.response(ResponseCode.SYSTEM_BUSY, f"broker busy: {self.pop_buffer.size} pop checkpoints wait "
-                                                          f"to be written (pop_ck_max_buffer_size); try again later")
+            return req.response(ResponseCode.SYSTEM_BUSY,
+                                f"broker busy: {self.pop_buffer.size} pop checkpoints wait to be written (twice "
+                                f"pop_ck_max_buffer_size); try again later")
         for topic, qid, tag_codes, flt in plan:
             if budget <= 0:
                 break

@@ -91,6 +91,7 @@ class CheckPoint:
     writing: asyncio.Future[None] | None = None  # its record is being written: done once it is, or failed
     logged: bool = False  # its record is in the revive log
     busy: int = 0  # puts under way that name it (its revive, a change of invisible time): not written meanwhile
+    changing: int = 0  # messages (bits) whose change of invisible time is being written: out of reach meanwhile
 
     @property
     def key(self) -> CheckPointKey:
@@ -482,7 +483,7 @@ class PopReviveService(AsyncService):
         store = self.store
         oldest: dict[int, int] = {}
         for ck in self.checkpoints.values():
-            if not ck.logged and ck.writing is None:  # (nothing of it in the log yet)
+            if ck.buffered:  # (nothing of it in the log yet; any other one has a lower bound: open(), _writing())
                 continue
             if ck.revive_offset < oldest.get(ck.revive_qid, 1 << 62):
                 oldest[ck.revive_qid] = ck.revive_offset
