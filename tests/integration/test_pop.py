@@ -47,6 +47,15 @@ def revive_log(broker) -> list[tuple[str, bytes]]:
     return out
 
 
+def one_queue(cluster, topic: str, n: int, group: str, **settings):
+    """A broker started with ``settings``, ``topic`` of one queue holding ``n`` messages, a consumer of
+    ``group``: (broker, consumer)."""
+    broker = cluster.start_broker(**settings)
+    cluster.create_topic(topic, 1)
+    produce(cluster.namesrv_addr, topic, n)
+    return broker, consumer(cluster, group, topic)
+
+
 def consumer(cluster, group: str, topic: str, **kw) -> SimpleConsumer:
     c = SimpleConsumer(group, namesrv=cluster.namesrv_addr, consume_from_first=True, **kw)
     c.subscribe(topic)
@@ -472,10 +481,7 @@ def test_a_pop_acknowledged_within_its_stay_writes_nothing_but_its_offset_to_the
 
 
 def test_a_checkpoint_open_past_its_stay_is_written_with_its_acks_and_later_acks_follow_it(empty_cluster):
-    broker = empty_cluster.start_broker(pop_ck_stay_buffer_time=300)
-    empty_cluster.create_topic("PopStay", 1)
-    produce(empty_cluster.namesrv_addr, "PopStay", 4)
-    c = consumer(empty_cluster, "pop-stay", "PopStay")
+    broker, c = one_queue(empty_cluster, "PopStay", 4, "pop-stay", pop_ck_stay_buffer_time=300)
     try:
         got = sorted(receive_all(c, 4, invisible=8.0), key=lambda m: m.queue_offset)
         c.ack(got[0])
@@ -501,10 +507,7 @@ def test_a_checkpoint_open_past_its_stay_is_written_with_its_acks_and_later_acks
 
 
 def test_without_the_buffer_every_pop_and_ack_is_written_at_once(empty_cluster):
-    broker = empty_cluster.start_broker(enable_pop_buffer_merge=False)
-    empty_cluster.create_topic("PopNoMerge", 1)
-    produce(empty_cluster.namesrv_addr, "PopNoMerge", 3)
-    c = consumer(empty_cluster, "pop-nomerge", "PopNoMerge")
+    broker, c = one_queue(empty_cluster, "PopNoMerge", 3, "pop-nomerge", enable_pop_buffer_merge=False)
     try:
         got = receive_all(c, 3)
         assert [tag for tag, _ in revive_log(broker)] == [CK_TAG]
@@ -566,10 +569,7 @@ def test_an_admin_reset_of_a_popping_group_is_not_undone_by_the_acks_of_earlier_
 
 
 def test_past_the_buffers_bound_the_oldest_checkpoints_are_written_early_and_pops_go_on(empty_cluster):
-    broker = empty_cluster.start_broker(pop_ck_max_buffer_size=2)
-    empty_cluster.create_topic("PopBound", 1)
-    produce(empty_cluster.namesrv_addr, "PopBound", 4)
-    c = consumer(empty_cluster, "pop-bound", "PopBound")
+    broker, c = one_queue(empty_cluster, "PopBound", 4, "pop-bound", pop_ck_max_buffer_size=2)
     try:
         got = []
         for _ in range(4):  # one pop a message: four checkpoints of one queue, none acknowledged

@@ -176,22 +176,39 @@ class AckMessageProcessor:
         # whose record then lands would be lost, an ack record of one that then fails would be undone.
         await self.pop_buffer.until_written([ck for ck, _ in acks])
         done: list[tuple[CheckPoint, int]] = []  # logged checkpoints and the bits newly acked
+        acked = refused = False
         for ck, mask in acks:
             if not self.pop_revive.is_open(ck):  # (put back while the ack waited)
+                refused = True
                 continue
-            mask &= ~ck.changing
-            logged = ck.logged
-            new = self.pop_revive.ack_mask(ck, mask)
-            if new and logged:
-                done.append((ck, new))
+            if mask & ck.changing:  # (a change of their invisible time is being written)
+                refused = True
+                mask &= ~ck.changing
+            new = mask & ~ck.acked & ((1 << len(ck.diffs)) - 1)
+            if new:
+                acked = True
+                if ck.logged:
+                    done.append((ck, new))
+                else:
+                    self.pop_revive.ack_mask(ck, new)
+        if refused and not acked:
+            return req.response(ResponseCode.NO_MESSAGE, "receipt handles expired or being changed: their messages "
+                                                         "were put back, or their invisible time is being changed")
         if not done:
             return req.response(ResponseCode.SUCCESS)
         records = [self.pop_revive.ack_record(AckRecord(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time,
                                                      ck.broker_name, tuple(ck.start_offset + ck.diffs[i]
                                                                            for i in _indices(new))), ck.revive_qid)
                    for ck, new in done]
+        for ck, new in done:  # (in memory now: an ack arriving meanwhile finds them acked)
+            self.pop_revive.ack_mask(ck, new)
+        answered = False
 
         def written(_i: int, r: PutMessageResult) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
             for ck, _ in done:
                 self.pop_revive.count_put(ck.group, ck.topic, "ACK", r.status, ck.revive_qid)
             if not r.stored:
@@ -199,7 +216,11 @@ class AckMessageProcessor:
                     for i in _indices(new):
                         self.pop_revive.unack(ck, ck.start_offset + ck.diffs[i])
 
-        (r,) = await put_all(self.store, [records], written)
+        try:
+            (r,) = await put_all(self.store, [records], written)
+        except Exception:  # (raised before the put was submitted: nothing will answer it)
+            written(0, PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
+            raise
         if not r.stored:
             return req.response(ResponseCode.SYSTEM_ERROR, f"cannot write the ack: {r.status.name} {r.remark}")
         return req.response(ResponseCode.SUCCESS)
@@ -284,14 +305,15 @@ class AckMessageProcessor:
         # a record when ``old`` is in the log, else merged in memory once the new one is written.
         new = CheckPoint(topic, group, queue_id, offset, now, invisible, self.config.broker_name, [0], old.revive_qid,
                          suspend=h.suspend, changed=True)
-        self.pop_revive.open(new)
         logged = old.logged
         records = [self.pop_revive.checkpoint_record(new)]
         if logged:
-            self.pop_revive.ack(old, offset)
             records.append(self.pop_revive.ack_record(AckRecord(old.topic, group, queue_id, old.start_offset,
                                                                 old.pop_time, old.broker_name, (offset,)),
                                                       old.revive_qid))
+        self.pop_revive.open(new)
+        if logged:
+            self.pop_revive.ack(old, offset)
         # While this put is under way ``old`` is neither written nor put back (either would miss the ack), and its
         # message takes no other ack or change.
         old.busy += 1
@@ -300,6 +322,8 @@ class AckMessageProcessor:
 
         def written(_i: int, r: PutMessageResult) -> None:
             nonlocal answered
+            if answered:
+                return
             answered = True
             old.busy -= 1
             old.changing &= ~(1 << i)
@@ -316,8 +340,7 @@ class AckMessageProcessor:
         try:
             (r,) = await put_all(self.store, [records], written)
         except Exception:  # (raised before the put was submitted: nothing will answer it)
-            if not answered:
-                written(0, PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
+            written(0, PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, "not written"))
             raise
         if not r.stored:
             return req.response(ResponseCode.SYSTEM_ERROR,

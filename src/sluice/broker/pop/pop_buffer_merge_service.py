@@ -152,14 +152,15 @@ class PopBufferMergeService(AsyncService):
         self.size -= 1
         ck.revive_offset = self.store.get_max_offset_in_queue(self.revive.topic, ck.revive_qid)
 
-    def written(self, cks: list[CheckPoint], r: PutMessageResult) -> None:
-        """The put of ``cks``' records ended with ``r``."""
+    def written(self, cks: list[CheckPoint], r: PutMessageResult, submitted: bool = True) -> None:
+        """The put of ``cks``' records ended with ``r`` (``submitted`` False: they were never put)."""
         back: list[CheckPoint] = []
         for ck in cks:
             fut, ck.writing = ck.writing, None
             if fut is not None and not fut.done():
                 fut.set_result(None)
-            self.revive.count_put(ck.group, ck.topic, "CK", r.status)
+            if submitted:
+                self.revive.count_put(ck.group, ck.topic, "CK", r.status)
             if r.stored:
                 ck.logged = True
             elif not ck.settled and not ck.revived:
@@ -167,7 +168,9 @@ class PopBufferMergeService(AsyncService):
                 self.size += 1
                 back.append(ck)
         if back:  # (back in pop order among the others: a queue's are written as a prefix of its pops)
-            self._unwritten = deque(heapq.merge(back, self._unwritten, key=_pop_time))
+            ids = {id(ck) for ck in back}
+            self._unwritten = deque(heapq.merge(
+                back, (ck for ck in self._unwritten if ck.buffered and id(ck) not in ids), key=_pop_time))
         for ck in cks:
             self._done(ck)
 
@@ -220,6 +223,11 @@ class PopBufferMergeService(AsyncService):
         if self._journal_timer is not None:
             self._journal_timer.cancel()
             self._journal_timer = None
+        try:  # the writes under way first (one that fails puts its checkpoints back: written below)
+            await asyncio.wait_for(self.until_written(
+                [ck for ck in self.revive.checkpoints.values() if ck.writing is not None]), STOP_WAIT_SECONDS)
+        except TimeoutError:
+            log.warning("pop checkpoints still being written at the stop")
         if self.size:
             # (a revive or a change of invisible time under way first: its checkpoint's record must not miss it)
             deadline = asyncio.get_running_loop().time() + STOP_WAIT_SECONDS
@@ -297,6 +305,7 @@ class PopBufferMergeService(AsyncService):
             if taken or key not in self.queues:
                 self._full.discard(key)
             out += taken  # (none while one of the queue's is busy: again next time)
+        out.sort(key=_pop_time)  # (stable: each queue's stay in its pop order)
         return out
 
     async def _write(self, cks: list[CheckPoint]) -> bool:
@@ -308,24 +317,25 @@ class PopBufferMergeService(AsyncService):
             answered: list[bool] = []
 
             def on_done(r: PutMessageResult, chunk: list[CheckPoint] = chunk, answered: list[bool] = answered) -> None:
-                answered.append(True)
-                self.written(chunk, r)
+                if not answered:
+                    answered.append(True)
+                    self.written(chunk, r)
 
             try:
                 records = [self.revive.checkpoint_record(ck) for ck in chunk]
                 r = await self.store.put_async(records, on_done)  # (once submitted, on_done answers it, always)
             except asyncio.CancelledError:
-                self.written(rest, failed)
+                self.written(rest, failed, submitted=False)
                 raise
             except Exception:
                 if not answered:  # (raised before it was submitted)
-                    self.written(chunk, failed)
-                self.written(rest, failed)
+                    self.written(chunk, failed, submitted=False)
+                self.written(rest, failed, submitted=False)
                 raise
             if not r.stored:
                 log.warning("cannot write %d buffered pop checkpoints: %s %s; trying again", len(cks) - i,
                             r.status.name, r.remark)
-                self.written(rest, r)
+                self.written(rest, r, submitted=False)
                 return False
         return True
 
