@@ -88,6 +88,33 @@ class Worker(threading.Thread):
             c.shutdown()  # dies holding what it did not acknowledge
 
 
+def one_queue_of(namesrv: str, topic: str, bodies: list[bytes]) -> list[bytes]:
+    """``topic`` made with one queue, ``bodies`` sent to it (in one batch)."""
+    async def create() -> None:
+        async with Admin(namesrv) as admin:
+            await admin.create_topic(topic, queues=1, wait=30)
+
+    _loop.run(create())
+    with Producer(f"{topic}-pg", namesrv=namesrv) as p:
+        p.send_batch([Message(topic, b) for b in bodies])
+    return bodies
+
+
+def pop_consumer(namesrv: str, group: str, topic: str) -> SimpleConsumer:
+    c = SimpleConsumer(group, namesrv=namesrv, consume_from_first=True, invisible_duration=60.0, await_duration=1.0)
+    c.subscribe(topic)
+    return c
+
+
+def receive(c: SimpleConsumer, n: int) -> list[MessageExt]:
+    """Up to ``n`` messages, receiving for at most 60 s."""
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        got += c.receive(min(32, n - len(got)), wait=1.0)
+    return got
+
+
 def dlq_bodies(namesrv: str) -> Counter[bytes]:
     c = SimpleConsumer("popk-dlq-reader", namesrv=namesrv, consume_from_first=True)
     c.subscribe(f"%DLQ%{GROUP}")
@@ -180,44 +207,26 @@ def test_a_broker_killed_with_pops_only_in_memory_hands_out_again_what_was_not_s
     broker = BrokerProcess(namesrv, tmp_path)
     broker.start()
     try:
-        async def create() -> None:
-            async with Admin(namesrv) as admin:
-                await admin.create_topic("popm", queues=1, wait=30)
-
-        _loop.run(create())
-        bodies = [f"b-{i:02d}".encode() for i in range(30)]
-        with Producer("popm-pg", namesrv=namesrv) as p:
-            p.send_batch([Message("popm", b) for b in bodies])
-
-        def receive(c: SimpleConsumer, n: int) -> list[MessageExt]:
-            got: list[MessageExt] = []
-            deadline = time.monotonic() + 60
-            while len(got) < n and time.monotonic() < deadline:
-                got += c.receive(min(32, n - len(got)), wait=1.0)
-            assert len(got) == n, f"received {len(got)} of {n}"
-            return got
-
+        bodies = one_queue_of(namesrv, "popm", [f"b-{i:02d}".encode() for i in range(30)])
         def revive_records() -> int:
             async def status() -> int:
                 async with Admin(namesrv) as admin:
                     return sum(q.max_offset for q in await admin.topic_status("rmq_sys_REVIVE_LOG_DefaultCluster"))
             return _loop.run(status())
 
-        c = SimpleConsumer("popm-g", namesrv=namesrv, consume_from_first=True, invisible_duration=60.0,
-                           await_duration=1.0)
-        c.subscribe("popm")
+        c = pop_consumer(namesrv, "popm-g", "popm")
         with c:
             settled = receive(c, 10)
+            assert len(settled) == 10
             c.ack_many(settled)
             wait_until(lambda: revive_records() >= 1, 30, "the settled pop's offset journaled")
             held = receive(c, 20)
+            assert len(held) == 20
             c.ack_many(held[:5])
         assert revive_records() == 1  # (nothing of the open pop written yet)
         broker.kill()
         broker.start()
-        c = SimpleConsumer("popm-g", namesrv=namesrv, consume_from_first=True, invisible_duration=60.0,
-                           await_duration=1.0)
-        c.subscribe("popm")
+        c = pop_consumer(namesrv, "popm-g", "popm")
         with c:
             again = receive(c, 20)
             assert sorted(m.body for m in again) == sorted(m.body for m in held)
@@ -226,3 +235,28 @@ def test_a_broker_killed_with_pops_only_in_memory_hands_out_again_what_was_not_s
     finally:
         broker.stop()
     assert {m.body for m in settled} | {m.body for m in held} == set(bodies)
+
+
+def test_a_change_of_invisible_time_written_before_a_kill_does_not_skip_the_pop_it_came_from(empty_cluster: Cluster,
+                                                                                           tmp_path: Path):
+    """A pop still only in memory, one of its messages given more time (its new checkpoint written at once), the
+    broker killed: after the restart the pop's other messages come back at once — the new checkpoint, marked as a
+    change, does not move the group's offset past them (it would, replayed as a pop, and lose them)."""
+    namesrv = empty_cluster.namesrv_addr
+    broker = BrokerProcess(namesrv, tmp_path)
+    broker.start()
+    try:
+        one_queue_of(namesrv, "popc", [f"c-{i}".encode() for i in range(6)])
+        c = pop_consumer(namesrv, "popc-g", "popc")
+        with c:
+            held = sorted(receive(c, 6), key=lambda m: m.queue_offset)
+            assert len(held) == 6
+            c.change_invisible_duration(held[4], 60.0)  # its new checkpoint is in the log now
+        broker.kill()
+        broker.start()
+        c = pop_consumer(namesrv, "popc-g", "popc")
+        with c:
+            again = {m.body for m in receive(c, 6)}
+        assert {m.body for m in held[:4]} <= again, f"lost after the kill: {sorted({m.body for m in held[:4]} - again)}"
+    finally:
+        broker.stop()
