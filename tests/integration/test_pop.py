@@ -251,6 +251,13 @@ def test_listen_acks_what_the_listener_takes_and_retries_what_it_raises_on(clust
         wait_until(lambda: {b for b, _ in seen} == sent and len(seen) == 30 + len(failed_once), 60,
                    "every message taken, the failed ones twice")
         assert failed_once == {b for b in sent if b.endswith(b"7")}
+
+        def requests(code: int) -> float:  # (each series: counts per latency bucket, then the sum of ms)
+            return sum(sum(v[:-1]) for k, v in cluster.brokers[0].rpc_latency.series.items() if k[0] == code)
+
+        # the acks of listener calls that end together leave as one batch ack, none as a single one
+        wait_until(lambda: requests(RequestCode.BATCH_ACK_MESSAGE) >= 1, 30, "the batch acks answered")
+        assert requests(RequestCode.ACK_MESSAGE) == 0 and requests(RequestCode.BATCH_ACK_MESSAGE) < 30
     finally:
         c.shutdown()
         sc.NACK_BACKOFF = (10,) + sc.NACK_BACKOFF[1:]  # type: ignore[misc]

@@ -41,6 +41,7 @@ from sluice.remoting.tls import TlsLike
 log = logging.getLogger(__name__)
 
 MAX_RECEIVE = 32
+ACK_LINGER = 0.001  # listen(): how long an ack waits for others to leave with it
 # RocketMQ's push consumer in POP mode retries a failed message after these many seconds (by reconsume times).
 NACK_BACKOFF = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
@@ -302,6 +303,8 @@ class SimpleConsumer:
         running: set[asyncio.Task[None]] = set()
         stop = stop or asyncio.Event()
 
+        acks = _AckBatcher(self)
+
         async def handle(m: MessageExt) -> None:
             try:
                 try:
@@ -312,7 +315,7 @@ class SimpleConsumer:
                     log.info("listener failed on %s (reconsumed %d times): %s", m.msg_id, m.reconsume_times, exc)
                     await self.nack(m)
                 else:
-                    await self.ack(m)
+                    await acks.ack(m)
             except ClientError as exc:
                 log.warning("settling %s failed: %s", m.msg_id, exc)
 
@@ -336,6 +339,53 @@ class SimpleConsumer:
         finally:
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+
+
+class _AckBatcher:
+    """``listen``'s acks: those of listener calls that end together leave as one BATCH_ACK_MESSAGE (at most
+    ``MAX_RECEIVE``, after ``ACK_LINGER`` s at most) instead of an ACK_MESSAGE each; each caller waits for its own
+    batch's answer, so a message counts as in flight until its ack is answered."""
+
+    def __init__(self, consumer: SimpleConsumer) -> None:
+        self.consumer = consumer
+        self.pending: list[MessageExt] = []
+        self.done: asyncio.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.sending: set[asyncio.Task[None]] = set()
+
+    async def ack(self, msg: MessageExt) -> None:
+        if self.done is None:
+            loop = asyncio.get_running_loop()
+            self.done = loop.create_future()
+            self.timer = loop.call_later(ACK_LINGER, self._flush)
+        done = self.done
+        self.pending.append(msg)
+        if len(self.pending) >= MAX_RECEIVE:
+            self._flush()
+        await asyncio.shield(done)
+
+    def _flush(self) -> None:
+        msgs, done, self.pending, self.done = self.pending, self.done, [], None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if done is not None:
+            task = asyncio.ensure_future(self._send(msgs, done))
+            self.sending.add(task)
+            task.add_done_callback(self.sending.discard)
+
+    async def _send(self, msgs: list[MessageExt], done: asyncio.Future[None]) -> None:
+        try:
+            await self.consumer.ack_many(msgs)
+        except BaseException as exc:  # (every caller waits on ``done``: it is always settled)
+            if not done.done():
+                done.set_exception(exc if isinstance(exc, ClientError) else ClientError(f"ack failed: {exc!r}"))
+            done.exception()  # (seen: a caller cancelled meanwhile leaves nobody to read it)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            if not done.done():
+                done.set_result(None)
 
 
 def _check_duration(name: str, seconds: float) -> None:
