@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import inspect
 import itertools
 import json
@@ -308,9 +309,12 @@ class SimpleConsumer:
         async def handle(m: MessageExt) -> None:
             try:
                 try:
-                    result = listener(m)
-                    if inspect.isawaitable(result):
-                        await result
+                    try:
+                        result = listener(m)
+                        if inspect.isawaitable(result):
+                            await result
+                    finally:
+                        acks.listening -= 1
                 except Exception as exc:
                     log.info("listener failed on %s (reconsumed %d times): %s", m.msg_id, m.reconsume_times, exc)
                     await self.nack(m)
@@ -332,6 +336,7 @@ class SimpleConsumer:
                     log.warning("receive failed: %s", exc)
                     await asyncio.sleep(1.0)
                     continue
+                acks.listening += len(msgs)
                 for m in msgs:
                     t = loop.create_task(handle(m))
                     running.add(t)
@@ -339,40 +344,50 @@ class SimpleConsumer:
         finally:
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+            await acks.close()
 
 
 class _AckBatcher:
-    """``listen``'s acks: those of listener calls that end together leave as one BATCH_ACK_MESSAGE (at most
-    ``MAX_RECEIVE``, after ``ACK_LINGER`` s at most) instead of an ACK_MESSAGE each; each caller waits for its own
-    batch's answer, so a message counts as in flight until its ack is answered."""
+    """``listen``'s acks: those of listener calls that end together leave as one BATCH_ACK_MESSAGE per broker (at
+    most ``MAX_RECEIVE``; sent once no other listener call is under way, or after ``ACK_LINGER`` s) instead of an
+    ACK_MESSAGE each; each caller waits for its own batch's answer, so a message counts as in flight until its
+    ack is answered."""
 
     def __init__(self, consumer: SimpleConsumer) -> None:
         self.consumer = consumer
-        self.pending: list[MessageExt] = []
-        self.done: asyncio.Future[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.listening = 0  # listener calls handed out and not yet returned
+        self.batches: dict[str, tuple[list[MessageExt], asyncio.Future[None], asyncio.TimerHandle]] = {}
         self.sending: set[asyncio.Task[None]] = set()
 
     async def ack(self, msg: MessageExt) -> None:
-        if self.done is None:
+        text = msg.get_property(PROPERTY_POP_CK)
+        if text is None or text.count(KEY_SEPARATOR) != 7:  # (not a receipt: ack says what is wrong)
+            await self.consumer.ack(msg)
+            return
+        broker = text.split(KEY_SEPARATOR)[5]
+        batch = self.batches.get(broker)
+        if batch is None and self.listening <= 0:  # alone: nothing to wait for
+            await self.consumer.ack(msg)
+            return
+        if batch is None:
             loop = asyncio.get_running_loop()
-            self.done = loop.create_future()
-            self.timer = loop.call_later(ACK_LINGER, self._flush)
-        done = self.done
-        self.pending.append(msg)
-        if len(self.pending) >= MAX_RECEIVE:
-            self._flush()
-        await asyncio.shield(done)
+            batch = self.batches[broker] = ([], loop.create_future(),
+                                            loop.call_later(ACK_LINGER, self._flush, broker))
+        batch[0].append(msg)
+        if len(batch[0]) >= MAX_RECEIVE or self.listening <= 0:
+            self._flush(broker)
+        await asyncio.shield(batch[1])
 
-    def _flush(self) -> None:
-        msgs, done, self.pending, self.done = self.pending, self.done, [], None
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if done is not None:
-            task = asyncio.ensure_future(self._send(msgs, done))
-            self.sending.add(task)
-            task.add_done_callback(self.sending.discard)
+    def _flush(self, broker: str) -> None:
+        batch = self.batches.pop(broker, None)
+        if batch is None:
+            return
+        msgs, done, timer = batch
+        timer.cancel()
+        task = asyncio.ensure_future(self._send(msgs, done))
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
+        task.add_done_callback(functools.partial(_settle_cancelled, done))
 
     async def _send(self, msgs: list[MessageExt], done: asyncio.Future[None]) -> None:
         try:
@@ -386,6 +401,20 @@ class _AckBatcher:
         else:
             if not done.done():
                 done.set_result(None)
+
+    async def close(self) -> None:
+        """Send what waits, and wait for every ack under way (``listen`` returns after its acks)."""
+        for broker in list(self.batches):
+            self._flush(broker)
+        if self.sending:
+            await asyncio.gather(*self.sending, return_exceptions=True)
+
+
+def _settle_cancelled(done: asyncio.Future[None], _task: asyncio.Task[None]) -> None:
+    """A send task ended: its batch's callers are answered even when it was cancelled before it began."""
+    if not done.done():
+        done.set_exception(ClientError("the ack was cancelled"))
+        done.exception()
 
 
 def _check_duration(name: str, seconds: float) -> None:
