@@ -24,6 +24,20 @@ def test_bench_produce_async_mode_keeps_a_window_of_sends_in_flight(cluster, cap
     assert 0 < r["send_rt"]["p50_ms"] <= r["send_rt"]["max_ms"]
 
 
+def test_bench_pop_receives_and_acks_every_message_by_receive_and_by_listen(cluster, capsys):
+    assert main(["bench", "produce", "--namesrv", cluster.namesrv_addr, "--topic", "PopBench", "--count", "300",
+                 "--concurrency", "2", "--batch", "50", "--json"]) == 0
+    capsys.readouterr()
+    for group, extra in (("pop-by-receive", ["--concurrency", "2", "--batch", "32"]),
+                         ("pop-by-listen", ["--concurrency", "16", "--listen"])):
+        assert main(["bench", "pop", "--namesrv", cluster.namesrv_addr, "--topic", "PopBench", "--group", group,
+                     "--count", "300", "--json", *extra]) == 0
+        run = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert run["bench"] == "pop" and run["messages"] >= 300 and run["tps"] > 0
+        assert run["listen"] == ("--listen" in extra)
+    assert cluster.brokers[0].pop_revive.checkpoints == {}  # every message popped was acknowledged
+
+
 def test_bench_produce_batches_then_consume_reads_them_back(cluster, capsys):
     assert main(["bench", "produce", "--namesrv", cluster.namesrv_addr, "--topic", "BatchBench", "--count", "640",
                  "--concurrency", "2", "--batch", "64", "--json"]) == 0

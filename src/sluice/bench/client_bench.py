@@ -42,6 +42,7 @@ class BenchOptions:
     batch: int = 1
     mode: str = "sync"
     rate: float = 5_000
+    listen: bool = False  # pop: SimpleConsumer.listen, ``concurrency`` messages in flight
     json: bool = False
     progress_every: float = PROGRESS_EVERY
     extra: dict[str, Any] = field(default_factory=dict)
@@ -230,7 +231,9 @@ async def bench_consume(opts: BenchOptions) -> dict[str, Any]:
 async def bench_pop(opts: BenchOptions) -> dict[str, Any]:
     """Pop the topic from its first offset with a SimpleConsumer, ``batch`` (at most 32) messages a receive,
     ``concurrency`` receivers, every message acknowledged (one BATCH_ACK_MESSAGE a receive); the rate runs from
-    the first message to the last ack, until ``count``, ``duration`` or a drained backlog as ``consume``."""
+    the first message to the last ack, until ``count``, ``duration`` or a drained backlog as ``consume``. With
+    ``listen``: ``SimpleConsumer.listen`` with ``concurrency`` messages in flight, the rate up to the last message
+    handed to the listener."""
     got = 0
     progress = Progress("pop", opts.progress_every)
     t0 = t_last = 0.0
@@ -260,16 +263,40 @@ async def bench_pop(opts: BenchOptions) -> dict[str, Any]:
             if _done(opts, got, t0):
                 stop.set()
 
+    def on_message(_m: MessageExt) -> None:
+        nonlocal got, t0, t_last
+        t_last = time.perf_counter()
+        if not t0:
+            t0 = t_last
+        got += 1
+        progress.count = got
+        if _done(opts, got, t0):
+            stop.set()
+
+    async def idle_end() -> None:  # (listen mode: the backlog is drained once nothing came for a while)
+        while not stop.is_set():
+            await asyncio.sleep(0.5)
+            if t0 and time.perf_counter() - t_last > CONSUME_IDLE_END:
+                stop.set()
+
     await consumer.start()
     progress.start()
     try:
-        await asyncio.wait_for(asyncio.gather(*(receiver() for _ in range(max(1, min(opts.concurrency, 16))))),
-                               (opts.duration or 600) + 60)
+        if opts.listen:  # acks by the listen loop (batched when listener calls end together)
+            watch = asyncio.ensure_future(idle_end())
+            try:
+                await asyncio.wait_for(consumer.listen(on_message, max_in_flight=max(1, opts.concurrency), stop=stop),
+                                       (opts.duration or 600) + 60)
+            finally:
+                watch.cancel()
+        else:
+            await asyncio.wait_for(asyncio.gather(*(receiver() for _ in range(max(1, min(opts.concurrency, 16))))),
+                                   (opts.duration or 600) + 60)
     finally:
         progress.stop()
         await consumer.shutdown()
     elapsed = t_last - t0 if t0 else 0.0
-    return {"bench": "pop", "messages": got, "seconds": round(elapsed, 3), "batch": batch,
+    return {"bench": "pop", "messages": got, "seconds": round(elapsed, 3), "batch": batch, "listen": opts.listen,
             "tps": round(got / elapsed, 1) if elapsed else 0.0}
 
 

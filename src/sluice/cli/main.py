@@ -45,7 +45,7 @@ def _cmd_bench_client(args: argparse.Namespace) -> int:
         raise SystemExit("sluice: give --count or --duration, not both")
     opts = BenchOptions(namesrv=args.namesrv, topic=args.topic, group=args.group, size=args.size, count=args.count,
                         duration=args.duration, concurrency=args.concurrency, batch=args.batch, mode=args.mode,
-                        rate=args.rate, json=args.json)
+                        rate=args.rate, listen=args.listen, json=args.json)
     if opts.count is None and opts.duration is None:
         opts.duration = 10.0
     run_bench(args.bench_command, opts, embedded=args.embedded, flush=args.flush, acl=args.acl)
@@ -112,6 +112,8 @@ def _add_client_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]
         b.add_argument("--batch", type=int, default=1, help="messages per send (produce), per receive (pop)")
         b.add_argument("--mode", default="sync", choices=("sync", "async", "oneway"), help="send mode (produce)")
         b.add_argument("--rate", type=float, default=5000, help="messages per second (e2e)")
+        b.add_argument("--listen", action="store_true",
+                       help="pop with SimpleConsumer.listen, --concurrency messages in flight (pop)")
         b.add_argument("--json", action="store_true", help="one JSON line of results")
         b.add_argument("--embedded", action="store_true", help="start a name server and broker in a child process")
         b.add_argument("--flush", default="async", choices=("sync", "async"),
