@@ -446,9 +446,9 @@ class BrokerConfig(AuthSettings):
     pop_polling_size: Positive = 1024
     max_pop_polling_size: Positive = 100_000
     # A pop's checkpoint stays in memory, its acks merged there, and is written to the revive log only if still
-    # open after ``pop_ck_stay_buffer_time`` ms (or when more than ``pop_ck_max_buffer_size`` are buffered, or a
-    # queue has more than ``pop_ck_offset_max_queue_size`` pops its group's offset waits on); off: written at
-    # each pop, each ack written (RocketMQ's enablePopBufferMerge, off there; docs/client.md).
+    # open after ``pop_ck_stay_buffer_time`` ms (or once ``pop_ck_max_buffer_size`` are buffered, pops refused at
+    # twice that, or once a queue has more than ``pop_ck_offset_max_queue_size`` pops its group's offset waits on);
+    # off: written at each pop, each ack written (RocketMQ's enablePopBufferMerge, off there; docs/client.md).
     enable_pop_buffer_merge: bool = True
     pop_ck_stay_buffer_time: Annotated[int, Meta(ge=100, le=3_600_000)] = 10_000
     pop_ck_max_buffer_size: Positive = 200_000
