@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Sluice's gRPC front and Apache RocketMQ's proxy side by side: RocketMQ 5.x clients' sends, receive + ack and
+push consumption through each, one system at a time.
+
+Each system is three processes on 127.0.0.1 with a fresh store: Sluice's ``sluice namesrv``, ``sluice broker`` and
+``sluice proxy``; Apache RocketMQ 5.5's name server, broker and proxy in cluster mode (``tests/reference``'s node,
+the release of ``tests/interop/java/pom.xml``). The clients are the official RocketMQ 5.x Java client
+(``tests/interop/java5``'s ``Bench5``, rocketmq-client-java of its pom) with TLS off:
+
+- sync sends: 64 threads of ``Producer.send``; async sends: ``sendAsync`` with 1,000 in flight;
+- receive + ack: 4 threads of ``SimpleConsumer.receive(32)`` and an ``ackAsync`` per message, reading the async
+  case's messages (a new group, from the first offset);
+- push: a ``PushConsumer`` with 20 consumption threads reading the same messages in another group.
+
+Each system first gets 8 s of unmeasured sends through its front. Per case: msgs/s, the latency p50 / p99 (a
+send's; a receive's with its acks), and the CPU of the broker and the front together (cores over the case's wall
+time). Then Sluice ÷ RocketMQ per case. A Markdown table on stdout (and in ``--out``), the raw results as JSON lines
+with ``--json``.
+
+    .venv/bin/python bench/grpc_reference.py --duration 8
+
+Needs java and mvn (the first run downloads RocketMQ and its 5.x client from Maven Central into ~/.m2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from tests.interop.java_clients import JavaBuild, ensure_java_build  # noqa: E402
+from tests.reference.rocketmq_node import free_port  # noqa: E402
+
+from reference import (  # noqa: E402
+    JAVA_CLIENT_JVM,
+    RocketMQServers,
+    SluiceServers,
+    _ready,
+    cpu_seconds,
+    create_topic,
+    fmt,
+)
+
+JAVA5_PROJECT = REPO / "tests" / "interop" / "java5"
+WARM_UP = 8.0
+
+
+class SluiceFront(SluiceServers):
+    """Sluice's name server and broker, and ``sluice proxy`` in front of them."""
+
+    def start(self) -> SluiceFront:
+        super().start()
+        port = free_port()
+        proxy = self._spawn("proxy", ["proxy", "--namesrv", self.namesrv, "--port", str(port),
+                                      "--log-level", "warning"])
+        _ready(proxy, r"ready on (\S+)")
+        self.endpoint = f"127.0.0.1:{port}"
+        self.pids = [self.broker_pid, proxy.pid]
+        return self
+
+
+class RocketMQFront(RocketMQServers):
+    """RocketMQ's name server and broker, and its proxy in cluster mode."""
+
+    def start(self) -> RocketMQFront:
+        super().start()
+        self.endpoint = self.node.start_proxy({})
+        assert self.node.proxy_proc is not None
+        self.pids = [self.broker_pid, self.node.proxy_proc.pid]
+        return self
+
+
+@dataclass
+class Row:
+    system: str
+    case: str
+    msgs_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    cpu: float  # cores: broker + front
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def bench5(build: JavaBuild, endpoint: str, home: Path, *args: str, timeout: float = 300) -> dict[str, Any]:
+    argv = build.argv("sluice.interop5.Bench5", endpoint, *args, jvm=JAVA_CLIENT_JVM, home=home)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode != 0 or not lines:
+        raise RuntimeError(f"Bench5 {' '.join(args)} failed ({r.returncode}): {r.stderr[-1500:]}")
+    return json.loads(lines[-1])
+
+
+def cases(build: JavaBuild, home: Path, duration: float) -> list[tuple[str, Callable[[str, str, int], dict]]]:
+    """(case, run(endpoint, topic, messages of the case before)); the consumers read the async case's topic."""
+    return [
+        ("sync sends, 64 threads", lambda e, t, _n: bench5(build, e, home, "sync", t, "64", str(duration))),
+        ("async sends, 1,000 in flight", lambda e, t, _n: bench5(build, e, home, "async", t, "1000", str(duration))),
+        ("receive 32 + ack, 4 threads",
+         lambda e, t, n: bench5(build, e, home, "simple", t, f"{t}-simple", "4", str(n))),
+        ("push consumer, 20 threads", lambda e, t, n: bench5(build, e, home, "push", t, f"{t}-push", "20", str(n))),
+    ]
+
+
+def measure(servers: Any, build: JavaBuild, duration: float, home: Path) -> list[Row]:
+    rows: list[Row] = []
+    home.mkdir(parents=True, exist_ok=True)
+    create_topic(servers.namesrv, "grpc-warm-up")
+    bench5(build, servers.endpoint, home, "async", "grpc-warm-up", "1000", str(WARM_UP))
+    topic, sent = "", 0
+    for i, (case, run) in enumerate(cases(build, home, duration)):
+        if "sends" in case:
+            topic = f"grpc-bench-{i}"
+            create_topic(servers.namesrv, topic)
+        cpu0, t0 = sum(cpu_seconds(p) for p in servers.pids), time.monotonic()
+        try:
+            r = run(servers.endpoint, topic, sent)
+        except (RuntimeError, subprocess.SubprocessError) as exc:
+            print(f"  {servers.name} {case}: FAILED {exc}", file=sys.stderr)
+            continue
+        wall = time.monotonic() - t0
+        if "sends" in case:
+            sent = r["messages"] + r.get("warmup", 0)  # (what the topic holds: the consumers read it all)
+        row = Row(servers.name, case, r["msgs_per_s"], r.get("p50_ms"), r.get("p99_ms"),
+                  (sum(cpu_seconds(p) for p in servers.pids) - cpu0) / wall, r)
+        print(f"  {row.system:8} {case:32} {row.msgs_per_s:>10,.0f} msgs/s ({r['messages']:,} messages, "
+              f"{r['errors']} errors)", file=sys.stderr)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    out = ["| case | system | msgs/s | p50 ms | p99 ms | broker + front CPU (cores) |", "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r.case} | {r.system} | {r.msgs_per_s:,.0f} | {fmt(r.p50_ms)} | {fmt(r.p99_ms)} | "
+                   f"{r.cpu:.2f} |")
+    out += ["", "| case | Sluice ÷ RocketMQ |", "|---|---:|"]
+    by_key = {(r.case, r.system): r for r in rows}
+    for r in rows:
+        other = by_key.get((r.case, "RocketMQ"))
+        if r.system == "Sluice" and other is not None and other.msgs_per_s:
+            out.append(f"| {r.case} | {r.msgs_per_s / other.msgs_per_s:.2f} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per send case (default 8)")
+    p.add_argument("--systems", default="sluice,rocketmq", help="systems to run (default both)")
+    p.add_argument("--out", help="also write the Markdown table to this file")
+    p.add_argument("--json", help="write every result as a JSON line to this file")
+    a = p.parse_args()
+    build = ensure_java_build()  # RocketMQ's servers and the proxy's launcher
+    build5 = ensure_java_build(project=JAVA5_PROJECT, jar="sluice-interop5.jar")
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-grpc-") as tmp:
+        root = Path(tmp)
+        for system in [s.strip() for s in a.systems.split(",") if s.strip()]:
+            where = root / system
+            servers: Any = SluiceFront(where, "async") if system == "sluice" else RocketMQFront(build, where, "async")
+            print(f"{servers.name}:", file=sys.stderr)
+            servers.start()
+            try:
+                rows += measure(servers, build5, a.duration, where / "clients")
+            finally:
+                servers.stop()
+    text = table(rows)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+    if a.json:
+        with open(a.json, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r.__dict__) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
