@@ -66,9 +66,10 @@ def test_index_file_header_layout(tmp_path):
 
 @settings(max_examples=60, deadline=None)
 @given(batches=st.lists(st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=12), min_size=1, max_size=4),
-       slots=st.integers(1, 6), compiled=st.booleans())
-def test_putting_many_keys_at_once_writes_what_putting_them_one_by_one_writes(batches, slots, compiled):
-    # (compiled: _speedups.index_put_many where it is built; else IndexFile.bulk_put, its numpy twin)
+       slots=st.integers(1, 6), compiled=st.booleans(), as_lists=st.booleans())
+def test_putting_many_keys_at_once_writes_what_putting_them_one_by_one_writes(batches, slots, compiled, as_lists):
+    # (compiled: _speedups.index_put_many where it is built; else IndexFile.bulk_put, its numpy twin. as_lists: the
+    # columns as a single send's few keys come, lists, not arrays)
     with tempfile.TemporaryDirectory() as d, patch.object(index_file, "speedups", index_file.speedups
                                                          if compiled else None):
         bulk = IndexFile(os.path.join(d, "00000000000000001"), slots, 20)
@@ -76,7 +77,10 @@ def test_putting_many_keys_at_once_writes_what_putting_them_one_by_one_writes(ba
         ts = 1_700_000_000_000
         for n, hashes in enumerate(batches):
             phys = [1000 * n + i for i in range(len(hashes))]
-            put = bulk.put_many(np.array(hashes, dtype=np.int64), np.array(phys, dtype=np.int64), ts + n * 1000)
+            if as_lists:
+                put = bulk.put_many(hashes, phys, ts + n * 1000)
+            else:
+                put = bulk.put_many(np.array(hashes, dtype=np.int64), np.array(phys, dtype=np.int64), ts + n * 1000)
             expected = sum(single.put_hashed(h, p, ts + n * 1000) for h, p in zip(hashes, phys, strict=True))
             assert put == expected
         for f in (bulk, single):

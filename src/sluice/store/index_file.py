@@ -14,7 +14,7 @@ import os
 import re
 import struct
 import threading
-from typing import Final
+from typing import Final, TypeAlias
 
 import numpy as np
 
@@ -33,6 +33,15 @@ INDEX_ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_dif
 _SLOT: Final = struct.Struct(">i")
 _INDEX_NAME = re.compile(r"^\d{17}$")
 _INT_MAX = 0x7FFFFFFF
+# Keys indexed at once up to which they are hashed and written from lists (a send's one or two: numpy's fixed
+# cost per call is more than the work); above it, as arrays.
+FEW_KEYS: Final = 8
+IntColumn: TypeAlias = "list[int] | np.ndarray"
+
+
+def _int64s(values: list[int]) -> bytes:
+    """``values`` as native int64s (what the compiled index writer reads)."""
+    return struct.pack(f"{len(values)}q", *values)
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -91,9 +100,10 @@ class IndexFile:
         self.dirty = True
         return True
 
-    def put_many(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamp: int) -> int:
+    def put_many(self, key_hashes: IntColumn, phy_offsets: IntColumn, store_timestamp: int) -> int:
         """``put_hashed`` for many keys stored at one timestamp, in order, in bulk; returns how many fit. In one
-        compiled call, else (or where a slot needs repair after a crash) ``bulk_put``."""
+        compiled call, else (or where a slot needs repair after a crash) ``bulk_put``. Lists for a few keys (a
+        single send's: no numpy on its path), int64 arrays for many."""
         k = min(len(key_hashes), self.index_num - self.index_count)
         if k <= 0:
             return 0
@@ -103,13 +113,19 @@ class IndexFile:
             self.begin_phy_offset = int(phys[0])
         time_diff = max(0, min((store_timestamp - self.begin_timestamp) // 1000, _INT_MAX))
         n0 = self.index_count
-        used = -1 if speedups is None else speedups.index_put_many(
-            self.mf.buf, self.hash_slot_num, self._entries_base, n0, np.ascontiguousarray(hashes, np.int64),
-            np.ascontiguousarray(phys, np.int64), time_diff)
+        if speedups is None:
+            used = -1
+        elif isinstance(hashes, list) and isinstance(phys, list):
+            used = speedups.index_put_many(self.mf.buf, self.hash_slot_num, self._entries_base, n0,
+                                           _int64s(hashes), _int64s(phys), time_diff)
+        else:
+            used = speedups.index_put_many(self.mf.buf, self.hash_slot_num, self._entries_base, n0,
+                                           np.ascontiguousarray(hashes, np.int64),
+                                           np.ascontiguousarray(phys, np.int64), time_diff)
         if used < 0:
-            return self.bulk_put(hashes, phys, store_timestamp, time_diff)
+            return self.bulk_put(np.asarray(hashes, np.int64), np.asarray(phys, np.int64), store_timestamp, time_diff)
         self.hash_slot_count += used
-        self._entries_added(k, phys, store_timestamp)
+        self._entries_added(k, int(max(phys)), store_timestamp)
         store_spans(self.mf.buf, [(0, self._header())])
         self.dirty = True  # (after the writes: a flush meanwhile must not take them as flushed)
         return k
@@ -143,16 +159,16 @@ class IndexFile:
         entries["prev"] = prev
         last = np.append(first[1:], True)
         slot_at = INDEX_HEADER_SIZE + sorted_slots[last].astype(np.int64) * HASH_SLOT_SIZE
-        self._entries_added(k, phys, store_timestamp)
+        self._entries_added(k, int(phys.max()), store_timestamp)
         # Entries, slots and header in one copy with the GIL released (see store_spans).
         store_spans(self.mf.buf, [(self._entries_base + n0 * INDEX_ENTRY_SIZE, entries.tobytes()), (0, self._header())],
                     slot_at.tobytes(), sorted_numbers[last].astype(">i4").tobytes(), HASH_SLOT_SIZE)
         self.dirty = True
         return k
 
-    def _entries_added(self, k: int, phys: np.ndarray, store_timestamp: int) -> None:
+    def _entries_added(self, k: int, max_phy: int, store_timestamp: int) -> None:
         self.index_count += k
-        self.end_phy_offset = max(self.end_phy_offset, int(phys.max()))
+        self.end_phy_offset = max(self.end_phy_offset, max_phy)
         self.end_timestamp = max(self.end_timestamp, store_timestamp)
 
     def _repair_chain(self, n: int) -> int:
@@ -324,10 +340,12 @@ class IndexService:
             for k in msg_keys:
                 keys.append(prefix + k)
                 phys.append(phy)
-        if keys:
+        if len(keys) > FEW_KEYS:
             self.put_hashes(index_key_hashes(keys), np.array(phys, dtype=np.int64), store_timestamp)
+        elif keys:
+            self.put_hashes([index_key_hash(k) for k in keys], phys, store_timestamp)
 
-    def put_hashes(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamp: int) -> None:
+    def put_hashes(self, key_hashes: IntColumn, phy_offsets: IntColumn, store_timestamp: int) -> None:
         """Index entries for keys already hashed (``index_key_hash``), starting new files as they fill."""
         done = 0
         f = self.files[-1] if self.files else self._new_file()
