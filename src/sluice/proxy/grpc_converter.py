@@ -10,6 +10,7 @@ range goes out clamped), so one odd message cannot fail a receive that has alrea
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -73,8 +74,11 @@ def status(code: str, message: str = "") -> Any:
     return pb.Status(code=CODE[code], message=message or code)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _has_control(s: str) -> bool:
-    return any(c < " " or c == "\x7f" for c in s)
+    return _CONTROL.search(s) is not None
 
 
 # == topics ==========================================================================================

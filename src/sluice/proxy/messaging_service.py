@@ -215,6 +215,8 @@ class MessagingService:
         self._turn = itertools.count()
         self._producer_streams: dict[str, list[asyncio.Queue[Any]]] = {}  # topic → Telemetry streams
         self._groups: dict[str, tuple[float, bool, int]] = {}  # group → (when looked up, FIFO, retries)
+        # topic → (the route they are of, its writable queues, the same broker after broker): made once a route
+        self._send_queues: dict[str, tuple[Any, list[MessageQueue], list[MessageQueue]]] = {}
         self._group_lite_quota: dict[str, int] = {}  # group → its lite.sub.client.quota (as last looked up)
         self._group_lite_bind: dict[str, str] = {}  # group → its lite.bind.topic ("": none; as last looked up)
         # topic → (when looked up, its message.type, whether a master answered); the lookups under way
@@ -595,14 +597,21 @@ class MessagingService:
         check_topic(topic, send=True)
         props, group = stored_properties(m)
         route = await self._route(topic)
-        queues = route.publish_queues(topic)
+        known = self._send_queues.get(topic)
+        if known is not None and known[0] is route:  # (a route fetched again is a new object)
+            _, queues, spread = known
+        else:
+            queues = route.publish_queues(topic)
+            spread = self._interleaved(queues)
+            if len(self._send_queues) >= ROUTED_TOPICS:
+                self._send_queues.clear()
+            self._send_queues[topic] = (route, queues, spread)
         if not queues:
             raise Refused("FORBIDDEN", f"topic {topic} has no writable queue")
         lite = props.get(PROPERTY_LITE_TOPIC, "")
         if group or lite:  # a message group (a lite topic) always to one queue, as Sluice's producer picks it
             mq = select_by_hash(queues, group or lite)
         else:  # round robin broker after broker: a client's immediate retries land on another broker
-            spread = self._interleaved(queues)
             mq = spread[next(self._turn) % len(spread)]
         addr = self.client.find_broker_addr(mq.broker_name)
         if addr is None:
