@@ -35,7 +35,7 @@ _INDEX_NAME = re.compile(r"^\d{17}$")
 _INT_MAX = 0x7FFFFFFF
 # Keys indexed at once up to which they are hashed and written from lists (a send's one or two: numpy's fixed
 # cost per call is more than the work); above it, as arrays.
-FEW_KEYS: Final = 8
+FEW_KEYS: Final = 4
 IntColumn: TypeAlias = "list[int] | np.ndarray"
 
 
