@@ -125,7 +125,7 @@ class IndexFile:
         if used < 0:
             return self.bulk_put(np.asarray(hashes, np.int64), np.asarray(phys, np.int64), store_timestamp, time_diff)
         self.hash_slot_count += used
-        self._entries_added(k, int(max(phys)), store_timestamp)
+        self._entries_added(k, max(phys) if isinstance(phys, list) else int(phys.max()), store_timestamp)
         store_spans(self.mf.buf, [(0, self._header())])
         self.dirty = True  # (after the writes: a flush meanwhile must not take them as flushed)
         return k
