@@ -42,7 +42,8 @@ class Worker(threading.Thread):
     """Receives, acknowledges 90 % of first deliveries (and every redelivery), dies at ``stop``."""
 
     def __init__(self, namesrv: str, name: str, acked: Counter[bytes], maybe: set[bytes], lock: threading.Lock,
-                 stop: threading.Event, ack_all: bool = False, seen: dict[bytes, list[float]] | None = None) -> None:
+                 stop: threading.Event, ack_all: bool = False,
+                 acked_from: dict[bytes, list[float]] | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.consumer = SimpleConsumer(GROUP, namesrv=namesrv, consume_from_first=True, invisible_duration=3.0,
                                        await_duration=1.0, send_msg_timeout=2000)
@@ -50,7 +51,8 @@ class Worker(threading.Thread):
         self.acked, self.maybe, self.lock, self.stop_at = acked, maybe, lock, stop
         self.ack_all = ack_all
         self.received = 0
-        self.seen = {} if seen is None else seen  # body → when received, each time (monotonic)
+        # body → when each delivery that was then acknowledged had been received (monotonic)
+        self.acked_from = {} if acked_from is None else acked_from
 
     def wants(self, m: MessageExt) -> bool:
         if poison(m.body):
@@ -68,9 +70,6 @@ class Worker(threading.Thread):
                     continue
                 self.received += len(msgs)
                 now = time.monotonic()
-                with self.lock:
-                    for m in msgs:
-                        self.seen.setdefault(m.body, []).append(now)
                 for m in msgs:
                     if not self.wants(m):
                         continue
@@ -84,6 +83,7 @@ class Worker(threading.Thread):
                     else:
                         with self.lock:
                             self.acked[m.body] += 1
+                            self.acked_from.setdefault(m.body, []).append(now)
         finally:
             c.shutdown()  # dies holding what it did not acknowledge
 
@@ -150,8 +150,8 @@ def test_popped_messages_are_all_acknowledged_or_dead_lettered_across_a_broker_s
         maybe: set[bytes] = set()
         lock = threading.Lock()
         stop = threading.Event()
-        seen: dict[bytes, list[float]] = {}
-        workers = [Worker(namesrv, f"w{i}", acked, maybe, lock, stop, seen=seen) for i in range(3)]
+        acked_from: dict[bytes, list[float]] = {}
+        workers = [Worker(namesrv, f"w{i}", acked, maybe, lock, stop, acked_from=acked_from) for i in range(3)]
         for w in workers:
             w.start()
         wait_until(lambda: sum(acked.values()) >= N * 3 // 4, 120, "three quarters of the messages acknowledged")
@@ -163,7 +163,7 @@ def test_popped_messages_are_all_acknowledged_or_dead_lettered_across_a_broker_s
         for w in workers:
             w.join(60)
         final_stop = threading.Event()
-        final = Worker(namesrv, "final", acked, maybe, lock, final_stop, ack_all=True)
+        final = Worker(namesrv, "final", acked, maybe, lock, final_stop, ack_all=True, acked_from=acked_from)
         final.start()
         wanted = {b for b in bodies if not poison(b)}
         wait_until(lambda: wanted <= set(acked) | maybe, 180, "every message acknowledged")
@@ -189,11 +189,13 @@ def test_popped_messages_are_all_acknowledged_or_dead_lettered_across_a_broker_s
         assert len(twice) < N // 20, f"{len(twice)} messages acknowledged more than once"
     else:
         # What was received in the stay time before the kill may come twice (its pop's checkpoint was only in
-        # memory), with a margin for a busy machine; nothing received before (written, or journaled as settled).
-        # A message's last receive before the kill counts: one left unacknowledged comes back from its retry topic
-        # and that pop, not the first, is the one its acknowledgement settled.
+        # memory), with a margin for a busy machine; nothing acknowledged from a receive before that (its pop
+        # written, or journaled as settled). The receive that counts is the one whose acknowledgement came first:
+        # a message left unacknowledged comes back from its retry topic, and that later pop is what its ack settled.
+        # (Two acknowledgements both after the restart are let through: an ack that took longer than the 3 s
+        # invisible time while the broker came back finds its message handed out again, as RocketMQ's does.)
         window = STAY_MS / 1000 + 1.5
-        early = {b for b in twice if max((t for t in seen[b] if t < killed_at), default=killed_at) < killed_at - window}
+        early = {b for b in twice if min(acked_from[b]) < killed_at - window}
         assert not early, f"{len(early)} messages received over {window} s before the kill came twice"
     print(f"\nPOP crash: {N} messages, {sum(acked.values())} acks, {len(twice)} acknowledged more than once, "
           f"{len(maybe)} acks without an answer, {len(dead)} dead-lettered ({len(poisoned)} poison)")
