@@ -13,9 +13,10 @@ the release of ``tests/interop/java/pom.xml``). The clients are the official Roc
 - push: a ``PushConsumer`` with 20 consumption threads reading the same messages in another group.
 
 Each system first gets 8 s of unmeasured sends through its front. Per case: msgs/s, the latency p50 / p99 (a
-send's; a receive's with its acks), and the CPU of the broker and the front together (cores over the case's wall
-time). Then Sluice ÷ RocketMQ per case. A Markdown table on stdout (and in ``--out``), the raw results as JSON lines
-with ``--json``.
+send's; a receive's with its acks), and the CPU of the broker and the front together (cores over the measured part,
+between the client's start and end lines: after its warm-up or its first message, before its shutdown). Then
+Sluice ÷ RocketMQ per case. A Markdown table on stdout (and in ``--out``), the raw results as JSON lines with
+``--json``.
 
     .venv/bin/python bench/grpc_reference.py --duration 8
 
@@ -29,6 +30,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,23 +94,56 @@ class Row:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-def bench5(build: JavaBuild, endpoint: str, home: Path, *args: str, timeout: float = 300) -> dict[str, Any]:
+def bench5(build: JavaBuild, endpoint: str, home: Path, *args: str, pids: tuple[int, ...] = (),
+           timeout: float = 300) -> dict[str, Any]:
+    """Run ``Bench5`` and return its result, with ``cpu``: the cores ``pids`` used between its start and end lines
+    (the measured part only: not the JVM's start, the warm-up, a consumer's wait for its first message or the
+    clients' shutdown)."""
     argv = build.argv("sluice.interop5.Bench5", endpoint, *args, jvm=JAVA_CLIENT_JVM, home=home)
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
-    if r.returncode != 0 or not lines:
-        raise RuntimeError(f"Bench5 {' '.join(args)} failed ({r.returncode}): {r.stderr[-1500:]}")
-    return json.loads(lines[-1])
+    err_path = home / "bench5.err"  # (a file, not a pipe: a client that logs a lot cannot stall on it)
+    with open(err_path, "w") as err_file:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file, text=True)
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    started: tuple[float, float] | None = None
+    cpu: float | None = None
+    result: dict[str, Any] | None = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            if event.get("event") == "start":
+                started = (sum(cpu_seconds(p) for p in pids), time.monotonic())
+            elif event.get("event") == "end" and started is not None:
+                wall = time.monotonic() - started[1]
+                cpu = (sum(cpu_seconds(p) for p in pids) - started[0]) / wall if wall > 0 else 0.0
+            elif event.get("event") == "result":
+                result = {**event, "cpu": cpu}
+        proc.wait()
+    finally:
+        killer.cancel()
+        proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0 or result is None:
+        raise RuntimeError(f"Bench5 {' '.join(args)} failed ({proc.returncode}): {err_path.read_text()[-1500:]}")
+    return result
 
 
-def cases(build: JavaBuild, home: Path, duration: float) -> list[tuple[str, Callable[[str, str, int], dict]]]:
+def cases(build: JavaBuild, home: Path, duration: float,
+          pids: tuple[int, ...]) -> list[tuple[str, Callable[[str, str, int], dict]]]:
     """(case, run(endpoint, topic, messages of the case before)); the consumers read the async case's topic."""
+    def run(*args: str) -> Callable[[str, str, int], dict]:
+        return lambda e, t, n: bench5(build, e, home, *(a.format(topic=t, count=n) for a in args), pids=pids)
+
     return [
-        ("sync sends, 64 threads", lambda e, t, _n: bench5(build, e, home, "sync", t, "64", str(duration))),
-        ("async sends, 1,000 in flight", lambda e, t, _n: bench5(build, e, home, "async", t, "1000", str(duration))),
-        ("receive 32 + ack, 4 threads",
-         lambda e, t, n: bench5(build, e, home, "simple", t, f"{t}-simple", "4", str(n))),
-        ("push consumer, 20 threads", lambda e, t, n: bench5(build, e, home, "push", t, f"{t}-push", "20", str(n))),
+        ("sync sends, 64 threads", run("sync", "{topic}", "64", str(duration))),
+        ("async sends, 1,000 in flight", run("async", "{topic}", "1000", str(duration))),
+        ("receive 32 + ack, 4 threads", run("simple", "{topic}", "{topic}-simple", "4", "{count}")),
+        ("push consumer, 20 threads", run("push", "{topic}", "{topic}-push", "20", "{count}")),
     ]
 
 
@@ -117,22 +152,23 @@ def measure(servers: Any, build: JavaBuild, duration: float, home: Path) -> list
     home.mkdir(parents=True, exist_ok=True)
     create_topic(servers.namesrv, "grpc-warm-up")
     bench5(build, servers.endpoint, home, "async", "grpc-warm-up", "1000", str(WARM_UP))
-    topic, sent = "", 0
-    for i, (case, run) in enumerate(cases(build, home, duration)):
-        if "sends" in case:
-            topic = f"grpc-bench-{i}"
+    topic, stored = "", 0
+    for i, (case, run) in enumerate(cases(build, home, duration, tuple(servers.pids))):
+        sends = "sends" in case
+        if sends:
+            topic, stored = f"grpc-bench-{i}", 0
             create_topic(servers.namesrv, topic)
-        cpu0, t0 = sum(cpu_seconds(p) for p in servers.pids), time.monotonic()
+        elif not stored:
+            print(f"  {servers.name} {case}: skipped (the send case before it failed)", file=sys.stderr)
+            continue
         try:
-            r = run(servers.endpoint, topic, sent)
+            r = run(servers.endpoint, topic, stored)
         except (RuntimeError, subprocess.SubprocessError) as exc:
             print(f"  {servers.name} {case}: FAILED {exc}", file=sys.stderr)
             continue
-        wall = time.monotonic() - t0
-        if "sends" in case:
-            sent = r["messages"] + r.get("warmup", 0)  # (what the topic holds: the consumers read it all)
-        row = Row(servers.name, case, r["msgs_per_s"], r.get("p50_ms"), r.get("p99_ms"),
-                  (sum(cpu_seconds(p) for p in servers.pids) - cpu0) / wall, r)
+        if sends:
+            stored = r["messages"] + r.get("warmup", 0)  # (what the topic holds: the consumers read it all)
+        row = Row(servers.name, case, r["msgs_per_s"], r.get("p50_ms"), r.get("p99_ms"), r.get("cpu") or 0.0, r)
         print(f"  {row.system:8} {case:32} {row.msgs_per_s:>10,.0f} msgs/s ({r['messages']:,} messages, "
               f"{r['errors']} errors)", file=sys.stderr)
         rows.append(row)
@@ -169,8 +205,8 @@ def main() -> int:
             where = root / system
             servers: Any = SluiceFront(where, "async") if system == "sluice" else RocketMQFront(build, where, "async")
             print(f"{servers.name}:", file=sys.stderr)
-            servers.start()
             try:
+                servers.start()
                 rows += measure(servers, build5, a.duration, where / "clients")
             finally:
                 servers.stop()

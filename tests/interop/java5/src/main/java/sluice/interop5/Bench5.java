@@ -32,13 +32,15 @@ import org.apache.rocketmq.client.apis.producer.Producer;
  *   Bench5 ENDPOINT push TOPIC GROUP THREADS COUNT    a PushConsumer with THREADS consumption threads
  * </pre>
  * A producer first sends 2,000 unmeasured messages to the same topic (routes, channels, the JIT). A consumer reads
- * COUNT messages, or what it finds until none came for 5 s. Writes one JSON line on stdout: messages, seconds,
+ * COUNT messages, or what it finds until none came for 5 s; its time runs from its first message to its last. The
+ * lines {"event":"start"} and {"event":"end"} mark the measured part; the last line is the result: messages, seconds,
  * msgs_per_s, p50_ms / p99_ms (a send's latency; a receive's and its acks' for the simple consumer; none for push),
- * errors, and a producer's warmup (the unmeasured messages it sent).
+ * errors, and a producer's warmup (the unmeasured messages it stored).
  */
 public final class Bench5 {
     private static final int SIZE = 128;
     private static final long IDLE_NANOS = 5_000_000_000L;
+    private static final long FIRST_WAIT_NANOS = 60_000_000_000L;
     private static final int WARMUP = 2_000;
 
     private Bench5() {
@@ -84,15 +86,17 @@ public final class Bench5 {
         AtomicLong errors = new AtomicLong();
         try (Producer producer = provider.newProducerBuilder().setClientConfiguration(config).setTopics(topic)
             .build()) {
-            sendFor(producer, provider, mode, topic, body, Math.min(parallel, 4), Long.MAX_VALUE, WARMUP,
-                new Latencies(WARMUP), errors);
+            int warmedUp = sendFor(producer, provider, mode, topic, body, Math.min(parallel, 4), Long.MAX_VALUE,
+                WARMUP, new Latencies(WARMUP), errors);
             errors.set(0);
             Latencies latencies = new Latencies(8_000_000);
+            mark("start");
             long t0 = System.nanoTime();
             int sent = sendFor(producer, provider, mode, topic, body, parallel, t0 + (long) (seconds * 1e9),
                 Integer.MAX_VALUE, latencies, errors);
             double took = (System.nanoTime() - t0) / 1e9;
-            return latencies.json(sent, took, errors.get(), ",\"warmup\":" + WARMUP);
+            mark("end");
+            return latencies.json(sent, took, errors.get(), ",\"warmup\":" + warmedUp);
         }
     }
 
@@ -148,9 +152,8 @@ public final class Bench5 {
                          int parallel, int count) throws Exception {
         AtomicInteger acked = new AtomicInteger();
         AtomicLong errors = new AtomicLong();
-        AtomicLong lastSeen = new AtomicLong(System.nanoTime());
+        Arrivals arrivals = new Arrivals();
         Latencies latencies = new Latencies(count + 1_000);
-        long t0 = System.nanoTime();
         try (SimpleConsumer consumer = provider.newSimpleConsumerBuilder().setClientConfiguration(config)
             .setConsumerGroup(group).setAwaitDuration(Duration.ofSeconds(2))
             .setSubscriptionExpressions(Collections.singletonMap(topic,
@@ -158,19 +161,20 @@ public final class Bench5 {
             List<Thread> threads = new ArrayList<>();
             for (int i = 0; i < parallel; i++) {
                 Thread th = new Thread(() -> {
-                    while (acked.get() < count && System.nanoTime() - lastSeen.get() < IDLE_NANOS) {
+                    while (acked.get() < count && !arrivals.idle()) {
                         long t = System.nanoTime();
                         List<MessageView> got;
                         try {
                             got = consumer.receive(32, Duration.ofSeconds(30));
                         } catch (Exception e) {
                             errors.incrementAndGet();
+                            pause();
                             continue;
                         }
                         if (got.isEmpty()) {
                             continue;
                         }
-                        lastSeen.set(System.nanoTime());
+                        arrivals.seen();
                         List<CompletableFuture<Void>> acks = new ArrayList<>(got.size());
                         for (MessageView m : got) {
                             acks.add(consumer.ackAsync(m));
@@ -192,31 +196,70 @@ public final class Bench5 {
             for (Thread th : threads) {
                 th.join();
             }
+            mark("end");
         }
-        double took = (Math.min(System.nanoTime(), lastSeen.get()) - t0) / 1e9;
-        return latencies.json(acked.get(), took, errors.get(), "");
+        return latencies.json(acked.get(), arrivals.seconds(), errors.get(), "");
     }
 
     static String push(ClientServiceProvider provider, ClientConfiguration config, String topic, String group,
                        int parallel, int count) throws Exception {
         AtomicInteger consumed = new AtomicInteger();
-        AtomicLong lastSeen = new AtomicLong(System.nanoTime());
-        long t0 = System.nanoTime();
+        Arrivals arrivals = new Arrivals();
         try (PushConsumer consumer = provider.newPushConsumerBuilder().setClientConfiguration(config)
             .setConsumerGroup(group).setConsumptionThreadCount(parallel)
             .setSubscriptionExpressions(Collections.singletonMap(topic,
                 new FilterExpression("*", FilterExpressionType.TAG)))
             .setMessageListener(m -> {
+                arrivals.seen();
                 consumed.incrementAndGet();
-                lastSeen.set(System.nanoTime());
                 return ConsumeResult.SUCCESS;
             }).build()) {
-            while (consumed.get() < count && System.nanoTime() - lastSeen.get() < IDLE_NANOS) {
+            while (consumed.get() < count && !arrivals.idle()) {
                 Thread.sleep(20);
             }
+            mark("end");
         }
-        double took = (lastSeen.get() - t0) / 1e9;
-        return new Latencies(0).json(consumed.get(), took, 0, "");
+        return new Latencies(0).json(consumed.get(), arrivals.seconds(), 0, "");
+    }
+
+    /** The lines bench/grpc_reference.py counts the servers' CPU between: "start" and "end". */
+    static void mark(String event) {
+        System.out.println("{\"event\":\"" + event + "\"}");
+        System.out.flush();
+    }
+
+    static void pause() {
+        try {
+            Thread.sleep(100);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /** When a consumer's first and latest messages came (its rate counts from the first: not the client's start). */
+    static final class Arrivals {
+        private static final long NONE = Long.MIN_VALUE;
+        private final long created = System.nanoTime();
+        private final AtomicLong first = new AtomicLong(NONE);
+        private final AtomicLong last = new AtomicLong(NONE);
+
+        void seen() {
+            long now = System.nanoTime();
+            if (first.get() == NONE && first.compareAndSet(NONE, now)) {
+                mark("start");
+            }
+            last.set(now);
+        }
+
+        /** Nothing for 5 s since the latest message, or no first message within 60 s. */
+        boolean idle() {
+            long now = System.nanoTime();
+            return first.get() == NONE ? now - created > FIRST_WAIT_NANOS : now - last.get() > IDLE_NANOS;
+        }
+
+        double seconds() {
+            return first.get() == NONE ? 0 : (last.get() - first.get()) / 1e9;
+        }
     }
 
     /** Latencies in nanoseconds, from any thread. */
