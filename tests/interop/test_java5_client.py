@@ -88,3 +88,28 @@ def test_a_java_5_fifo_producer_keeps_a_message_group_in_one_queue(cluster: Clus
     counts = [store.get_max_offset_in_queue("Java5fifo", q) for q in range(4)]
     assert sorted(counts) == [0, 0, 0, 8]
     assert all(e["group"] == "order-7" for e in got if e["event"] == "received")
+
+
+def test_the_grpc_benchmark_client_sends_and_reads_back_through_the_front_and_marks_what_it_measured(
+        cluster: Cluster, front: str, java5: JavaBuild, tmp_path: Path):
+    """``Bench5`` (bench/grpc_reference.py's load generator) keeps working against Sluice's front: sync sends, then
+    a simple and a push consumer reading all of them, each run marking its measured part."""
+    cluster.create_topic("Bench5", 4)
+
+    def bench(*args: str) -> dict[str, Any]:
+        argv = ["java", *CLIENT_JVM_OPTIONS, f"-Duser.home={tmp_path}", "-cp", java5.classpath,
+                "sluice.interop5.Bench5", front, *args]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, f"Bench5 failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+        events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        assert [e["event"] for e in events] == ["start", "end", "result"], events
+        return events[-1]
+
+    sent = bench("sync", "Bench5", "4", "1")
+    assert sent["messages"] > 0 and sent["errors"] == 0 and sent["warmup"] == 2000 and sent["p50_ms"] > 0
+    stored = sent["messages"] + sent["warmup"]
+    assert sum(cluster.brokers[0].store.get_max_offset_in_queue("Bench5", q) for q in range(4)) == stored
+    got = bench("simple", "Bench5", "bench5-simple", "2", str(stored))
+    assert got["messages"] == stored and got["errors"] == 0
+    pushed = bench("push", "Bench5", "bench5-push", "4", str(stored))
+    assert pushed["messages"] >= stored  # (a push consumer may see one twice: it counts deliveries)
