@@ -52,6 +52,7 @@ from reference import (  # noqa: E402
     cpu_seconds,
     create_topic,
     fmt,
+    report,
 )
 
 JAVA5_PROJECT = REPO / "tests" / "interop" / "java5"
@@ -210,14 +211,7 @@ def main() -> int:
                 rows += measure(servers, build5, a.duration, where / "clients")
             finally:
                 servers.stop()
-    text = table(rows)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
-    if a.json:
-        with open(a.json, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r.__dict__) + "\n")
+    report(table(rows), rows, a.out, a.json)
     return 0
 
 

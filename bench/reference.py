@@ -327,20 +327,24 @@ def main() -> int:
                 servers: Any = SluiceServers(where, flush) if system == "sluice" else \
                     RocketMQServers(build, where, flush)
                 print(f"{servers.name}, {flush} flush:", file=sys.stderr)
-                servers.start()
                 try:
+                    servers.start()
                     rows += measure(servers, flush, build, a.duration, where / "clients", only)
                 finally:
                     servers.stop()
-    text = table(rows)
+    report(table(rows), rows, a.out, a.json)
+    return 0
+
+
+def report(text: str, rows: list[Any], out: str | None, json_path: str | None) -> None:
+    """The table on stdout and in ``out``; every row (a dataclass) as a JSON line in ``json_path``."""
     print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
-    if a.json:
-        with open(a.json, "w") as f:
+    if out:
+        Path(out).write_text(text + "\n")
+    if json_path:
+        with open(json_path, "w") as f:
             for r in rows:
                 f.write(json.dumps(r.__dict__) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
