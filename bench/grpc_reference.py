@@ -4,13 +4,16 @@ push consumption through each, one system at a time.
 
 Each system is three processes on 127.0.0.1 with a fresh store: Sluice's ``sluice namesrv``, ``sluice broker`` and
 ``sluice proxy``; Apache RocketMQ 5.5's name server, broker and proxy in cluster mode (``tests/reference``'s node,
-the release of ``tests/interop/java/pom.xml``). The clients are the official RocketMQ 5.x Java client
-(``tests/interop/java5``'s ``Bench5``, rocketmq-client-java of its pom) with TLS off:
+the release of ``tests/interop/java/pom.xml``). The clients are the official RocketMQ 5.x clients, TLS off: Java
+(``tests/interop/java5``'s ``Bench5``, rocketmq-client-java of its pom) and Python (rocketmq-python-client, the
+bench modes of ``tests/interop/clients/rocketmq5_client.py``, in the venv the interop tests make):
 
-- sync sends: 64 threads of ``Producer.send``; async sends: ``sendAsync`` with 1,000 in flight;
-- receive + ack: 4 threads of ``SimpleConsumer.receive(32)`` and an ``ackAsync`` per message, reading the async
-  case's messages (a new group, from the first offset);
-- push: a ``PushConsumer`` with 20 consumption threads reading the same messages in another group.
+- Java: sync sends, 64 threads of ``Producer.send``; async sends, ``sendAsync`` with 1,000 in flight; receive + ack,
+  4 threads of ``SimpleConsumer.receive(32)`` and an ``ackAsync`` per message, reading the async case's messages
+  (a new group, from the first offset); push, a ``PushConsumer`` with 20 consumption threads reading the same
+  messages in another group;
+- Python: sync sends, 16 threads of ``Producer.send``; receive + ack, 4 threads of ``receive(32)`` and an ``ack``
+  per message, reading them.
 
 Each system first gets 8 s of unmeasured sends through its front. Per case: msgs/s, the latency p50 / p99 (a
 send's; a receive's with its acks), and the CPU of the broker and the front together (cores over the measured part,
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,7 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from tests.interop.conftest import WheelUnavailable, ensure_rocketmq_venv  # noqa: E402
 from tests.interop.java_clients import JavaBuild, ensure_java_build  # noqa: E402
+from tests.interop.test_python5_client import REQUIREMENT as PYTHON5_REQUIREMENT  # noqa: E402
 from tests.reference.rocketmq_node import free_port  # noqa: E402
 
 from reference import (  # noqa: E402
@@ -56,6 +62,9 @@ from reference import (  # noqa: E402
 )
 
 JAVA5_PROJECT = REPO / "tests" / "interop" / "java5"
+PYTHON5_DRIVER = REPO / "tests" / "interop" / "clients" / "rocketmq5_client.py"
+PYTHON5_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice-interop" / \
+    ("venv-" + PYTHON5_REQUIREMENT.replace("==", "-"))
 WARM_UP = 8.0
 
 
@@ -95,15 +104,26 @@ class Row:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-def bench5(build: JavaBuild, endpoint: str, home: Path, *args: str, pids: tuple[int, ...] = (),
-           timeout: float = 300) -> dict[str, Any]:
-    """Run ``Bench5`` and return its result, with ``cpu``: the cores ``pids`` used between its start and end lines
-    (the measured part only: not the JVM's start, the warm-up, a consumer's wait for its first message or the
-    clients' shutdown)."""
-    argv = build.argv("sluice.interop5.Bench5", endpoint, *args, jvm=JAVA_CLIENT_JVM, home=home)
-    err_path = home / "bench5.err"  # (a file, not a pipe: a client that logs a lot cannot stall on it)
+def bench5(build: JavaBuild, endpoint: str, home: Path, *args: str, pids: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Run the Java client's ``Bench5`` (see ``client_run``)."""
+    return client_run(build.argv("sluice.interop5.Bench5", endpoint, *args, jvm=JAVA_CLIENT_JVM, home=home), home,
+                      pids)
+
+
+def python5(python: Path, endpoint: str, home: Path, *args: str, pids: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Run the official Python client's bench modes (``rocketmq5_client.py bench-*``, see ``client_run``)."""
+    return client_run([str(python), str(PYTHON5_DRIVER), endpoint, *args], home, pids, {"HOME": str(home)})
+
+
+def client_run(argv: list[str], home: Path, pids: tuple[int, ...], env: dict[str, str] | None = None,
+               timeout: float = 300) -> dict[str, Any]:
+    """Run a client and return its result line, with ``cpu``: the cores ``pids`` used between its start and end
+    lines (the measured part only: not the client's start, its warm-up, a consumer's wait for its first message or
+    its shutdown)."""
+    err_path = home / "client.err"  # (a file, not a pipe: a client that logs a lot cannot stall on it)
     with open(err_path, "w") as err_file:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file, text=True,
+                                env={**os.environ, **(env or {})})
     killer = threading.Timer(timeout, proc.kill)
     killer.start()
     started: tuple[float, float] | None = None
@@ -125,36 +145,47 @@ def bench5(build: JavaBuild, endpoint: str, home: Path, *args: str, pids: tuple[
         proc.wait()
     finally:
         killer.cancel()
-        proc.stdout.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     if proc.returncode != 0 or result is None:
-        raise RuntimeError(f"Bench5 {' '.join(args)} failed ({proc.returncode}): {err_path.read_text()[-1500:]}")
+        raise RuntimeError(f"{' '.join(argv[-5:])} failed ({proc.returncode}): {err_path.read_text()[-1500:]}")
     return result
 
 
-def cases(build: JavaBuild, home: Path, duration: float,
+def cases(build: JavaBuild, python: Path | None, home: Path, duration: float,
           pids: tuple[int, ...]) -> list[tuple[str, Callable[[str, str, int], dict]]]:
-    """(case, run(endpoint, topic, messages of the case before)); the consumers read the async case's topic."""
-    def run(*args: str) -> Callable[[str, str, int], dict]:
+    """(case, run(endpoint, topic, messages the send case before stored)); a consumer reads the send case's topic
+    before it. Without ``python`` (its wheel unavailable), no Python client case."""
+    def java(*args: str) -> Callable[[str, str, int], dict]:
         return lambda e, t, n: bench5(build, e, home, *(a.format(topic=t, count=n) for a in args), pids=pids)
 
-    return [
-        ("sync sends, 64 threads", run("sync", "{topic}", "64", str(duration))),
-        ("async sends, 1,000 in flight", run("async", "{topic}", "1000", str(duration))),
-        ("receive 32 + ack, 4 threads", run("simple", "{topic}", "{topic}-simple", "4", "{count}")),
-        ("push consumer, 20 threads", run("push", "{topic}", "{topic}-push", "20", "{count}")),
+    out = [
+        ("Java: sync sends, 64 threads", java("sync", "{topic}", "64", str(duration))),
+        ("Java: async sends, 1,000 in flight", java("async", "{topic}", "1000", str(duration))),
+        ("Java: receive 32 + ack, 4 threads", java("simple", "{topic}", "{topic}-simple", "4", "{count}")),
+        ("Java: push consumer, 20 threads", java("push", "{topic}", "{topic}-push", "20", "{count}")),
     ]
+    if python is not None:
+        def py(*args: str) -> Callable[[str, str, int], dict]:
+            return lambda e, t, n: python5(python, e, home, *(a.format(topic=t, count=n) for a in args), pids=pids)
+
+        out += [
+            ("Python: sync sends, 16 threads", py("bench-send", "{topic}", "16", str(duration))),
+            ("Python: receive 32 + ack, 4 threads", py("bench-receive", "{topic}", "{topic}-simple", "4", "{count}")),
+        ]
+    return out
 
 
-def measure(servers: Any, build: JavaBuild, duration: float, home: Path) -> list[Row]:
+def measure(servers: Any, build: JavaBuild, python: Path | None, duration: float, home: Path) -> list[Row]:
     rows: list[Row] = []
     home.mkdir(parents=True, exist_ok=True)
     create_topic(servers.namesrv, "grpc-warm-up")
     bench5(build, servers.endpoint, home, "async", "grpc-warm-up", "1000", str(WARM_UP))
     topic, stored = "", 0
-    for i, (case, run) in enumerate(cases(build, home, duration, tuple(servers.pids))):
+    for i, (case, run) in enumerate(cases(build, python, home, duration, tuple(servers.pids))):
         sends = "sends" in case
         if sends:
             topic, stored = f"grpc-bench-{i}", 0
@@ -199,6 +230,11 @@ def main() -> int:
     a = p.parse_args()
     build = ensure_java_build()  # RocketMQ's servers and the proxy's launcher
     build5 = ensure_java_build(project=JAVA5_PROJECT, jar="sluice-interop5.jar")
+    python: Path | None = None
+    try:
+        python = ensure_rocketmq_venv(PYTHON5_VENV, PYTHON5_REQUIREMENT, "import rocketmq.v5.producer")
+    except WheelUnavailable as exc:
+        print(f"no Python client cases: {exc}", file=sys.stderr)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-grpc-") as tmp:
         root = Path(tmp)
@@ -208,7 +244,7 @@ def main() -> int:
             print(f"{servers.name}:", file=sys.stderr)
             try:
                 servers.start()
-                rows += measure(servers, build5, a.duration, where / "clients")
+                rows += measure(servers, build5, python, a.duration, where / "clients")
             finally:
                 servers.stop()
     report(table(rows), rows, a.out, a.json)

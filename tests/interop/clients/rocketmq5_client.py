@@ -5,6 +5,8 @@ endpoint; one JSON line per event on stdout. Run by tests/interop/test_python5_c
     rocketmq5_client.py ENDPOINT receive TOPIC GROUP COUNT [--invisible S] [--nack-first] [--timeout S]
     rocketmq5_client.py ENDPOINT transact TOPIC   # commit-, rollback- and open-: the checker commits "open"
     rocketmq5_client.py ENDPOINT push TOPIC GROUP COUNT [--fail-suffix 7] [--timeout S]
+    rocketmq5_client.py ENDPOINT bench-send TOPIC THREADS SECONDS      (bench/grpc_reference.py's load: 128-byte
+    rocketmq5_client.py ENDPOINT bench-receive TOPIC GROUP THREADS COUNT  bodies; start, end and result lines)
 """
 
 from __future__ import annotations
@@ -162,6 +164,119 @@ def push(config: ClientConfiguration, a: argparse.Namespace) -> None:
     emit(event="done", consumed=len(listener.done))
 
 
+def _result(messages: int, seconds: float, latencies: list[float], errors: int, **more: object) -> None:
+    latencies.sort()
+    pick = (lambda q: round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000, 3)) \
+        if latencies else (lambda q: None)
+    emit(event="result", messages=messages, seconds=seconds, msgs_per_s=messages / seconds if seconds > 0 else 0,
+         p50_ms=pick(0.5), p99_ms=pick(0.99), errors=errors, **more)
+
+
+def bench_send(config: ClientConfiguration, a: argparse.Namespace) -> None:
+    """THREADS threads of ``Producer.send`` for SECONDS, after 500 unmeasured sends to the same topic."""
+    producer = Producer(config, (a.topic,))
+    producer.startup()
+    lock = threading.Lock()
+    latencies: list[float] = []
+    counts = {"sent": 0, "errors": 0}
+
+    def sender(until: float, quota: list[int], measured: bool) -> None:
+        while time.monotonic() < until:
+            with lock:
+                if quota[0] <= 0:
+                    return
+                quota[0] -= 1
+            m = Message()
+            m.topic = a.topic
+            m.body = b"x" * 128
+            t = time.perf_counter()
+            try:
+                producer.send(m)
+            except Exception:  # counted: the load goes on
+                with lock:
+                    counts["errors"] += measured
+                continue
+            with lock:
+                counts["sent"] += 1
+                if measured:
+                    latencies.append(time.perf_counter() - t)
+
+    def run(threads: int, until: float, quota: list[int], measured: bool) -> None:
+        workers = [threading.Thread(target=sender, args=(until, quota, measured)) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+
+    try:
+        run(min(a.threads, 4), time.monotonic() + 120, [500], False)
+        warmup, counts["sent"] = counts["sent"], 0
+        emit(event="start")
+        t0 = time.monotonic()
+        run(a.threads, t0 + a.seconds, [2**62], True)
+        took = time.monotonic() - t0
+        emit(event="end")
+    finally:
+        producer.shutdown()
+    _result(counts["sent"], took, latencies, counts["errors"], warmup=warmup)
+
+
+def bench_receive(config: ClientConfiguration, a: argparse.Namespace) -> None:
+    """THREADS threads of ``receive(32)`` and an ``ack`` per message until COUNT are acknowledged, or none came for
+    5 s (60 s for the first); timed from the first message to the last."""
+    consumer = SimpleConsumer(config, a.group, {a.topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    lock = threading.Lock()
+    latencies: list[float] = []
+    state = {"acked": 0, "errors": 0, "first": 0.0, "last": 0.0}
+    created = time.monotonic()
+
+    def idle() -> bool:
+        now = time.monotonic()
+        return now - created > 60 if not state["first"] else now - state["last"] > 5
+
+    def receiver() -> None:
+        while state["acked"] < a.count and not idle():
+            t = time.perf_counter()
+            try:
+                got = consumer.receive(32, 30) or []
+            except Exception:  # counted, then again after a pause
+                with lock:
+                    state["errors"] += 1
+                time.sleep(0.1)
+                continue
+            if not got:
+                continue
+            with lock:
+                now = time.monotonic()
+                if not state["first"]:
+                    state["first"] = now
+                    emit(event="start")
+                state["last"] = now
+            for m in got:
+                try:
+                    consumer.ack(m)
+                except Exception:
+                    with lock:
+                        state["errors"] += 1
+                else:
+                    with lock:
+                        state["acked"] += 1
+            with lock:
+                latencies.append(time.perf_counter() - t)
+
+    try:
+        workers = [threading.Thread(target=receiver) for _ in range(a.threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        emit(event="end")
+    finally:
+        consumer.shutdown()
+    _result(int(state["acked"]), state["last"] - state["first"], latencies, int(state["errors"]))
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("endpoint")
@@ -195,9 +310,19 @@ def main() -> int:
     pu.add_argument("--fail-suffix", default="")
     pu.add_argument("--poison", default="", help="a body that always fails")
     pu.add_argument("--timeout", type=float, default=60)
+    bs = sub.add_parser("bench-send")
+    bs.add_argument("topic")
+    bs.add_argument("threads", type=int)
+    bs.add_argument("seconds", type=float)
+    br = sub.add_parser("bench-receive")
+    br.add_argument("topic")
+    br.add_argument("group")
+    br.add_argument("threads", type=int)
+    br.add_argument("count", type=int)
     a = p.parse_args()
     config = ClientConfiguration(a.endpoint, Credentials(a.ak, a.sk), request_timeout=5, namespace=a.namespace)
-    {"produce": produce, "receive": receive, "transact": transact, "push": push}[a.cmd](config, a)
+    {"produce": produce, "receive": receive, "transact": transact, "push": push, "bench-send": bench_send,
+     "bench-receive": bench_receive}[a.cmd](config, a)
     return 0
 
 
