@@ -217,3 +217,18 @@ def test_a_fifo_group_consumes_each_message_group_in_order_and_a_poison_message_
     assert events[-1] == {"event": "done", "consumed": 5}
     dlq = broker.store.get_max_offset_in_queue("%DLQ%grpc5-fifo", 0)
     assert dlq == 1  # the poison message, forwarded by the client after its attempts
+
+
+def test_the_grpc_benchmark_modes_send_and_read_back_through_the_front_and_mark_what_they_measured(
+        cluster: Cluster, front: str, python5: Path, tmp_path: Path):
+    """The driver's bench modes (bench/grpc_reference.py's Python load) keep working against Sluice's front."""
+    cluster.create_topic("Grpc5bench", 4)
+    sent = run(python5, tmp_path, front, "bench-send", "Grpc5bench", "4", "1")
+    assert [e["event"] for e in sent] == ["start", "end", "result"]
+    result = sent[-1]
+    assert result["messages"] > 0 and result["errors"] == 0 and result["warmup"] == 500 and result["p50_ms"] > 0
+    stored = result["messages"] + result["warmup"]
+    assert sum(cluster.brokers[0].store.get_max_offset_in_queue("Grpc5bench", q) for q in range(4)) == stored
+    got = run(python5, tmp_path, front, "bench-receive", "Grpc5bench", "grpc5-bench", "2", str(stored))
+    assert [e["event"] for e in got] == ["start", "end", "result"]
+    assert got[-1]["messages"] == stored and got[-1]["errors"] == 0
